@@ -1,0 +1,77 @@
+"""Exact expected update directions on logits for a one-hot bandit (spec §2.6, §2.12, §2.14, §2.15, §2.17;
+paper Appendix B). With reward 1{a = y}, every method except TPO moves along v = e_y − π, scaled by β(p), p = π(y).
+
+``probs`` has shape (..., A) over A arms; ``correct`` is the index of the rewarded arm on the same leading axes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from algorithms.scores import standardize
+
+
+def _one_hot_like(probs: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.one_hot(correct, probs.shape[-1]).to(probs.dtype)
+
+
+def _p_and_v(probs: torch.Tensor, correct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    e_y = _one_hot_like(probs, correct)
+    return (probs * e_y).sum(-1, keepdim=True), e_y - probs
+
+
+def ce_direction(probs, correct):
+    """Cross-entropy oracle: v = e_y − π (β_CE = 1)."""
+    return _p_and_v(probs, correct)[1]
+
+
+def pg_direction(probs, correct):
+    """Exact REINFORCE (baseline 0): E_a[r ∇log π(a)] = p·v."""
+    p, v = _p_and_v(probs, correct)
+    return p * v
+
+
+def dg_direction(probs, correct, eta: float = 1.0):
+    """Exact DG (baseline 0): p·σ(−log p / η)·v, i.e. β_DG = p/(1+p) at η = 1."""
+    p, v = _p_and_v(probs, correct)
+    return p * torch.sigmoid(-torch.log(p + 1e-30) / eta) * v
+
+
+def grpo_direction(probs, correct):
+    """Exact population GRPO: sqrt(p / (1 − p + 1e-8))·v (the z-score of a Bernoulli(p) reward)."""
+    p, v = _p_and_v(probs, correct)
+    return torch.sqrt(p / (1.0 - p + 1e-8)) * v
+
+
+def tpo_direction(probs, correct, eta: float = 1.0):
+    """Exact TPO: q − π with q ∝ (π + 1e-8)·exp(u/η), u = standardize(e_y) over the arms (+3, −1/3, ... for 10)."""
+    u = standardize(_one_hot_like(probs, correct))
+    target = (torch.log(probs + 1e-8) + u / eta).softmax(-1)
+    return target - probs
+
+
+EXACT_DIRECTIONS = {
+    "ce": ce_direction,
+    "pg": pg_direction,
+    "dg": dg_direction,
+    "grpo": grpo_direction,
+    "tpo": tpo_direction,
+}
+
+
+def beta_closed_form(algorithm: str, p: float, num_arms: int = 10) -> float:
+    """Appendix B's scalar β(p) along e_y − π for the one-hot bandit with ``num_arms`` arms (η = 1)."""
+    if algorithm == "ce":
+        return 1.0
+    if algorithm == "pg":
+        return p
+    if algorithm == "dg":
+        return p / (1.0 + p)
+    if algorithm == "grpo":
+        return math.sqrt(p / (1.0 - p))
+    if algorithm == "tpo":
+        lam = math.exp(num_arms / math.sqrt(num_arms - 1))
+        return p * (lam - 1.0) / (1.0 - p + lam * p)
+    raise ValueError(f"algorithm={algorithm!r}; valid choices: {', '.join(EXACT_DIRECTIONS)}")
