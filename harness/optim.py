@@ -1,0 +1,146 @@
+"""Seed-batched Muon + Nesterov-Adam, a port of ``optax.contrib.muon`` 0.2.8 as the reference uses it (spec §4.1).
+
+Every parameter has a leading seed axis S. All arithmetic is per seed (elementwise, or batched matmuls and a
+Frobenius norm per seed matrix), so seeds never interact: a seed with a NaN or zero gradient changes nothing for the
+others, and ``step(active)`` leaves the parameters *and* optimizer state of inactive (e.g. diverged) seeds untouched.
+Step counts are kept per seed for the same reason.
+
+One optimizer, ``MuonAdam``, with one group per parameter. A group with ``matrix=(fan_in, fan_out)`` is updated by
+Muon, the per-seed parameter viewed as that matrix in JAX layout (x @ W: rows = fan_in); ``matrix=None`` means
+Nesterov-Adam. ``transformer_param_groups`` builds the groups for ``tasks.models.transformer``.
+
+Muon (β 0.95, lr 1e-3, weight decay 0): m ← β m + (1−β) g;  m̂ = β m/(1−β^{t+1}) + (1−β) g/(1−β^t);
+X = m̂ (transposed if fan_in > fan_out) / (‖X‖_F + 1e-8); 5 Newton–Schulz steps X ← aX + (bA + cA²)X, A = XXᵀ,
+(a, b, c) = (3.4445, −4.7750, 2.0315); W ← W − lr · sqrt(max(1, fan_out/fan_in)) · X.
+Nesterov-Adam (optax ``adamw(nesterov=True)``, b1 0.9, b2 0.999, eps 1e-8, wd 0; not ``torch.optim.NAdam``, which
+uses a momentum-decay schedule): m̂ as above with b1, v̂ = v/(1−b2^t), W ← W − lr · m̂/(sqrt(v̂) + eps).
+
+Differences of ``torch.optim.Muon`` (PyTorch ≥ 2.9) from this port, i.e. from optax: default weight decay 0.1;
+Newton–Schulz in bfloat16; pre-normalisation X / max(‖X‖_F, 1e-7); momentum without bias correction (update =
+(1−β) g + β buf); scale sqrt(max(1, shape[0]/shape[1])) of the stored tensor, right for ``nn.Linear`` weights but 1
+instead of sqrt(64/V), sqrt(64/2H) for the embedding and positional tables; only 2-D tensors (so no seed axis, and the
+reference's Muon update of the (heads, head_dim) q/k/v biases needs custom code).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+MUON_SPLITS = ("reference", "matrices")
+
+
+def transformer_param_groups(params: dict[str, torch.Tensor], muon_split: str = "reference") -> list[dict]:
+    """One group per transformer parameter: ``{"params": [p], "name": name, "matrix": (fan_in, fan_out) | None}``.
+
+    ``"reference"``: optax's rule on the Flax tree, Muon iff the per-seed tensor is 2-D (FFN and head kernels,
+    token and positional tables, q/k/v biases (heads, hd)); q/k/v/out kernels, 1-D biases and LayerNorm go to Adam.
+    ``"matrices"``: every weight matrix on Muon, the attention kernels viewed as D × D; all biases and LayerNorm on
+    Adam.
+    """
+    if muon_split not in MUON_SPLITS:
+        raise ValueError(f"muon_split must be one of {MUON_SPLITS}, got {muon_split!r}")
+    return [
+        {"params": [p], "name": name, "matrix": _muon_matrix(name, p.shape[1:], muon_split)}
+        for name, p in params.items()
+    ]
+
+
+def _muon_matrix(name: str, shape: torch.Size, muon_split: str) -> tuple[int, int] | None:
+    if muon_split == "reference":
+        return tuple(shape) if len(shape) == 2 else None
+    if name.endswith(("attn.q.kernel", "attn.k.kernel", "attn.v.kernel")):  # (D, heads, hd): input axis first
+        return shape[0], math.prod(shape[1:])
+    if name.endswith(".kernel") or name.endswith("_emb"):  # out kernel (heads, hd, D): output axis last
+        return math.prod(shape[:-1]), shape[-1]
+    return None
+
+
+def muon_scale(matrix: tuple[int, int]) -> float:
+    """Muon's shape factor sqrt(max(1, fan_out / fan_in)), JAX layout."""
+    fan_in, fan_out = matrix
+    return math.sqrt(max(1.0, fan_out / fan_in))
+
+
+def newton_schulz(
+    x: torch.Tensor, steps: int = 5, coeffs: tuple[float, float, float] = NS_COEFFS, eps: float = 1e-8
+) -> torch.Tensor:
+    """Approximate orthogonal polar factor of each matrix x[s] of (S, rows, cols), as optax computes it."""
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:
+        x = x.mT
+    x = x / (torch.linalg.matrix_norm(x, keepdim=True) + eps)
+    a, b, c = coeffs
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.mT if tall else x
+
+
+class MuonAdam(torch.optim.Optimizer):
+    """Muon on groups with a ``matrix``, Nesterov-Adam on the rest; ``eps`` is Adam's (Muon's norm eps is 1e-8)."""
+
+    def __init__(
+        self,
+        groups: list[dict],
+        lr: float = 1e-3,
+        muon_beta: float = 0.95,
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        ns_steps: int = 5,
+    ):
+        defaults = dict(lr=lr, muon_beta=muon_beta, adam_betas=adam_betas, eps=eps, ns_steps=ns_steps, matrix=None)
+        super().__init__(groups, defaults)
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        """One update of every parameter with a gradient; ``active`` (S,) bool freezes the seeds marked False."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["count"] = p.new_zeros(p.shape[0])  # per-seed step count ("step" would not follow .to())
+                    state["mu"] = torch.zeros_like(p)
+                    if group["matrix"] is None:
+                        state["nu"] = torch.zeros_like(p)
+                new = self._muon(p, state, group) if group["matrix"] is not None else self._adam(p, state, group)
+                for key, value in new.items():
+                    target = p if key == "param" else state[key]
+                    target.copy_(value if active is None else _where_seed(active, value, target))
+
+    @staticmethod
+    def _muon(p: torch.Tensor, state: dict, group: dict) -> dict[str, torch.Tensor]:
+        g, beta, t = p.grad, group["muon_beta"], state["count"] + 1
+        mu = (1 - beta) * g + beta * state["mu"]
+        m_hat = beta * (mu / _per_seed(1 - beta ** (t + 1), g)) + (1 - beta) * (g / _per_seed(1 - beta**t, g))
+        update = newton_schulz(m_hat.reshape(len(p), *group["matrix"]), group["ns_steps"])
+        param = p - group["lr"] * muon_scale(group["matrix"]) * update.view_as(p)
+        return {"count": t, "mu": mu, "param": param}
+
+    @staticmethod
+    def _adam(p: torch.Tensor, state: dict, group: dict) -> dict[str, torch.Tensor]:
+        g, (b1, b2), t = p.grad, group["adam_betas"], state["count"] + 1
+        mu = (1 - b1) * g + b1 * state["mu"]
+        nu = (1 - b2) * g * g + b2 * state["nu"]
+        m_hat = b1 * (mu / _per_seed(1 - b1 ** (t + 1), g)) + (1 - b1) * (g / _per_seed(1 - b1**t, g))
+        v_hat = nu / _per_seed(1 - b2**t, g)
+        param = p - group["lr"] * m_hat / (v_hat.sqrt() + group["eps"])
+        return {"count": t, "mu": mu, "nu": nu, "param": param}
+
+
+def transformer_optimizer(params: dict[str, torch.Tensor], muon_split: str = "reference", lr: float = 1e-3) -> MuonAdam:
+    """The reference optimizer for the transformer: Muon + Nesterov-Adam at one learning rate (1e-3 in the paper)."""
+    return MuonAdam(transformer_param_groups(params, muon_split), lr=lr)
+
+
+def _per_seed(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(S,) → (S, 1, ..., 1) to broadcast against ``like``."""
+    return values.view(-1, *[1] * (like.dim() - 1))
+
+
+def _where_seed(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return torch.where(_per_seed(active, new), new, old)

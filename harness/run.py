@@ -1,0 +1,171 @@
+"""The training loop: validate, build the task, step it, write outputs, checkpoint, mirror to W&B."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from algorithms import get_algorithm
+from harness import outputs
+from harness.tracking import make_tracker
+from tasks import get_task
+from tasks.base import ConfigError, Task, check_choice
+
+log = logging.getLogger(__name__)
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{key}={value!r} is not valid; expected a positive integer")
+    return value
+
+
+def build_task(cfg: DictConfig) -> Task:
+    """Validate the composition and construct the task; every error here comes before any training work."""
+    algorithm = get_algorithm_or_config_error(cfg.algorithm.name)
+    task_cls = get_task(cfg.task.name)
+    rollout = algorithm.rollout_for(task_cls.rollouts)
+    supported = task_cls.supported_algorithms()
+    if rollout is None or algorithm.name not in supported:
+        needs = ", ".join(shape.value for shape in algorithm.rollouts)
+        raise ConfigError(f"algorithm={algorithm.name} cannot run on task={task_cls.name} (it needs a rollout of "
+                          f"shape {needs}); valid algorithms for {task_cls.name}: {', '.join(supported)}")
+    _positive_int("seeds", cfg.seeds)
+    _positive_int("trainer.steps", cfg.trainer.steps)
+    if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
+        raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
+    check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
+    device = torch.device(cfg.device)
+    seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
+    return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device)
+
+
+def get_algorithm_or_config_error(name: str):
+    try:
+        return get_algorithm(name)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _raise_interrupt(signum, frame):
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+def _to_numpy(metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {name: value.detach().to("cpu", torch.float64).numpy() for name, value in metrics.items()}
+
+
+def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Run one (task, algorithm) configuration for ``cfg.seeds`` seeds in one batched computation."""
+    started = time.time()
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    task = build_task(cfg)
+    seeds = task.seeds.tolist()
+    steps = int(cfg.trainer.steps)
+    checkpoint = outputs.load_checkpoint(run_dir) if cfg.trainer.resume else None
+    if checkpoint is not None:
+        task.load_state_dict(checkpoint["task"])
+        start, diverged = checkpoint["step"], checkpoint["diverged"]
+        log.info("resuming %s from step %d", run_dir, start)
+    else:
+        start, diverged = 0, {}
+    writer = outputs.MetricsWriter(run_dir, task.metric_names, seeds, checkpoint["rows"] if checkpoint else None)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    tracker = make_tracker(cfg, run_dir, seeds, resolved)
+
+    def record(step: int, metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        values = _to_numpy(metrics)
+        for index, seed in enumerate(seeds):
+            if str(seed) in diverged:  # a diverged seed's numbers are meaningless from then on
+                for column in values.values():
+                    column[index] = math.nan
+        writer.append(step, values)
+        tracker.log(step, values)
+        return values
+
+    def save(step: int) -> None:
+        writer.flush()
+        outputs.save_checkpoint(run_dir, {"step": step, "task": task.state_dict(), "rows": writer.rows,
+                                          "diverged": diverged})
+        tracker.flush()
+
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM,)}
+    status = "completed"
+    progress = _progress_bar(cfg, steps, start)
+    try:
+        if start == 0 and (initial := task.initial_metrics()) is not None:
+            record(*initial)
+        for step in range(start, steps):
+            out = task.step(step)
+            if out.loss is not None:
+                bad = ~torch.isfinite(out.loss)
+                if bad.any():  # one host sync, only on the rare step where a seed breaks
+                    for index in bad.nonzero().flatten().tolist():
+                        diverged.setdefault(str(seeds[index]), step)
+            if out.metrics is not None:
+                values = record(out.log_step, out.metrics)
+                if progress is not None and "error" in values:
+                    progress.set_postfix(error=f"{np.nanmean(values['error']):.4f}", refresh=False)
+            if progress is not None:
+                progress.update(1)
+            if cfg.trainer.checkpoint_every and (step + 1) % int(cfg.trainer.checkpoint_every) == 0:
+                save(step + 1)
+        save(steps)
+    except (KeyboardInterrupt, _Interrupted):
+        status = "interrupted"
+        log.warning("interrupted; the last checkpoint in %s resumes with trainer.resume=true", run_dir)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if progress is not None:
+            progress.close()
+        writer.close()
+    if status == "completed" and diverged:
+        status = "diverged"
+    summary = {
+        "status": status,
+        "experiment": cfg.experiment_name,
+        "task": cfg.task.name,
+        "algorithm": cfg.algorithm.name,
+        "seeds": seeds,
+        "steps": steps,
+        "seed_status": {str(s): ("diverged" if str(s) in diverged else status) for s in seeds},
+        "diverged_at_step": diverged,
+        **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
+        "wall_seconds": round(time.time() - started, 3),
+        "hardware": {"device": str(task.device), "threads": torch.get_num_threads(), "host": socket.gethostname()},
+    }
+    outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
+    tracker.finish(summary)
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return summary
+
+
+def _progress_bar(cfg: DictConfig, steps: int, start: int):
+    import sys
+
+    show = cfg.trainer.progress
+    if show == "auto":
+        show = sys.stderr.isatty()
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=steps, initial=start, desc=f"{cfg.task.name}/{cfg.algorithm.name}", dynamic_ncols=True)

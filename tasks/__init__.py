@@ -1,0 +1,20 @@
+"""Task registry: Hydra ``task=<id>`` → task class. Modules load lazily so a tabular run never imports MNIST code."""
+
+from __future__ import annotations
+
+import importlib
+
+from tasks.base import ConfigError, Task
+
+TASKS: dict[str, str] = {
+    "tabular_single": "tasks.tabular:TabularSingle",
+    "tabular_multi": "tasks.tabular:TabularMulti",
+    "mnist_bandit": "tasks.mnist_bandit:MnistBandit",
+}
+
+
+def get_task(name: str) -> type[Task]:
+    if name not in TASKS:
+        raise ConfigError(f"task={name!r} is unknown; valid choices: {', '.join(TASKS)}")
+    module, attribute = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -1,0 +1,78 @@
+"""The contract between the trainer and a task.
+
+A task owns its environment, policy and optimizer; the trainer owns the loop, outputs, checkpoints and logging.
+Every tensor a task returns has a leading seed axis S: all seeds train as one batched computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import DictConfig
+
+from algorithms import AlgorithmSpec, Rollout
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot run; raised before any work is done."""
+
+
+def check_choice(key: str, value: Any, choices: tuple | list) -> Any:
+    """Raise a ConfigError naming ``key`` and the valid choices if ``value`` is not one of them."""
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, choices))}")
+    return value
+
+
+@dataclass
+class StepOutput:
+    """What one training step (an episode, for sequence tasks) reports.
+
+    ``loss`` is the per-seed loss (S,); a non-finite value marks that seed diverged; ``metrics`` maps names to per-seed values (S,)
+    to be logged at ``log_step`` (None: nothing logged this step).
+    """
+
+    loss: torch.Tensor | None = None
+    metrics: dict[str, torch.Tensor] | None = None
+    log_step: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """Base class: subclasses set the class attributes and implement ``step`` and the state methods."""
+
+    name: ClassVar[str]
+    rollouts: ClassVar[frozenset[Rollout]]
+    metric_names: ClassVar[tuple[str, ...]] = ("error",)
+    algorithms: ClassVar[tuple[str, ...] | None] = None  # restricts the algorithms further, when set
+
+    def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: AlgorithmSpec, rollout: Rollout,
+                 seeds: torch.Tensor, device: torch.device):
+        self.cfg = cfg
+        self.algorithm_cfg = algorithm_cfg
+        self.algorithm = algorithm
+        self.rollout = rollout
+        self.seeds = seeds
+        self.device = device
+
+    @classmethod
+    def supported_algorithms(cls) -> list[str]:
+        from algorithms import ALGORITHMS
+
+        return [name for name, spec in ALGORITHMS.items()
+                if spec.rollout_for(cls.rollouts) is not None and (cls.algorithms is None or name in cls.algorithms)]
+
+    def step(self, step: int) -> StepOutput:
+        raise NotImplementedError
+
+    def initial_metrics(self) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """Metrics of the untrained policy to log before the first step, if the task's convention has them."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError

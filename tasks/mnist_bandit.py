@@ -1,0 +1,112 @@
+"""MNIST contextual bandit (paper §3.3, spec §2.5, §2.11, §2.14–2.17, §3.2, §5.2, §6.3–6.4).
+
+Each step draws B training images with replacement, samples one class per image from the policy, and rewards
+r = 1{a = y}; the label is seen only through r (except by the CE oracle). Adam 1e-3, one update per batch.
+Greedy test error on the 10k test set every ``eval_every`` updates, plus the Appendix C mechanism analysis.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from algorithms import Rollout, losses
+from algorithms.scores import zscore_advantages
+from harness import rng
+from tasks.base import StepOutput, Task, check_choice
+from tasks.mnist_data import load_mnist
+from tasks.mnist_mechanism import mechanism_by_bin
+from tasks.models.mlp import init_mlp, mlp_logits
+
+MECHANISM_ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")
+MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
+STEP_LABELS = ("reference", "updates")
+
+
+class MnistBandit(Task):
+    name = "mnist_bandit"
+    rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET, Rollout.SUPERVISED})
+    algorithms = ("tpo", "dg", "group_pg", "grpo", "pg", "ce")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        cfg = self.cfg
+        self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
+        self.eval_every, self.batch_size = int(cfg.eval_every), int(cfg.batch_size)
+        data = load_mnist(cfg.data_dir, cfg.source)
+        as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
+        self.train_images, self.train_labels = as_tensor("train_images"), as_tensor("train_labels").long()
+        self.test_images = as_tensor("test_images").float().div_(255.0)
+        self.test_labels = as_tensor("test_labels").long()
+        self.mechanism = bool(cfg.mechanism) and self.algorithm.name in MECHANISM_ALGORITHMS
+        self.metric_names = ("error",) + (
+            tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
+        self.params = {k: v.to(self.device).requires_grad_(True) for k, v in init_mlp(self.seeds).items()}
+        self.optimizer = torch.optim.Adam(self.params.values(), lr=float(cfg.lr))
+
+    def _loss(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Per-seed loss for the configured algorithm, built from the shared library functions."""
+        hp, name = self.algorithm_cfg, self.algorithm.name
+        rewards = (actions == labels).to(log_probs.dtype)
+        baseline = log_probs.detach().exp().pow(2).sum(-1)  # expected reward Σπ², constant w.r.t. θ
+        sampled = F.one_hot(actions, log_probs.shape[-1]).to(log_probs.dtype)
+        taken = log_probs.gather(-1, actions.unsqueeze(-1))  # (S, B, 1)
+        if name == "tpo":  # group = the 10 classes; only the sampled class is scored (spec §2.5)
+            scores = (rewards - baseline).unsqueeze(-1) * sampled
+            return losses.tpo_loss(log_probs, log_probs.detach(), scores, float(hp.eta), zero_variance=hp.zero_variance)
+        if name == "group_pg":  # weight u at the sampled class: ±3 for one-hot scores (spec §2.16)
+            scores = (rewards - baseline).unsqueeze(-1) * sampled
+            return losses.group_pg_loss(log_probs, scores, float(hp.eta), hp.zero_variance, sampled=sampled)
+        if name == "grpo":  # single-sample GRPO: advantages z-scored over the batch (spec §2.11)
+            advantages = zscore_advantages(rewards, dim=-1, guard=bool(hp.zero_variance_guard)).unsqueeze(-1)
+            return losses.grpo_loss(taken, taken.detach(), advantages, float(hp.clip_eps), float(hp.beta),
+                                    float(hp.log_ratio_clip))
+        if name == "dg":
+            clip = hp.get("surprisal_clip")
+            return losses.dg_loss(taken, (rewards - baseline).unsqueeze(-1), float(hp.eta),
+                                  None if clip is None else float(clip))
+        if name == "pg":
+            return losses.pg_loss(taken, (rewards - baseline).unsqueeze(-1))
+        return losses.ce_loss(log_probs.gather(-1, labels.unsqueeze(-1)))
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, torch.Tensor]:
+        probs = mlp_logits(self.params, self.test_images).softmax(-1)  # (S, N, 10)
+        metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
+        if self.mechanism:
+            bins = mechanism_by_bin(probs, self.test_labels, self.algorithm.name, float(self.algorithm_cfg.eta))
+            for stat in MECHANISM_STATS:
+                for b in range(4):
+                    metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()
+        return metrics
+
+    def step(self, step: int) -> StepOutput:
+        index = rng.randint(self.seeds, "contexts", step, (self.batch_size,), len(self.train_labels)).to(self.device)
+        images = self.train_images[index].float().div_(255.0)
+        labels = self.train_labels[index]
+        log_probs = mlp_logits(self.params, images).log_softmax(-1)
+        u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
+        actions = rng.sample_categorical(log_probs.detach(), u)
+        loss = self._loss(log_probs, actions, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        self.optimizer.step()
+        updates = step + 1
+        if updates % self.eval_every:
+            return StepOutput(loss=loss.detach())
+        # Reference labelling (spec §14.10): the evaluation after 200·(i+1) updates is labelled 200·i.
+        label = updates - self.eval_every if self.step_label == "reference" else updates
+        return StepOutput(loss=loss.detach(), metrics=self.evaluate(), log_step=label)
+
+    def initial_metrics(self) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """With ``eval_step_label=updates`` the untrained policy is evaluated and logged at step 0."""
+        return (0, self.evaluate()) if self.step_label == "updates" else None
+
+    def state_dict(self):
+        return {"params": {k: v.detach() for k, v in self.params.items()}, "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state):
+        with torch.no_grad():
+            for key, value in state["params"].items():
+                self.params[key].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,151 @@
+"""Seed-batched causal transformer for the token tasks (spec §3.1), functional and nanoGPT-sized.
+
+Parameters are a flat ``dict[str, Tensor]``; every tensor has a leading seed axis S, so S independent models run as
+one batched program (einsum/bmm over S) and a seed's numbers never depend on which other seeds share the batch.
+Shapes follow the Flax reference tree, kernels in JAX layout (in, out) so a layer is ``x @ kernel + bias``; this
+is what lets ``harness.optim`` reproduce optax's rank-based Muon/Adam split (D = d_model, L = 2H, hd = D / heads):
+
+    tok_emb (S, V, D)                       pos_emb (S, L, D)
+    h{i}.ln1.scale, h{i}.ln1.bias (S, D)    h{i}.ln2.scale, h{i}.ln2.bias (S, D)
+    h{i}.attn.{q,k,v}.kernel (S, D, heads, hd)    h{i}.attn.{q,k,v}.bias (S, heads, hd)
+    h{i}.attn.out.kernel (S, heads, hd, D)        h{i}.attn.out.bias (S, D)
+    h{i}.mlp.up.kernel (S, D, F)  h{i}.mlp.up.bias (S, F)    h{i}.mlp.down.kernel (S, F, D)  h{i}.mlp.down.bias (S, D)
+    ln_f.scale, ln_f.bias (S, D)            head.kernel (S, D, V)  head.bias (S, V)
+
+Incremental decoding keeps a key/value cache of shape (layers, 2, S, N, heads, L, hd), written in place; it is
+meant for sampling under ``torch.no_grad()``. Training log-probs come from ``log_probs`` (teacher forcing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from harness import rng
+
+LN_EPS = 1e-6
+
+
+def init_params(
+    seeds: torch.Tensor,
+    vocab_size: int,
+    seq_len: int,
+    d_model: int = 64,
+    heads: int = 2,
+    layers: int = 2,
+    ffn: int = 256,
+) -> dict[str, torch.Tensor]:
+    """Flax-default initialisation, one independent model per seed (stream ``init/<name>`` of ``harness.rng``).
+
+    Kernels: truncated LeCun normal (fan_in = input width); token embedding N(0, 1/d_model); positions N(0, 0.02²);
+    biases 0; LayerNorm scale 1. Returned tensors are leaves with ``requires_grad=True``.
+    """
+    if d_model % heads:
+        raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+    hd = d_model // heads
+    S, device = len(seeds), seeds.device
+
+    def kernel(name: str, shape: tuple[int, ...], fan_in: int) -> None:
+        params[name + ".kernel"] = rng.lecun_normal(seeds, f"init/{name}.kernel", shape, fan_in)
+
+    def zeros(name: str, *shape: int) -> None:
+        params[name] = torch.zeros(S, *shape, device=device)
+
+    def layer_norm(name: str) -> None:
+        params[name + ".scale"] = torch.ones(S, d_model, device=device)
+        zeros(name + ".bias", d_model)
+
+    params = {
+        "tok_emb": rng.normal(seeds, "init/tok_emb", 0, (vocab_size, d_model), std=d_model**-0.5),
+        "pos_emb": rng.normal(seeds, "init/pos_emb", 0, (seq_len, d_model), std=0.02),
+    }
+    for i in range(layers):
+        layer_norm(f"h{i}.ln1")
+        for n in "qkv":
+            kernel(f"h{i}.attn.{n}", (d_model, heads, hd), d_model)
+            zeros(f"h{i}.attn.{n}.bias", heads, hd)
+        kernel(f"h{i}.attn.out", (heads, hd, d_model), d_model)
+        zeros(f"h{i}.attn.out.bias", d_model)
+        layer_norm(f"h{i}.ln2")
+        kernel(f"h{i}.mlp.up", (d_model, ffn), d_model)
+        zeros(f"h{i}.mlp.up.bias", ffn)
+        kernel(f"h{i}.mlp.down", (ffn, d_model), ffn)
+        zeros(f"h{i}.mlp.down.bias", d_model)
+    layer_norm("ln_f")
+    kernel("head", (d_model, vocab_size), d_model)
+    zeros("head.bias", vocab_size)
+    return {name: p.requires_grad_() for name, p in params.items()}
+
+
+def log_probs(params: dict[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced next-token log-probs: tokens (S, N, L) → (S, N, L, V); output t depends on tokens ≤ t."""
+    return _forward(params, tokens)
+
+
+def prefill(params: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the prompt (S, N, H) into a fresh cache; returns (cache, log-probs (S, N, V) of the first action)."""
+    S, N, _ = prompt.shape
+    layers, heads, hd = _num_layers(params), *params["h0.attn.q.bias"].shape[1:]
+    max_len = params["pos_emb"].shape[1]
+    cache = prompt.new_zeros((layers, 2, S, N, heads, max_len, hd), dtype=params["pos_emb"].dtype)
+    return cache, _forward(params, prompt, start=0, cache=cache)[:, :, -1]
+
+
+def decode(
+    params: dict[str, torch.Tensor], cache: torch.Tensor, token: torch.Tensor, position: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append ``token`` (S, N) at ``position``; returns (cache, next-token log-probs (S, N, V))."""
+    return cache, _forward(params, token[..., None], start=position, cache=cache)[:, :, 0]
+
+
+def _forward(
+    params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Tokens (S, N, T) at positions start … start+T−1; with a cache, attend to the cached earlier positions too."""
+    S, N, T = tokens.shape
+    seed = torch.arange(S, device=tokens.device)[:, None, None]
+    x = params["tok_emb"][seed, tokens] + params["pos_emb"][:, None, start : start + T]
+    future = torch.ones(T, start + T, dtype=torch.bool, device=tokens.device).triu(start + 1)
+    for i in range(_num_layers(params)):
+        h = _layer_norm(x, params, f"h{i}.ln1")
+        q, k, v = (_split_heads(h, params, f"h{i}.attn.{n}") for n in "qkv")
+        if cache is not None:
+            cache[i, :, ..., start : start + T, :] = torch.stack((k, v))
+            k, v = cache[i, :, ..., : start + T, :]
+        x = x + _merge_heads(_attend(q, k, v, future), params, f"h{i}.attn.out")
+        h = _layer_norm(x, params, f"h{i}.ln2")
+        x = x + _dense(F.gelu(_dense(h, params, f"h{i}.mlp.up"), approximate="tanh"), params, f"h{i}.mlp.down")
+    return _dense(_layer_norm(x, params, "ln_f"), params, "head").log_softmax(-1)
+
+
+def _num_layers(params: dict[str, torch.Tensor]) -> int:
+    return sum(name.endswith(".ln1.scale") for name in params)
+
+
+def _layer_norm(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    y = F.layer_norm(x, x.shape[-1:], eps=LN_EPS)
+    return y * params[name + ".scale"][:, None, None] + params[name + ".bias"][:, None, None]
+
+
+def _dense(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """(S, N, T, in) @ kernel (S, in, out) + bias (S, out)."""
+    return torch.einsum("snti,sio->snto", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, None]
+
+
+def _split_heads(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """(S, N, T, D) → (S, N, heads, T, hd)."""
+    return torch.einsum("sntd,sdhk->snhtk", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, :, None]
+
+
+def _merge_heads(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """(S, N, heads, T, hd) → (S, N, T, D)."""
+    return torch.einsum("snhtk,shkd->sntd", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, None]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+    """Scaled dot-product attention; ``future`` (T, T_k) marks the key positions a query must not see."""
+    scores = (q / math.sqrt(q.shape[-1])) @ k.mT
+    scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    return scores.softmax(-1) @ v

@@ -1,0 +1,114 @@
+"""Tabular one-hot bandits (paper §3.1–3.2, spec §2.6, §2.12, §2.14, §2.15, §5.3, §6.1–6.2).
+
+No network and no optimizer: each method proposes a direction g on the logit table and the policy moves by a
+normalised step, logits ← logits + α·g/‖g‖ (‖·‖ over the whole table, +1e-30), so only the *direction* matters.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from algorithms import Rollout, losses
+from algorithms.exact import EXACT_DIRECTIONS
+from harness import rng
+from tasks.base import StepOutput, Task
+
+
+def normalised_step(logits: torch.Tensor, direction: torch.Tensor, alpha: float) -> torch.Tensor:
+    """logits + α·g/sqrt(Σg² + 1e-30), normalised per seed over every non-seed axis."""
+    norm = direction.pow(2).flatten(1).sum(1).add(1e-30).sqrt()
+    return logits + alpha * direction / norm.view(-1, *([1] * (direction.dim() - 1)))
+
+
+def misalignment(direction: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
+    """1 − cos(g, g*) per seed, with sqrt(Σx² + 1e-12) norms."""
+    g, o = direction.flatten(1), oracle.flatten(1)
+    cos = (g * o).sum(1) / (g.pow(2).sum(1).add(1e-12).sqrt() * o.pow(2).sum(1).add(1e-12).sqrt())
+    return 1.0 - cos
+
+
+class TabularSingle(Task):
+    """One context, K arms, arm 0 rewarded; B sampled actions per step; error logged *before* each step."""
+
+    name = "tabular_single"
+    rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET})
+    metric_names = ("error", "misalignment")
+    algorithms = ("pg", "dg", "grpo", "tpo")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.alpha, self.batch_size = float(self.cfg.alpha), int(self.cfg.batch_size)
+        self.eta = float(self.algorithm_cfg.get("eta", 1.0))
+        self.logits = torch.zeros(len(self.seeds), int(self.cfg.arms), device=self.device)
+
+    def _direction(self, step: int) -> torch.Tensor:
+        logits = self.logits.detach().requires_grad_(True)
+        log_probs = logits.log_softmax(-1)
+        u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
+        actions = rng.sample_categorical(log_probs.detach().unsqueeze(1), u)  # (S, B)
+        rewards = (actions == 0).float()
+        name, eta = self.algorithm.name, self.eta
+        if name == "tpo":
+            # Per-arm aggregated advantage over the batch; the group is the full action set.
+            arm_scores = torch.zeros_like(logits).scatter_add_(1, actions, rewards - 0.5) / actions.shape[1]
+            anchor = torch.log(log_probs.detach().exp() + 1e-8)
+            loss = losses.tpo_loss(log_probs.unsqueeze(1), anchor.unsqueeze(1), arm_scores.unsqueeze(1), eta,
+                                   zero_variance=self.algorithm_cfg.zero_variance)
+        else:
+            taken = log_probs.gather(1, actions).unsqueeze(-1)  # (S, B, 1)
+            if name == "grpo":  # spec §2.12: the epsilon sits inside the square root here
+                centred = rewards - rewards.mean(1, keepdim=True)
+                advantages = centred / centred.pow(2).mean(1, keepdim=True).add(1e-8).sqrt()
+            else:
+                advantages = rewards - 0.5
+            advantages = advantages.unsqueeze(-1)
+            loss = losses.dg_loss(taken, advantages, eta) if name == "dg" else losses.pg_loss(taken, advantages)
+        (grad,) = torch.autograd.grad(loss.sum(), logits)
+        return -grad
+
+    def step(self, step: int) -> StepOutput:
+        probs = self.logits.softmax(-1)
+        p = probs[:, :1]
+        oracle = p * (torch.nn.functional.one_hot(torch.zeros_like(p[:, 0], dtype=torch.long), probs.shape[1]) - probs)
+        direction = self._direction(step)
+        metrics = {"error": 1.0 - p[:, 0], "misalignment": misalignment(direction, oracle)}
+        self.logits = normalised_step(self.logits, direction, self.alpha)
+        return StepOutput(loss=direction.sum(1), metrics=metrics, log_step=step)
+
+    def state_dict(self):
+        return {"logits": self.logits}
+
+    def load_state_dict(self, state):
+        self.logits = state["logits"].to(self.device)
+
+
+class TabularMulti(Task):
+    """N contexts × K arms, arm 0 rewarded everywhere, exact expected directions; error logged *after* each step."""
+
+    name = "tabular_multi"
+    rollouts = frozenset({Rollout.EXACT})
+    metric_names = ("error", "misalignment")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        shape = (int(self.cfg.contexts), int(self.cfg.arms))
+        self.alpha = float(self.cfg.alpha)
+        self.direction = EXACT_DIRECTIONS[self.algorithm.name]
+        self.direction_kwargs = {"eta": float(self.algorithm_cfg.eta)} if self.algorithm.name in ("dg", "tpo") else {}
+        self.logits = rng.normal(self.seeds, "init/logits", 0, shape).to(self.device)
+        self.correct = torch.zeros(len(self.seeds), shape[0], dtype=torch.long, device=self.device)
+
+    def step(self, step: int) -> StepOutput:
+        probs = self.logits.softmax(-1)
+        direction = self.direction(probs, self.correct, **self.direction_kwargs)
+        alignment = misalignment(direction, EXACT_DIRECTIONS["ce"](probs, self.correct))
+        self.logits = normalised_step(self.logits, direction, self.alpha)
+        error = 1.0 - self.logits.softmax(-1)[..., 0].mean(-1)
+        return StepOutput(loss=direction.flatten(1).sum(1), metrics={"error": error, "misalignment": alignment},
+                          log_step=step)
+
+    def state_dict(self):
+        return {"logits": self.logits}
+
+    def load_state_dict(self, state):
+        self.logits = state["logits"].to(self.device)

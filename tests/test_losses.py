@@ -1,0 +1,238 @@
+"""The loss library against closed forms (paper Eq. 1-4, Appendices A-C; spec §1-2)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from algorithms import losses
+from algorithms.exact import EXACT_DIRECTIONS, beta_closed_form
+from algorithms.scores import standardize, zscore_advantages
+
+torch.set_default_dtype(torch.float64)
+
+
+def numpy_skill(scores: np.ndarray) -> np.ndarray:
+    centred = scores - scores.mean(-1, keepdims=True)
+    std = np.sqrt((centred**2).mean(-1, keepdims=True))
+    return np.where(std > 1e-6, centred / np.maximum(std, 1e-12), centred)
+
+
+def numpy_target(logp_old: np.ndarray, scores: np.ndarray, eta: float) -> np.ndarray:
+    weights = np.exp(logp_old) * np.exp(numpy_skill(scores) / eta)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("eta", [0.25, 1.0, 3.0])
+def test_tpo_gradient_on_group_logits_is_p_minus_q(eta):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 6, generator=gen, requires_grad=True)
+    logp_old = torch.randn(2, 3, 6, generator=gen)
+    scores = torch.randn(2, 3, 6, generator=gen)
+    loss = losses.tpo_loss(logits, logp_old, scores, eta)
+    (grad,) = torch.autograd.grad(loss.sum(), logits)
+    q = numpy_target(logp_old.numpy(), scores.numpy(), eta)
+    p = torch.softmax(logits.detach(), -1).numpy()
+    np.testing.assert_allclose(grad.numpy(), (p - q) / 3, atol=1e-12)  # mean over the 3 groups
+    expected_loss = -(q * torch.log_softmax(logits.detach(), -1).numpy()).sum(-1).mean(-1)
+    np.testing.assert_allclose(loss.detach().numpy(), expected_loss, atol=1e-12)
+
+
+def test_tpo_gradient_vanishes_at_the_target():
+    logp_old = torch.randn(1, 4, 5)
+    scores = torch.randn(1, 4, 5)
+    q = losses.tpo_target(logp_old, scores)
+    logits = torch.log(q).requires_grad_(True)
+    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores).sum(), logits)
+    assert grad.abs().max() < 1e-15
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_zero_variance_group_gives_exactly_zero_first_epoch_gradient(value):
+    torch.set_default_dtype(torch.float32)
+    try:
+        logp_old = torch.randn(3, 4, 8)
+        scores = torch.full((3, 4, 8), value)
+        scores[:, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])  # one informative group keeps the loss non-trivial
+        for loss_fn in (
+            lambda lp: losses.tpo_loss(lp, logp_old, scores),
+            lambda lp: losses.grpo_loss(lp, logp_old, zscore_advantages(scores)),
+        ):
+            logp_new = logp_old.clone().requires_grad_(True)  # first epoch: the policy is still the rollout policy
+            (grad,) = torch.autograd.grad(loss_fn(logp_new).sum(), logp_new)
+            assert torch.count_nonzero(grad[:, 1:]) == 0
+            assert torch.count_nonzero(grad[:, 0]) > 0
+    finally:
+        torch.set_default_dtype(torch.float64)
+
+
+def test_zero_mode_gives_exact_zero_for_any_constant_scores():
+    scores = torch.full((5, 8), 0.3, dtype=torch.float32)
+    assert torch.count_nonzero(standardize(scores, zero_variance="zero")) == 0
+    assert standardize(scores, zero_variance="centered").abs().max() < 1e-6
+    with pytest.raises(ValueError, match="centered, zero"):
+        standardize(scores, zero_variance="nope")
+
+
+def test_grpo_guard_removes_the_reference_spurious_advantage():
+    # float32 mean of eight copies of 0.7 is off by one ulp: the unguarded z-score divides that by 1e-8.
+    scores = torch.full((1, 8), 0.7, dtype=torch.float32)
+    unguarded = zscore_advantages(scores, guard=False)
+    assert unguarded.abs().max() > 0.1
+    assert torch.count_nonzero(zscore_advantages(scores, guard=True)) == 0
+
+
+def test_standardize_uses_population_std():
+    scores = torch.tensor([[3.0, 1.0, 0.0, 8.0]])
+    expected = (scores.numpy() - scores.numpy().mean()) / scores.numpy().std(ddof=0)
+    np.testing.assert_allclose(standardize(scores).numpy(), expected, atol=1e-12)
+
+
+def test_target_is_invariant_to_score_scale():
+    logp_old = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    small = losses.tpo_target(logp_old, torch.tensor([[1.0, 0.0, -1.0]]))
+    large = losses.tpo_target(logp_old, torch.tensor([[100.0, 0.0, -100.0]]))
+    torch.testing.assert_close(small, large, rtol=0, atol=1e-15)
+
+
+def test_target_maximises_the_regularised_objective():
+    """Eq. 4: q = argmax_{q in simplex} Σ q_i u_i - η KL(q || p_old)."""
+    gen = torch.Generator().manual_seed(1)
+    logp_old = torch.log_softmax(torch.randn(7, generator=gen), -1)
+    scores = torch.randn(7, generator=gen)
+    eta = 0.7
+    u = standardize(scores)
+
+    def objective(q):
+        return (q * u).sum(-1) - eta * (q * (torch.log(q) - logp_old)).sum(-1)
+
+    q = losses.tpo_target(logp_old[None], scores[None], eta)[0]
+    candidates = torch.distributions.Dirichlet(torch.ones(7)).sample((20000,))
+    nearby = torch.softmax(torch.log(q) + 0.05 * torch.randn(20000, 7, generator=gen), -1)
+    assert objective(q) > objective(torch.cat([candidates, nearby])).max()
+
+
+def test_no_anchor_target_ignores_p_old():
+    logp_old = torch.log(torch.tensor([[0.7, 0.2, 0.1]]))
+    scores = torch.tensor([[1.0, 0.0, -1.0]])
+    no_anchor = losses.tpo_target(logp_old, scores, anchor=False)
+    torch.testing.assert_close(no_anchor, torch.softmax(standardize(scores), -1))
+    assert losses.tpo_target(logp_old, scores)[0, 0] > no_anchor[0, 0]
+
+
+def test_grpo_first_epoch_gradient_and_clipping():
+    gen = torch.Generator().manual_seed(2)
+    logp_old = torch.randn(1, 2, 4, generator=gen)
+    adv = zscore_advantages(torch.randn(1, 2, 4, generator=gen))
+    logp_new = logp_old.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(losses.grpo_loss(logp_new, logp_old, adv).sum(), logp_new)
+    torch.testing.assert_close(grad, -adv / 2)  # ρ = 1, KL gradient 0; sum over K, mean over 2 groups
+    # ρ beyond 1+ε with A > 0 (or below 1-ε with A < 0): the clipped branch has no gradient.
+    shifted = (logp_old + 0.5 * torch.sign(adv)).requires_grad_(True)
+    (grad,) = torch.autograd.grad(losses.grpo_loss(shifted, logp_old, adv, beta=0.0).sum(), shifted)
+    assert torch.count_nonzero(grad) == 0
+
+
+def test_k3_kl_value():
+    logp_old = torch.zeros(1, 1, 3)
+    x = torch.tensor([[[0.3, -0.2, 25.0]]])
+    adv = torch.zeros(1, 1, 3)
+    loss = losses.grpo_loss(logp_old + x, logp_old, adv, beta=1.0)
+    clipped = x.clamp(-20, 20)
+    torch.testing.assert_close(loss, (torch.exp(-clipped) + clipped - 1).sum(-1).mean(-1))
+
+
+def test_grpo_masked_normalises_by_informative_groups():
+    logp_old = torch.randn(1, 4, 3)
+    scores = torch.tensor([[[1.0, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 1]]])
+    adv = zscore_advantages(scores)
+    logp_new = (logp_old + 0.01 * torch.randn(1, 4, 3)).requires_grad_(True)
+    masked = losses.grpo_masked_loss(logp_new, logp_old, adv, scores)
+    per_group = -losses.clipped_objective(logp_new, logp_old, adv, 0.2, 0.04, 20.0).sum(-1)
+    torch.testing.assert_close(masked, (per_group[:, 0] + per_group[:, 2]) / 2)
+
+
+def test_ppo_and_pg_agree_at_ratio_one():
+    logp = torch.randn(2, 5, 3)
+    adv = torch.randn(2, 5, 3)
+    a = logp.clone().requires_grad_(True)
+    b = logp.clone().requires_grad_(True)
+    (ga,) = torch.autograd.grad(losses.ppo_loss(a, logp, adv).sum(), a)
+    (gb,) = torch.autograd.grad(losses.pg_loss(b, adv).sum(), b)
+    torch.testing.assert_close(ga, gb)
+    torch.testing.assert_close(gb, -adv / 5)
+
+
+def test_dg_gate():
+    logp = torch.log(torch.tensor([[[0.2], [0.9]]])).requires_grad_(True)
+    adv = torch.tensor([[[1.5], [-0.5]]])
+    (grad,) = torch.autograd.grad(losses.dg_loss(logp, adv, eta=0.5).sum(), logp)
+    surprisal = -logp.detach()
+    torch.testing.assert_close(grad, -torch.sigmoid(adv * surprisal / 0.5) * adv / 2)
+    (clipped,) = torch.autograd.grad(losses.dg_loss(logp, adv, 0.5, surprisal_clip=0.1).sum(), logp)
+    torch.testing.assert_close(clipped, -torch.sigmoid(adv * surprisal.clamp(max=0.1) / 0.5) * adv / 2)
+
+
+def _probs_with_p(p: float, arms: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    rest = torch.softmax(torch.randn(arms - 1, generator=torch.Generator().manual_seed(3)), -1) * (1 - p)
+    return torch.cat([torch.tensor([p]), rest])[None], torch.zeros(1, dtype=torch.long)
+
+
+@pytest.mark.parametrize("algorithm,expected", [("ce", 1.0), ("dg", 0.09), ("grpo", 0.33), ("tpo", 0.73)])
+def test_exact_directions_reproduce_appendix_b(algorithm, expected):
+    probs, correct = _probs_with_p(0.1)
+    direction = EXACT_DIRECTIONS[algorithm](probs, correct)
+    v = torch.nn.functional.one_hot(correct, 10) - probs
+    beta = (direction / v).flatten()
+    torch.testing.assert_close(beta, torch.full_like(beta, beta_closed_form(algorithm, 0.1)), atol=2e-7, rtol=2e-7)
+    assert round(beta_closed_form(algorithm, 0.1), 2) == expected
+
+
+def test_exact_tpo_direction_is_minus_the_tpo_loss_gradient():
+    probs, correct = _probs_with_p(0.3)
+    logits = torch.log(probs).requires_grad_(True)
+    scores = torch.nn.functional.one_hot(correct, 10).double()
+    loss = losses.tpo_loss(logits.log_softmax(-1)[None], torch.log(probs + 1e-8)[None], scores[None])
+    (grad,) = torch.autograd.grad(loss.sum(), logits)
+    torch.testing.assert_close(-grad, EXACT_DIRECTIONS["tpo"](probs, correct))
+
+
+def _expected_gradient(probs, label, loss_of_action):
+    """E_a~π[−∇_logits loss(a)] by enumerating the sampled class."""
+    total = torch.zeros_like(probs)
+    for action in range(probs.shape[-1]):
+        logits = torch.log(probs).requires_grad_(True)
+        (grad,) = torch.autograd.grad(loss_of_action(logits.log_softmax(-1), action).sum(), logits)
+        total -= probs[0, action] * grad
+    return total
+
+
+def test_group_pg_is_six_times_pg_in_expectation():
+    probs, label = _probs_with_p(0.35)
+    baseline = probs.pow(2).sum()
+
+    def advantage(action):
+        return float(action == label.item()) - baseline
+
+    def pg(log_probs, action):
+        return losses.pg_loss(log_probs[:, action].view(1, 1, 1), advantage(action).view(1, 1, 1))
+
+    def group_pg(log_probs, action):
+        sampled = torch.nn.functional.one_hot(torch.tensor([action]), 10).double()
+        return losses.group_pg_loss(log_probs[None], (advantage(action) * sampled)[None], sampled=sampled[None])
+
+    pg_direction = _expected_gradient(probs, label, pg)
+    torch.testing.assert_close(pg_direction, EXACT_DIRECTIONS["pg"](probs, label))
+    torch.testing.assert_close(_expected_gradient(probs, label, group_pg), 6 * pg_direction)
+
+
+def test_exact_dg_direction_matches_enumerated_dg_loss():
+    probs, label = _probs_with_p(0.2)
+
+    def dg(log_probs, action):
+        reward = torch.tensor(float(action == label.item())).view(1, 1, 1)
+        return losses.dg_loss(log_probs[:, action].view(1, 1, 1), reward)
+
+    torch.testing.assert_close(_expected_gradient(probs, label, dg), EXACT_DIRECTIONS["dg"](probs, label))
+    assert math.isclose(beta_closed_form("dg", 0.2), 0.2 / 1.2)

@@ -1,0 +1,102 @@
+"""Appendix C mechanism analysis: closed forms vs. enumerating the 10 possible sampled actions, and binning."""
+
+import math
+
+import pytest
+import torch
+
+from algorithms.scores import standardize
+from tasks.mnist_mechanism import BIN_EDGES, mechanism_by_bin, mechanism_per_example
+
+
+def _random_probs(n, generator, scale=2.0):
+    return (scale * torch.randn(n, 10, generator=generator, dtype=torch.float64)).softmax(-1)
+
+
+def _enumerated_update(algorithm, probs, y, a, eta):
+    """Logit update of one sample (action a, reward 1{a = y}, baseline b = Σπ²), written from the losses."""
+    advantage = float(a == y) - probs.pow(2).sum()
+    e_a = torch.nn.functional.one_hot(torch.tensor(a), 10).double()
+    if algorithm == "pg":
+        return advantage * (e_a - probs)
+    if algorithm == "dg":
+        return torch.sigmoid(advantage * -torch.log(probs[a]) / eta) * advantage * (e_a - probs)
+    u = standardize(advantage * e_a)
+    if algorithm == "group_pg":
+        return u[a] * (e_a - probs)
+    return (probs.log() + u / eta).softmax(-1) - probs  # tpo: q − π
+
+
+@pytest.mark.parametrize("eta", [1.0, 0.5])
+@pytest.mark.parametrize("algorithm", ["pg", "group_pg", "dg", "tpo"])
+def test_exact_gain_matches_enumerated_expectation(algorithm, eta):
+    generator = torch.Generator().manual_seed(0)
+    probs = _random_probs(64, generator)
+    labels = torch.randint(0, 10, (64,), generator=generator)
+    gain = mechanism_per_example(probs, labels, algorithm, eta)["gain"]
+    for n in range(len(labels)):
+        pi, y = probs[n], int(labels[n])
+        direction = sum(pi[a] * _enumerated_update(algorithm, pi, y, a, eta) for a in range(10))
+        v = torch.nn.functional.one_hot(torch.tensor(y), 10).double() - pi
+        assert gain[n].item() == pytest.approx((pi[y] * (v @ direction)).item(), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["pg", "group_pg"])
+def test_scalar_methods_have_zero_surplus(algorithm):
+    probs = _random_probs(100, torch.Generator().manual_seed(1)).unsqueeze(0)
+    stats = mechanism_per_example(probs, torch.arange(100) % 10, algorithm)
+    assert torch.equal(stats["surplus"], torch.zeros_like(stats["surplus"]))
+    assert torch.equal(mechanism_by_bin(probs, torch.arange(100) % 10, algorithm)["surplus"].nan_to_num(0.0),
+                       torch.zeros(1, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("algorithm", ["dg", "tpo"])
+def test_symmetric_mistakes_have_zero_surplus(algorithm):
+    """β_sym is the exact coefficient when the wrong classes share 1 − p evenly."""
+    p = torch.tensor([0.01, 0.05, 0.3, 0.6, 0.95], dtype=torch.float64).unsqueeze(-1)
+    probs = torch.cat([p, (1 - p).expand(-1, 9) / 9], -1)
+    stats = mechanism_per_example(probs, torch.zeros(5, dtype=torch.long), algorithm, eta=0.7)
+    assert torch.allclose(stats["surplus"], torch.zeros(5, dtype=torch.float64), atol=1e-14)
+    assert (stats["gain"] > 0).all()
+
+
+def _probs_with(p, top_wrong):
+    """Label 0 gets p, class 1 gets top_wrong, the rest share the remainder evenly."""
+    rest = (1 - p - top_wrong) / 8
+    return [p, top_wrong] + [rest] * 8
+
+
+def test_bins_counts_and_exclusion_of_correct_predictions():
+    rows = [_probs_with(0.05, 0.95 / 9),  # c = 1/9  -> bin 0
+            _probs_with(0.125, 0.21875),  # c = 0.25 exactly (left edge) -> bin 1
+            _probs_with(0.25, 0.375),     # c = 0.5 exactly -> bin 2
+            _probs_with(0.3, 0.7),        # c = 1    -> bin 3
+            _probs_with(0.1, 0.81),       # c = 0.9  -> bin 3
+            _probs_with(0.9, 0.1)]        # correct, c = 1: excluded
+    probs = torch.tensor([rows, [_probs_with(0.9, 0.05)] * len(rows)], dtype=torch.float64)  # seed 1: all correct
+    labels = torch.zeros(len(rows), dtype=torch.long)
+    out = mechanism_by_bin(probs, labels, "tpo")
+    assert len(BIN_EDGES) == 5 and out["gain"].shape == (2, 4)
+    assert out["count"].tolist() == [[1, 1, 1, 2], [0, 0, 0, 0]]
+    per_example = mechanism_per_example(probs[0], labels, "tpo")
+    expected = torch.stack([per_example["gain"][0], per_example["gain"][1], per_example["gain"][2],
+                            per_example["gain"][3:5].mean()])
+    assert torch.allclose(out["gain"][0], expected)
+    assert torch.allclose(out["surplus"][0], out["gain"][0] - out["scalar_gain"][0])
+    assert all(torch.isnan(out[key][1]).all() for key in ("gain", "scalar_gain", "surplus"))
+
+
+def test_grpo_is_nan_and_bad_algorithm_raises():
+    probs = _random_probs(20, torch.Generator().manual_seed(2)).unsqueeze(0)
+    labels = torch.zeros(20, dtype=torch.long)
+    out = mechanism_by_bin(probs, labels, "grpo")
+    assert torch.isnan(out["gain"]).all() and out["count"].sum() == 0
+    with pytest.raises(ValueError, match="group_pg"):
+        mechanism_by_bin(probs, labels, "ppo")
+
+
+def test_tpo_surplus_grows_with_concentration():
+    """Paper Fig 4b: TPO's surplus is ≈ 0 for diffuse mistakes and positive when one wrong class dominates."""
+    stats = mechanism_per_example(torch.tensor([_probs_with(0.05, 0.95 / 9), _probs_with(0.05, 0.9)],
+                                               dtype=torch.float64), torch.zeros(2, dtype=torch.long), "tpo")
+    assert math.isclose(stats["surplus"][0].item(), 0.0, abs_tol=1e-12) and stats["surplus"][1] > 1e-3
