@@ -37,6 +37,7 @@ def main(cfg: DictConfig) -> float | None:
         if isinstance(error, ConfigError):
             log.error("configuration error: %s", error)
             if not multirun:
+                print(f"Error: {error}", file=sys.stderr)
                 sys.exit(2)
         else:
             log.exception("run failed; traceback in %s", run_dir / outputs.ERROR_FILE)

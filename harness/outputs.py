@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -46,16 +45,14 @@ class MetricsWriter:
         self.columns = ["step", "seed", *metric_names]
         self.seeds = seeds
         if resume_rows is not None and self.path.exists():
-            with open(self.path, newline="") as handle:
-                kept = list(csv.reader(handle))[: resume_rows + 1]
-            with open(self.path, "w", newline="") as handle:
-                csv.writer(handle).writerows(kept)
+            with open(self.path) as handle:  # rows after the checkpoint (and any torn last line) are dropped
+                kept = handle.readlines()[: resume_rows + 1]
+            self.path.write_text("".join(kept))
             self.rows = resume_rows
         else:
-            with open(self.path, "w", newline="") as handle:
-                csv.writer(handle).writerow(self.columns)
+            self.path.write_text(",".join(self.columns) + "\n")
             self.rows = 0
-        self._handle = open(self.path, "a", newline="")
+        self._handle = open(self.path, "a")
 
     def append(self, step: int, metrics: dict[str, np.ndarray]) -> None:
         """One row per seed; floats with 9 significant digits, which round-trips float32 exactly."""

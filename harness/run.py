@@ -136,6 +136,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         if progress is not None:
             progress.close()
         writer.close()
+    seed_status = {str(s): ("diverged" if str(s) in diverged else status) for s in seeds}
     if status == "completed" and diverged:
         status = "diverged"
     summary = {
@@ -145,7 +146,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "algorithm": cfg.algorithm.name,
         "seeds": seeds,
         "steps": steps,
-        "seed_status": {str(s): ("diverged" if str(s) in diverged else status) for s in seeds},
+        "seed_status": seed_status,
         "diverged_at_step": diverged,
         **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
         "wall_seconds": round(time.time() - started, 3),

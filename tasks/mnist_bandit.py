@@ -74,7 +74,8 @@ class MnistBandit(Task):
         probs = mlp_logits(self.params, self.test_images).softmax(-1)  # (S, N, 10)
         metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
         if self.mechanism:
-            bins = mechanism_by_bin(probs, self.test_labels, self.algorithm.name, float(self.algorithm_cfg.eta))
+            eta = float(self.algorithm_cfg.get("eta", 1.0))
+            bins = mechanism_by_bin(probs, self.test_labels, self.algorithm.name, eta)
             for stat in MECHANISM_STATS:
                 for b in range(4):
                     metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()

@@ -1,0 +1,64 @@
+"""MNIST bandit training speed: steps/s for 1 and 20 seeds batched, against 20 seeds run one at a time.
+
+    python bench/mnist_steps_per_second.py [--steps 300] [--algorithm tpo] [--threads 1]
+
+Timings on a shared machine are noisy: read the ratios within one run. Evaluation is excluded (eval_every is set
+past the end), so this is the cost of sampling, the loss, backward and the Adam step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from harness.run import build_task
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def make_task(algorithm: str, seeds: int, seed_offset: int = 0):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[f"task=mnist_bandit", f"algorithm={algorithm}", f"seeds={seeds}",
+                                           f"seed_offset={seed_offset}", "logger=none", "task.mechanism=false"])
+    with open_dict(cfg):
+        cfg.task.eval_every = 10**9
+    return build_task(cfg)
+
+
+def seconds_per_step(tasks: list, steps: int) -> float:
+    for task in tasks:  # warm-up
+        task.step(0)
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        for task in tasks:
+            task.step(step)
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--algorithm", default="tpo")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}, "
+          f"algorithm={args.algorithm}, {args.steps} steps")
+    one = seconds_per_step([make_task(args.algorithm, 1)], args.steps)
+    batched = seconds_per_step([make_task(args.algorithm, 20)], args.steps)
+    looped = seconds_per_step([make_task(args.algorithm, 1, s) for s in range(20)], args.steps)
+    print(f"{'setting':<28}{'ms/step':>10}{'steps/s':>10}{'seed-steps/s':>14}")
+    for name, seconds, seeds in (("1 seed", one, 1), ("20 seeds batched", batched, 20),
+                                 ("20 seeds, one at a time", looped, 20)):
+        print(f"{name:<28}{1e3 * seconds:>10.2f}{1 / seconds:>10.1f}{seeds / seconds:>14.1f}")
+    print(f"batching gain at 20 seeds: {looped / batched:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Shared helpers: compose the real Hydra config in-process and run it into a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+
+torch.set_num_threads(1)
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+def compose_config(overrides: list[str], *, run_dir: Path | None = None):
+    """The composed config exactly as ``python -m harness <overrides>`` would see it (logger=none by default)."""
+    if not any(o.startswith("logger=") for o in overrides):
+        overrides = [*overrides, "logger=none"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=overrides, return_hydra_config=False)
+    with open_dict(cfg):
+        cfg.trainer.progress = False
+    return cfg
+
+
+def run_config(overrides: list[str], run_dir: Path):
+    from harness.run import train
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return train(compose_config(overrides), run_dir)
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m harness <args>`` in a subprocess, from ``cwd`` (outputs land there)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=environment)
+
+
+@pytest.fixture
+def tiny_mnist() -> list[str]:
+    """MNIST overrides small enough for a unit test (real data, few steps)."""
+    return ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=30", "task.checkpoint_every=10", "seeds=2"]

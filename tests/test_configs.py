@@ -1,0 +1,53 @@
+"""Smoke tests: every experiment preset and every task × algorithm pair composes and runs at tiny size."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from algorithms import ALGORITHMS
+from conftest import CONF, compose_config, run_config
+from harness.run import build_task
+from tasks import TASKS, get_task
+from tasks.base import ConfigError
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+TINY = {"mnist_bandit": ["trainer.steps=4", "task.eval_every=2"], "tabular_single": ["trainer.steps=3"],
+        "tabular_multi": ["trainer.steps=3"]}
+
+
+def sweep_combinations(experiment: str) -> list[list[str]]:
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params or {}
+    axes = [[f"{key}={value}" for value in str(values).split(",")] for key, values in params.items()]
+    return [list(combo) for combo in itertools.product(*axes)]
+
+
+def test_every_algorithm_and_task_has_a_config():
+    assert sorted(p.stem for p in (CONF / "algorithm").glob("*.yaml")) == sorted(ALGORITHMS)
+    assert sorted(p.stem for p in (CONF / "task").glob("*.yaml")) == sorted(TASKS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_preset_runs_at_tiny_size(experiment, tmp_path):
+    combos = sweep_combinations(experiment)
+    assert combos, f"{experiment} defines no sweep"
+    for index, combo in enumerate(combos):
+        base = compose_config([f"experiment={experiment}", *combo])
+        overrides = [f"experiment={experiment}", *combo, "seeds=2", *TINY[base.task.name]]
+        summary = run_config(overrides, tmp_path / str(index))
+        assert summary["status"] == "completed", (combo, summary)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_task_algorithm_pairs_run_or_fail_early(task, algorithm, tmp_path):
+    overrides = [f"task={task}", f"algorithm={algorithm}", "seeds=2", *TINY[task]]
+    if algorithm in get_task(task).supported_algorithms():
+        assert run_config(overrides, tmp_path)["status"] == "completed"
+    else:
+        with pytest.raises(ConfigError, match=f"valid algorithms for {task}"):
+            build_task(compose_config(overrides))

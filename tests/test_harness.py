@@ -1,0 +1,203 @@
+"""The harness end to end: composition errors, outputs, determinism, resume, divergence, multirun isolation."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT, compose_config, run_cli, run_config
+from harness.run import build_task
+from tasks.base import ConfigError, StepOutput
+
+
+def read_metrics(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "metrics.csv")
+
+
+def test_outputs_have_the_documented_shape(tmp_path, tiny_mnist):
+    summary = run_config([*tiny_mnist, "algorithm=tpo"], tmp_path)
+    frame = read_metrics(tmp_path)
+    assert list(frame.columns[:3]) == ["step", "seed", "error"]
+    assert sorted(frame["seed"].unique()) == [0, 1]
+    assert sorted(frame["step"].unique()) == [0, 10, 20]  # reference labels: after 10(i+1) updates → 10i
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == summary["status"] == "completed"
+    last = frame[frame["step"] == 20].sort_values("seed")["error"].to_numpy()
+    final = on_disk["final"]["error"]
+    np.testing.assert_allclose(final["per_seed"], last)
+    np.testing.assert_allclose(final["mean"], last.mean())
+    np.testing.assert_allclose(final["se"], last.std(ddof=0) / np.sqrt(2))
+    assert set(on_disk["steps_to"]["error"]) == {"0.05"}
+
+
+def test_same_config_and_seed_give_identical_metrics(tmp_path, tiny_mnist):
+    for name in ("a", "b"):
+        run_config([*tiny_mnist, "algorithm=dg"], tmp_path / name)
+    assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
+
+
+def test_seed_batching_is_invisible_to_each_seed(tmp_path):
+    run_config(["task=tabular_multi", "algorithm=tpo", "seeds=3", "trainer.steps=20"], tmp_path / "batched")
+    run_config(["task=tabular_multi", "algorithm=tpo", "seeds=1", "seed_offset=2", "trainer.steps=20"],
+               tmp_path / "alone")
+    batched = read_metrics(tmp_path / "batched")
+    alone = read_metrics(tmp_path / "alone")
+    pd.testing.assert_frame_equal(batched[batched.seed == 2].reset_index(drop=True), alone)
+
+
+def test_common_random_numbers_across_algorithms():
+    tpo = build_task(compose_config(["task=mnist_bandit", "algorithm=tpo", "seeds=2"]))
+    pg = build_task(compose_config(["task=mnist_bandit", "algorithm=pg", "seeds=2"]))
+    for name, value in tpo.params.items():
+        assert torch.equal(value, pg.params[name])
+    assert not torch.equal(tpo.params["w0"][0], tpo.params["w0"][1])  # seeds differ from each other
+
+
+@pytest.mark.parametrize("task", ["tabular_single", "mnist_bandit"])
+def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch, task, tiny_mnist):
+    overrides = tiny_mnist if task == "mnist_bandit" else [
+        "task=tabular_single", "seeds=3", "trainer.steps=30", "task.checkpoint_every=10"]
+    overrides = [*overrides, "algorithm=tpo"]
+    run_config(overrides, tmp_path / "full")
+
+    task_cls = type(build_task(compose_config(overrides)))
+    original = task_cls.step
+
+    def step_then_die(self, step):
+        if step == 25:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(task_cls, "step", step_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(overrides, tmp_path / "killed")
+    assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.undo()
+    summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
+    assert summary["status"] == "completed"
+    assert (tmp_path / "full" / "metrics.csv").read_bytes() == (tmp_path / "killed" / "metrics.csv").read_bytes()
+
+
+def test_resume_after_sigkill(tmp_path):
+    """A real kill -9 mid-run: resuming from the last checkpoint reproduces the uninterrupted numbers."""
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=600", "task.checkpoint_every=50",
+            "logger=none"]
+    run_cli([*args, f"hydra.run.dir={tmp_path / 'full'}"], tmp_path)
+    killed = tmp_path / "killed"
+    env = {"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *args, f"hydra.run.dir={killed}"], cwd=tmp_path,
+                               env={**__import__("os").environ, **env}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoint.pt").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = run_cli([*args, f"hydra.run.dir={killed}", "trainer.resume=true"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "full" / "metrics.csv").read_bytes() == (killed / "metrics.csv").read_bytes()
+
+
+def test_a_diverged_seed_is_marked_and_the_others_continue(tmp_path, monkeypatch):
+    overrides = ["task=tabular_single", "algorithm=pg", "seeds=3", "trainer.steps=10"]
+    task_cls = type(build_task(compose_config(overrides)))
+    original = task_cls.step
+
+    def poisoned(self, step):
+        out = original(self, step)
+        if step >= 4:
+            out = StepOutput(loss=out.loss.clone().index_fill_(0, torch.tensor([1]), float("nan")),
+                             metrics=out.metrics, log_step=out.log_step)
+        return out
+
+    monkeypatch.setattr(task_cls, "step", poisoned)
+    summary = run_config(overrides, tmp_path)
+    assert summary["status"] == "diverged"
+    assert summary["seed_status"] == {"0": "completed", "1": "diverged", "2": "completed"}
+    assert summary["diverged_at_step"] == {"1": 4}
+    frame = read_metrics(tmp_path)
+    assert frame[(frame.seed == 1) & (frame.step >= 4)]["error"].isna().all()
+    assert frame[frame.seed != 1]["error"].notna().all()
+    assert summary["final"]["error"]["n"] == 2
+
+
+def test_unknown_names_fail_before_work_with_the_valid_choices(tmp_path):
+    result = run_cli(["algorithm=nope", "logger=none"], tmp_path)
+    assert result.returncode != 0
+    assert "algorithm/nope" in result.stderr and "tpo_no_anchor" in result.stderr and "grpo_masked" in result.stderr
+    result = run_cli(["task=nope", "logger=none"], tmp_path)
+    assert result.returncode != 0 and "tabular_single" in result.stderr and "mnist_bandit" in result.stderr
+    result = run_cli(["trainer.stepz=3", "logger=none"], tmp_path)
+    assert result.returncode != 0 and "trainer.stepz" in result.stderr
+
+
+def test_an_algorithm_the_task_cannot_run_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="tpo_token cannot run on task=mnist_bandit .*token_candidates.*; "
+                                          "valid algorithms for mnist_bandit: tpo, grpo, group_pg, dg, pg, ce"):
+        build_task(compose_config(["task=mnist_bandit", "algorithm=tpo_token"]))
+    result = run_cli(["task=tabular_single", "algorithm=ppo", "logger=none"], tmp_path)
+    assert result.returncode == 2
+    assert "valid algorithms for tabular_single: tpo, grpo, dg, pg" in result.stderr
+    assert not list(tmp_path.rglob("metrics.csv"))
+
+
+@pytest.mark.parametrize("override,key", [("task.eval_step_label=later", "task.eval_step_label"),
+                                          ("seeds=0", "seeds"), ("device=tpu", "device"),
+                                          ("algorithm.zero_variance=maybe", "zero_variance")])
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises((ConfigError, ValueError), match=key):
+        task = build_task(compose_config(["task=mnist_bandit", "algorithm=tpo", override]))
+        task.step(0)
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
+def test_a_failing_job_does_not_stop_the_sweep(tmp_path, launcher):
+    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo,ppo,pg", "seeds=2", "trainer.steps=5",
+                      "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}", *launcher], tmp_path)
+    statuses = {json.loads(p.read_text())["algorithm"]: json.loads(p.read_text())["status"]
+                for p in (tmp_path / "sweep").rglob("summary.json")}
+    assert statuses == {"tpo": "completed", "ppo": "failed", "pg": "completed"}, result.stderr
+    failed = next(p.parent for p in (tmp_path / "sweep").rglob("summary.json") if "ppo" in str(p))
+    assert "valid algorithms" in (failed / "error.txt").read_text()
+
+
+def test_wandb_failure_warns_once_and_training_continues(tmp_path, monkeypatch, tiny_mnist):
+    import wandb
+
+    def broken_init(*args, **kwargs):
+        raise RuntimeError("no W&B today")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    with pytest.warns(UserWarning, match="W&B logging disabled"):
+        summary = run_config([*tiny_mnist, "algorithm=pg", "logger=wandb"], tmp_path)
+    assert summary["status"] == "completed"
+    assert len(read_metrics(tmp_path)) == 6
+
+
+def test_wandb_offline_writes_one_run_per_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=5", "logger=wandb",
+                "logger.mode=offline", "experiment_name=wb"], tmp_path)
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2
+    assert all(list(run.glob("*.wandb")) for run in runs)
+
+
+def test_mnist_bandit_learns(tmp_path):
+    summary = run_config(["task=mnist_bandit", "algorithm=tpo", "seeds=2", "trainer.steps=300",
+                          "task.eval_every=100", "task.eval_step_label=updates"], tmp_path)
+    frame = read_metrics(tmp_path)
+    initial = frame[frame.step == 0]["error"].mean()
+    assert initial > 0.7  # an untrained 10-way policy
+    assert summary["final"]["error"]["mean"] < 0.25
