@@ -10,7 +10,15 @@ from algorithms import losses
 from algorithms.exact import EXACT_DIRECTIONS, beta_closed_form
 from algorithms.scores import standardize, zscore_advantages
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """Closed-form comparisons in double precision; restored afterwards for the other test modules."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def numpy_skill(scores: np.ndarray) -> np.ndarray:
@@ -50,21 +58,17 @@ def test_tpo_gradient_vanishes_at_the_target():
 
 @pytest.mark.parametrize("value", [0.0, 1.0])
 def test_zero_variance_group_gives_exactly_zero_first_epoch_gradient(value):
-    torch.set_default_dtype(torch.float32)
-    try:
-        logp_old = torch.randn(3, 4, 8)
-        scores = torch.full((3, 4, 8), value)
-        scores[:, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])  # one informative group keeps the loss non-trivial
-        for loss_fn in (
-            lambda lp: losses.tpo_loss(lp, logp_old, scores),
-            lambda lp: losses.grpo_loss(lp, logp_old, zscore_advantages(scores)),
-        ):
-            logp_new = logp_old.clone().requires_grad_(True)  # first epoch: the policy is still the rollout policy
-            (grad,) = torch.autograd.grad(loss_fn(logp_new).sum(), logp_new)
-            assert torch.count_nonzero(grad[:, 1:]) == 0
-            assert torch.count_nonzero(grad[:, 0]) > 0
-    finally:
-        torch.set_default_dtype(torch.float64)
+    logp_old = torch.randn(3, 4, 8, dtype=torch.float32)
+    scores = torch.full((3, 4, 8), value, dtype=torch.float32)
+    scores[:, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])  # one informative group keeps the loss non-trivial
+    for loss_fn in (
+        lambda lp: losses.tpo_loss(lp, logp_old, scores),
+        lambda lp: losses.grpo_loss(lp, logp_old, zscore_advantages(scores)),
+    ):
+        logp_new = logp_old.clone().requires_grad_(True)  # first epoch: the policy is still the rollout policy
+        (grad,) = torch.autograd.grad(loss_fn(logp_new).sum(), logp_new)
+        assert torch.count_nonzero(grad[:, 1:]) == 0
+        assert torch.count_nonzero(grad[:, 0]) > 0
 
 
 def test_zero_mode_gives_exact_zero_for_any_constant_scores():

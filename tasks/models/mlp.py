@@ -15,7 +15,7 @@ def init_mlp(seeds: torch.Tensor, sizes: tuple[int, ...] = (784, 50, 50, 10)) ->
     params = {}
     for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         params[f"w{layer}"] = rng.lecun_normal(seeds, f"init/mlp/w{layer}", (fan_in, fan_out), fan_in)
-        params[f"b{layer}"] = torch.zeros(len(seeds), fan_out)
+        params[f"b{layer}"] = torch.zeros(len(seeds), fan_out, dtype=torch.float32)
     return params
 
 
