@@ -51,3 +51,11 @@ def test_task_algorithm_pairs_run_or_fail_early(task, algorithm, tmp_path):
     else:
         with pytest.raises(ConfigError, match=f"valid algorithms for {task}"):
             build_task(compose_config(overrides))
+
+
+def test_slurm_launcher_configs_compose():
+    for launcher in ("submitit_slurm_cpu", "submitit_slurm_gpu"):
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+            cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+        assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+        assert cfg.hydra.launcher.cpus_per_task >= 1
