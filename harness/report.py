@@ -30,6 +30,8 @@ ALGORITHM_STYLE = {
     "grpo_masked": ("#17becf", ":"), "group_pg": ("#9467bd", "--"), "ppo": ("#2ca02c", "-"),
     "dg": ("#ff7f0e", "-"), "pg": ("#7f7f7f", "-"), "ce": ("#000000", ":"),
 }
+FIGURE_METRICS = ("error", "misalignment")
+LOG_FLOOR = 1e-7
 LOG_SCALE_TASKS = {"tabular_single", "tabular_multi", "mnist_bandit"}
 
 
@@ -111,6 +113,7 @@ def plot_curves(curves: pd.DataFrame, title: str, path: Path, metric: str = "err
     ax.set_ylabel(metric)
     if data["task"].iloc[0] in LOG_SCALE_TASKS and (data["value"] > 0).any():
         ax.set_yscale("log")
+        ax.set_ylim(bottom=max(LOG_FLOOR, ax.get_ylim()[0]))  # float32 noise around 0 is not information
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
@@ -173,8 +176,11 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1) -> pd.DataFrame:
         task_curves = curves[(curves.experiment == experiment) & (curves.task == task)]
         if not task_curves.empty:
             seeds = int(part["seeds"].max())
-            plot_curves(task_curves, f"{task} ({seeds} seeds)", out / stem, smooth=smooth)
-            sections.append(f"\n![{stem}]({stem}.png)\n")
+            for metric in FIGURE_METRICS:
+                if (task_curves.metric == metric).any():
+                    name = stem if metric == "error" else f"{stem}_{metric}"
+                    plot_curves(task_curves, f"{task} ({seeds} seeds)", out / name, metric=metric, smooth=smooth)
+                    sections.append(f"\n![{name}]({name}.png)\n")
             mechanism = mechanism_table(task_curves)
             if not mechanism.empty:
                 mechanism.to_csv(out / f"{stem}_mechanism.csv", index=False)

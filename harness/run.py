@@ -18,15 +18,9 @@ from algorithms import get_algorithm
 from harness import outputs
 from harness.tracking import make_tracker
 from tasks import get_task
-from tasks.base import ConfigError, Task, check_choice
+from tasks.base import ConfigError, Task, check_choice, check_positive_int
 
 log = logging.getLogger(__name__)
-
-
-def _positive_int(key: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{key}={value!r} is not valid; expected a positive integer")
-    return value
 
 
 def build_task(cfg: DictConfig) -> Task:
@@ -39,8 +33,8 @@ def build_task(cfg: DictConfig) -> Task:
         needs = ", ".join(shape.value for shape in algorithm.rollouts)
         raise ConfigError(f"algorithm={algorithm.name} cannot run on task={task_cls.name} (it needs a rollout of "
                           f"shape {needs}); valid algorithms for {task_cls.name}: {', '.join(supported)}")
-    _positive_int("seeds", cfg.seeds)
-    _positive_int("trainer.steps", cfg.trainer.steps)
+    check_positive_int("seeds", cfg.seeds)
+    check_positive_int("trainer.steps", cfg.trainer.steps)
     if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
         raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
@@ -48,7 +42,8 @@ def build_task(cfg: DictConfig) -> Task:
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
     device = torch.device(cfg.device)
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
-    return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device)
+    return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
+                    optim=cfg.get("optim"))
 
 
 def get_algorithm_or_config_error(name: str):

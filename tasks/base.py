@@ -26,6 +26,13 @@ def check_choice(key: str, value: Any, choices: tuple | list) -> Any:
     return value
 
 
+def check_positive_int(key: str, value: Any) -> int:
+    """Raise a ConfigError naming ``key`` unless ``value`` is a positive integer."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{key}={value!r} is not valid; expected a positive integer")
+    return value
+
+
 @dataclass
 class StepOutput:
     """What one training step (an episode, for sequence tasks) reports.
@@ -49,13 +56,23 @@ class Task:
     algorithms: ClassVar[tuple[str, ...] | None] = None  # restricts the algorithms further, when set
 
     def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: AlgorithmSpec, rollout: Rollout,
-                 seeds: torch.Tensor, device: torch.device):
+                 seeds: torch.Tensor, device: torch.device, model: DictConfig | None = None,
+                 optim: DictConfig | None = None):
         self.cfg = cfg
+        self.model_cfg = model  # top-level ``model`` / ``optim`` nodes, present when the task's defaults pull them in
+        self.optim_cfg = optim
         self.algorithm_cfg = algorithm_cfg
         self.algorithm = algorithm
         self.rollout = rollout
         self.seeds = seeds
         self.device = device
+
+    def require_single_update(self) -> None:
+        """Bandit tasks take exactly one update per batch (spec §4.2–4.3): refuse a multi-epoch request."""
+        epochs = self.algorithm_cfg.get("epochs")
+        if epochs not in (None, 1):
+            raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "
+                              "per batch; valid choices: null, 1")
 
     @classmethod
     def supported_algorithms(cls) -> list[str]:

@@ -30,6 +30,7 @@ class MnistBandit(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.require_single_update()
         cfg = self.cfg
         self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
         self.eval_every, self.batch_size = int(cfg.eval_every), int(cfg.batch_size)

@@ -37,6 +37,7 @@ class TabularSingle(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.require_single_update()
         self.alpha, self.batch_size = float(self.cfg.alpha), int(self.cfg.batch_size)
         self.eta = float(self.algorithm_cfg.get("eta", 1.0))
         self.logits = torch.zeros(len(self.seeds), int(self.cfg.arms), device=self.device)
@@ -91,6 +92,7 @@ class TabularMulti(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.require_single_update()
         shape = (int(self.cfg.contexts), int(self.cfg.arms))
         self.alpha = float(self.cfg.alpha)
         self.direction = EXACT_DIRECTIONS[self.algorithm.name]

@@ -152,7 +152,8 @@ def test_an_algorithm_the_task_cannot_run_is_rejected(tmp_path):
 
 @pytest.mark.parametrize("override,key", [("task.eval_step_label=later", "task.eval_step_label"),
                                           ("seeds=0", "seeds"), ("device=tpu", "device"),
-                                          ("algorithm.zero_variance=maybe", "zero_variance")])
+                                          ("algorithm.zero_variance=maybe", "zero_variance"),
+                                          ("algorithm.epochs=4", "algorithm.epochs")])
 def test_bad_values_name_the_key(override, key):
     with pytest.raises((ConfigError, ValueError), match=key):
         task = build_task(compose_config(["task=mnist_bandit", "algorithm=tpo", override]))
