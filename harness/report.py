@@ -54,8 +54,8 @@ def load_runs(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
             "wall_seconds": summary.get("wall_seconds"), "error": summary.get("error"),
             "final": summary.get("final", {}), "steps_to": summary.get("steps_to", {}).get("error", {}),
         })
-        metrics_path = run_dir / METRICS_FILE
-        if summary["status"] != "failed" and metrics_path.exists():
+        metrics_path = next((p for p in (run_dir / METRICS_FILE, run_dir / f"{METRICS_FILE}.gz") if p.exists()), None)
+        if summary["status"] != "failed" and metrics_path is not None:
             frame = pd.read_csv(metrics_path).melt(id_vars=["step", "seed"], var_name="metric", value_name="value")
             frame.insert(0, "run_dir", str(run_dir))
             curves.append(frame)
@@ -72,7 +72,7 @@ def _format_mean_se(stats: dict) -> str:
     mean, se = stats.get("mean"), stats.get("se")
     if mean is None:
         return "n/a"
-    return f"{100 * mean:.2f} ± {100 * se:.2f}"
+    return f"{100 * mean:.3g} ± {100 * se:.2g}"
 
 
 def results_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -23,7 +23,7 @@ def test_report_tables_figures_and_flags(tmp_path):
     table = write_report([sweep], tmp_path / "out").set_index("algorithm")
     metrics = pd.read_csv(sweep / "tpo" / "metrics.csv")
     last = metrics[metrics.step == 39]["error"].to_numpy()
-    assert table.loc["tpo", "final error % (mean ± s.e.)"] == f"{100 * last.mean():.2f} ± {100 * last.std() / np.sqrt(3):.2f}"
+    assert table.loc["tpo", "final error % (mean ± s.e.)"] == f"{100 * last.mean():.3g} ± {100 * last.std() / np.sqrt(3):.2g}"
     assert table.loc["dg", "flags"] == "partial"  # fewer seeds than its siblings
     assert table.loc["ppo", "flags"] == "failed"
     assert table.loc["pg", "flags"] == ""
