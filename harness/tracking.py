@@ -68,7 +68,10 @@ class WandbTracker:
             run_id = hashlib.sha1(f"{self.run_dir.resolve()}|{seed}".encode()).hexdigest()[:16]
             self.runs.append(wandb.init(
                 **self.settings, name=f"{self.name}/seed{seed}", id=run_id, resume="allow", dir=str(self.run_dir),
-                config={**self.config, "seed": seed}, reinit="create_new"))
+                config={**self.config, "seed": seed}, reinit="create_new", settings=wandb.Settings(silent=True)))
+        log.info("W&B: %d %s runs in group %s (%s)", len(self.runs), self.settings["mode"], self.settings["group"],
+                 "upload later with `wandb sync <run dir>/wandb/offline-run-*`" if self.settings["mode"] == "offline"
+                 else self.settings["project"])
 
     def log(self, step: int, metrics: dict[str, np.ndarray]) -> None:
         if not self.failed:
