@@ -9,6 +9,7 @@ from tasks.base import ConfigError, Task
 TASKS: dict[str, str] = {
     "tabular_single": "tasks.tabular:TabularSingle",
     "tabular_multi": "tasks.tabular:TabularMulti",
+    "token_reversal": "tasks.token_reversal:TokenReversal",
     "mnist_bandit": "tasks.mnist_bandit:MnistBandit",
 }
 

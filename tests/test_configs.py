@@ -15,7 +15,8 @@ from tasks.base import ConfigError
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 TINY = {"mnist_bandit": ["trainer.steps=4", "task.eval_every=2"], "tabular_single": ["trainer.steps=3"],
-        "tabular_multi": ["trainer.steps=3"]}
+        "tabular_multi": ["trainer.steps=3"],
+        "token_reversal": ["trainer.steps=2", "task.H=3", "task.batch_size=4", "task.K=2"]}
 
 
 def sweep_combinations(experiment: str) -> list[list[str]]:

@@ -12,8 +12,9 @@ is what lets ``harness.optim`` reproduce optax's rank-based Muon/Adam split (D =
     h{i}.mlp.up.kernel (S, D, F)  h{i}.mlp.up.bias (S, F)    h{i}.mlp.down.kernel (S, F, D)  h{i}.mlp.down.bias (S, D)
     ln_f.scale, ln_f.bias (S, D)            head.kernel (S, D, V)  head.bias (S, V)
 
-Incremental decoding keeps a key/value cache of shape (layers, 2, S, N, heads, L, hd), written in place; it is
-meant for sampling under ``torch.no_grad()``. Training log-probs come from ``log_probs`` (teacher forcing).
+Incremental decoding keeps a key/value cache: per layer a pair (k, v) of shape (S, N, heads, t, hd) for the t
+positions seen so far. It is functional (each call returns a longer cache, nothing is written in place), so it also
+works under autograd: ``prefill`` + ``expand_cache`` + ``extend`` run a shared prompt once for its K continuations.
 """
 
 from __future__ import annotations
@@ -81,43 +82,58 @@ def init_params(
 
 def log_probs(params: dict[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
     """Teacher-forced next-token log-probs: tokens (S, N, L) → (S, N, L, V); output t depends on tokens ≤ t."""
-    return _forward(params, tokens)
+    return _forward(params, tokens)[1]
 
 
-def prefill(params: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the prompt (S, N, H) into a fresh cache; returns (cache, log-probs (S, N, V) of the first action)."""
-    S, N, _ = prompt.shape
-    layers, heads, hd = _num_layers(params), *params["h0.attn.q.bias"].shape[1:]
-    max_len = params["pos_emb"].shape[1]
-    cache = prompt.new_zeros((layers, 2, S, N, heads, max_len, hd), dtype=params["pos_emb"].dtype)
-    return cache, _forward(params, prompt, start=0, cache=cache)[:, :, -1]
+Cache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def prefill(params: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[Cache, torch.Tensor]:
+    """Run the prompt (S, N, P) into a fresh cache; returns (cache, log-probs (S, N, V) of the next token)."""
+    cache, logp = _forward(params, prompt)
+    return cache, logp[:, :, -1]
+
+
+def extend(
+    params: dict[str, torch.Tensor], cache: Cache, tokens: torch.Tensor, start: int
+) -> tuple[Cache, torch.Tensor]:
+    """Append tokens (S, N, T) at positions start … start+T−1 (start = cached length); returns (cache, log-probs
+    (S, N, T, V)), equal to the matching rows of ``log_probs`` on the whole sequence."""
+    return _forward(params, tokens, start, cache)
 
 
 def decode(
-    params: dict[str, torch.Tensor], cache: torch.Tensor, token: torch.Tensor, position: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    params: dict[str, torch.Tensor], cache: Cache, token: torch.Tensor, position: int
+) -> tuple[Cache, torch.Tensor]:
     """Append ``token`` (S, N) at ``position``; returns (cache, next-token log-probs (S, N, V))."""
-    return cache, _forward(params, token[..., None], start=position, cache=cache)[:, :, 0]
+    cache, logp = _forward(params, token[..., None], position, cache)
+    return cache, logp[:, :, 0]
+
+
+def expand_cache(cache: Cache, k: int) -> Cache:
+    """Repeat every sequence of the cache k times along N (sequence n → rows n·k … n·k+k−1)."""
+    return [(keys.repeat_interleave(k, 1), values.repeat_interleave(k, 1)) for keys, values in cache]
 
 
 def _forward(
-    params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Tokens (S, N, T) at positions start … start+T−1; with a cache, attend to the cached earlier positions too."""
+    params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: Cache | None = None
+) -> tuple[Cache, torch.Tensor]:
+    """Tokens (S, N, T) at positions start … start+T−1, attending to the cached positions < start as well."""
     S, N, T = tokens.shape
     seed = torch.arange(S, device=tokens.device)[:, None, None]
     x = params["tok_emb"][seed, tokens] + params["pos_emb"][:, None, start : start + T]
     future = torch.ones(T, start + T, dtype=torch.bool, device=tokens.device).triu(start + 1)
+    present = []
     for i in range(_num_layers(params)):
         h = _layer_norm(x, params, f"h{i}.ln1")
         q, k, v = (_split_heads(h, params, f"h{i}.attn.{n}") for n in "qkv")
         if cache is not None:
-            cache[i, :, ..., start : start + T, :] = torch.stack((k, v))
-            k, v = cache[i, :, ..., : start + T, :]
+            k, v = torch.cat((cache[i][0], k), -2), torch.cat((cache[i][1], v), -2)
+        present.append((k, v))
         x = x + _merge_heads(_attend(q, k, v, future), params, f"h{i}.attn.out")
         h = _layer_norm(x, params, f"h{i}.ln2")
         x = x + _dense(F.gelu(_dense(h, params, f"h{i}.mlp.up"), approximate="tanh"), params, f"h{i}.mlp.down")
-    return _dense(_layer_norm(x, params, "ln_f"), params, "head").log_softmax(-1)
+    return present, _dense(_layer_norm(x, params, "ln_f"), params, "head").log_softmax(-1)
 
 
 def _num_layers(params: dict[str, torch.Tensor]) -> int:

@@ -1,0 +1,300 @@
+"""Token reversal and its variations (paper §3.4-3.7, §4; spec §2.2-2.3, §2.7-2.10, §2.13-2.16, §5.1, §6.5-6.12).
+
+Each episode draws B prompts x ∈ {0..V-1}^H; the transformer of spec §3.1 writes H answer tokens after the prompt
+(context [x_0 … x_{H-1}, a_0 … a_{H-1}], action a_t read at position H-1+t), sampled at temperature 1 with a KV
+cache. Correctness c_t = 1{a_t = y_t} against the target y (copy, flip, reversed copy or reversed flip) gives
+per-token rewards: bag_of_tokens r_t = c_t, sequential r_t = Π_{s≤t} c_s, terminal r_t = Π_s c_s.
+
+Three rollout shapes, chosen by the algorithm registry:
+* single (PPO, DG, PG): one sequence per prompt; A_t = r_t − mean over the batch of r_t.
+* group (TPO, GRPO, ...): K sequences per prompt; score = mean_t r_t, sequence log-prob = Σ_t log π(a_t).
+* token candidates (TPO_token, GRPO_token): at each state of one behaviour path K next tokens are sampled and
+  scored; candidate 0 is the behaviour token. Under sequential reward a candidate scores only while the behaviour
+  path is still correct. All states lie on the behaviour path, so one causal forward gives every state's logits.
+
+Old log-probs ℓ_old are those of the first epoch's teacher-forced forward: the parameters have not moved since
+sampling, so this is exactly the rollout policy (GRPO's first-epoch ratio is exactly 1; TPO's all-fail groups give
+exactly zero first-epoch gradient). Success (for the diagnostics) is a correct full sequence for sequence rollouts
+(score = 1, i.e. exact match under every reward) and a candidate reward of 1 for token candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from algorithms import Advantage, Rollout, losses
+from algorithms.scores import (
+    ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std, standardize, zscore_advantages)
+from harness import rng
+from harness.optim import MUON_SPLITS, transformer_optimizer
+from tasks.base import ConfigError, StepOutput, Task, check_choice, check_positive_int
+from tasks.models import transformer
+
+TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
+REWARDS = ("bag_of_tokens", "sequential", "terminal")
+MATCHES = ("prompts", "interactions")
+TPO_FAMILY = ("tpo", "tpo_token", "tpo_no_anchor")
+METRICS = ("error", "grad_norm", "frac_success", "all_fail", "frac_zero_var", "weight_winners", "weight_losers",
+           "target_entropy")
+
+
+def target_tokens(prompts: torch.Tensor, target: str, vocab: int) -> torch.Tensor:
+    """y for prompts (..., H): copy y = x, flip y = V−1−x, reverse_* the same on the reversed prompt."""
+    y = prompts.flip(-1) if target.startswith("reverse") else prompts
+    return vocab - 1 - y if target.endswith("flip") else y
+
+
+def token_rewards(actions: torch.Tensor, y: torch.Tensor, reward: str) -> torch.Tensor:
+    """Per-token rewards (..., H) of full sequences."""
+    correct = (actions == y).float()
+    if reward == "bag_of_tokens":
+        return correct
+    if reward == "sequential":
+        return correct.cumprod(-1)
+    return correct.prod(-1, keepdim=True).expand_as(correct)
+
+
+def candidate_rewards(candidates: torch.Tensor, y: torch.Tensor, reward: str) -> torch.Tensor:
+    """Rewards (..., H, K) of K next-token candidates per state; candidate 0 is the behaviour token.
+
+    sequential: r_{t,k} = alive_t · c_{t,k} with alive_t = 1{behaviour tokens 0..t−1 all correct} (spec §2.3).
+    """
+    correct = (candidates == y.unsqueeze(-1)).float()
+    if reward == "sequential":
+        behaviour = correct[..., 0]
+        alive = torch.cat([torch.ones_like(behaviour[..., :1]), behaviour[..., :-1].cumprod(-1)], -1)
+        correct = correct * alive.unsqueeze(-1)
+    return correct
+
+
+@torch.no_grad()
+def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """K full answers per prompt with the KV cache: prompts (S, B, H), uniforms (S, B, K, H) → actions and their
+    sampling log-probs, both (S, B, K, H). The prompt is prefilled once and its cache expanded to the K samples."""
+    S, B, K, H = uniforms.shape
+    cache, logp = transformer.prefill(params, prompts)
+    if K > 1:
+        cache, logp = transformer.expand_cache(cache, K), logp.repeat_interleave(K, dim=1)
+    u = uniforms.reshape(S, B * K, H)
+    actions, taken = [], []
+    for t in range(H):
+        action = rng.sample_categorical(logp, u[..., t])
+        actions.append(action)
+        taken.append(logp.gather(-1, action.unsqueeze(-1)).squeeze(-1))
+        if t < H - 1:
+            cache, logp = transformer.decode(params, cache, action, H + t)
+    return torch.stack(actions, -1).view(S, B, K, H), torch.stack(taken, -1).view(S, B, K, H)
+
+
+@torch.no_grad()
+def sample_token_candidates(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K next-token candidates at each state of one behaviour path: uniforms (S, B, H, K) → candidates and their
+    sampling log-probs (S, B, H, K); the behaviour path is candidates[..., 0]."""
+    S, B, H, K = uniforms.shape
+    cache, logp = transformer.prefill(params, prompts)
+    candidates, taken = [], []
+    for t in range(H):
+        logp_k = logp.unsqueeze(-2).expand(S, B, K, logp.shape[-1])
+        candidate = rng.sample_categorical(logp_k, uniforms[:, :, t])
+        candidates.append(candidate)
+        taken.append(logp_k.gather(-1, candidate.unsqueeze(-1)).squeeze(-1))
+        if t < H - 1:
+            cache, logp = transformer.decode(params, cache, candidate[..., 0], H + t)
+    return torch.stack(candidates, -2), torch.stack(taken, -2)
+
+
+def answer_log_probs(params: dict, prompts: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced next-token log-probs at every answer state: prompts (S, B, H), actions (S, B·K, H) for K
+    answers per prompt → (S, B·K, H, V). One causal forward, with the prompt run once and shared by its K answers
+    (its cache expanded to K), which nearly halves the work of grouped rollouts."""
+    K, H = actions.shape[1] // prompts.shape[1], prompts.shape[-1]
+    cache, first = transformer.prefill(params, prompts)
+    if K > 1:
+        cache, first = transformer.expand_cache(cache, K), first.repeat_interleave(K, dim=1)
+    _, rest = transformer.extend(params, cache, actions[..., :-1], H)  # the output at position 2H−1 is never used
+    return torch.cat([first.unsqueeze(2), rest], 2)
+
+
+@dataclass
+class Batch:
+    """One episode's rollout. Sequence rollouts: ``actions`` (S, B, K, H) (K = 1 for single-sample), ``scores``
+    (S, B, K) = mean_t r_t for groups or the per-token rewards (S, B, H) for single samples. Token candidates:
+    ``actions`` = behaviour path (S, B, H), ``candidates`` and ``scores`` (S, B, H, K)."""
+
+    prompts: torch.Tensor
+    actions: torch.Tensor
+    scores: torch.Tensor
+    success: torch.Tensor  # per candidate (group / token) or per rollout (single)
+    error: torch.Tensor  # (S,)
+    candidates: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+
+
+class TokenReversal(Task):
+    name = "token_reversal"
+    rollouts = frozenset({Rollout.SINGLE, Rollout.GROUP, Rollout.TOKEN_CANDIDATES})
+    metric_names = METRICS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        cfg, hp, model, optim = self.cfg, self.algorithm_cfg, self.model_cfg, self.optim_cfg
+        self.H, self.V, self.K = (check_positive_int(f"task.{key}", cfg[key]) for key in ("H", "V", "K"))
+        self.target = check_choice("task.target", cfg.target, TARGETS)
+        self.reward = check_choice("task.reward", cfg.reward, REWARDS)
+        match = check_choice("task.match", cfg.match, MATCHES)
+        if self.rollout is Rollout.TOKEN_CANDIDATES and self.reward == "terminal":
+            raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
+                              f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
+                              f"sequential")
+        self.epochs = check_positive_int("algorithm.epochs", self.algorithm.epochs if hp.get("epochs") is None
+                                         else hp.epochs)
+        # Interaction matching (spec §6.8): single-sample methods see B·K prompts at lr·√K, so that every method
+        # consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
+        scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
+        self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
+        self.lr = float(optim.lr) * math.sqrt(scale)
+        heads, d_model = check_positive_int("model.heads", model.heads), int(model.d_model)
+        if d_model % heads:
+            raise ConfigError(f"model.heads={heads} is not valid; it must divide model.d_model={d_model}")
+        muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS)
+        self.params = {k: v.detach().to(self.device).requires_grad_(True) for k, v in transformer.init_params(
+            self.seeds, self.V, 2 * self.H, d_model, heads, int(model.layers), int(model.ffn)).items()}
+        self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
+        self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
+
+    # ---- rollout ---------------------------------------------------------------------------------------------
+    def rollout_batch(self, step: int) -> Batch:
+        """Sample this episode's prompts (stream "contexts") and rollouts (stream "actions") and score them."""
+        B, H, K = self.batch_size, self.H, self.K
+        prompts = rng.randint(self.seeds, "contexts", step, (B, H), self.V).to(self.device)
+        y = target_tokens(prompts, self.target, self.V)
+        if self.rollout is Rollout.TOKEN_CANDIDATES:
+            uniforms = rng.uniform(self.seeds, "actions", step, (B, H, K)).to(self.device)
+            candidates, _ = sample_token_candidates(self.params, prompts, uniforms)
+            scores = candidate_rewards(candidates, y, self.reward)
+            return Batch(prompts, candidates[..., 0], scores, scores == 1, 1 - scores[..., 0].flatten(1).mean(1),
+                         candidates=candidates)
+        group = K if self.rollout is Rollout.GROUP else 1
+        uniforms = rng.uniform(self.seeds, "actions", step, (B, group, H)).to(self.device)
+        actions, _ = sample_sequences(self.params, prompts, uniforms)
+        rewards = token_rewards(actions, y.unsqueeze(2), self.reward)  # (S, B, group, H)
+        success = (rewards == 1).all(-1)
+        error = 1 - rewards.flatten(1).mean(1)
+        if self.rollout is Rollout.GROUP:
+            return Batch(prompts, actions, rewards.mean(-1), success, error)
+        return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error)
+
+    def log_probs(self, batch: Batch) -> torch.Tensor:
+        """Current log-probs of the batch's candidates: sequence sums (S, B, K), token candidates (S, B, H, K),
+        or per-token (S, B, H) for single samples; one teacher-forced forward in every case."""
+        if self.rollout is Rollout.TOKEN_CANDIDATES:
+            return answer_log_probs(self.params, batch.prompts, batch.actions).gather(-1, batch.candidates)
+        S, B, K, H = batch.actions.shape
+        actions = batch.actions.reshape(S, B * K, H)
+        taken = answer_log_probs(self.params, batch.prompts, actions).gather(-1, actions.unsqueeze(-1)).view(S, B, K, H)
+        return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
+
+    # ---- losses ----------------------------------------------------------------------------------------------
+    def advantages(self, scores: torch.Tensor) -> torch.Tensor | None:
+        """Frozen per-episode signal: group z-scores (GRPO family), batch-mean baseline (single), none (TPO family)."""
+        if self.algorithm.advantage is Advantage.ZSCORE:
+            return zscore_advantages(scores, guard=bool(self.algorithm_cfg.zero_variance_guard))
+        if self.algorithm.advantage is Advantage.BASELINE:
+            return batch_mean_baseline(scores, batch_dim=1)
+        return None
+
+    def loss(self, logp: torch.Tensor, logp_old: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per-seed loss (S,) of the configured algorithm, from ``algorithms.losses``."""
+        name, hp, A = self.algorithm.name, self.algorithm_cfg, batch.advantages
+        if name in TPO_FAMILY:
+            return losses.tpo_loss(logp, logp_old, batch.scores, float(hp.eta), anchor=name != "tpo_no_anchor",
+                                   zero_variance=hp.zero_variance)
+        if name == "group_pg":
+            return losses.group_pg_loss(logp, batch.scores, float(hp.eta), hp.zero_variance)
+        if name == "grpo_masked":
+            return losses.grpo_masked_loss(logp, logp_old, A, batch.scores, float(hp.clip_eps), float(hp.beta),
+                                           float(hp.log_ratio_clip))
+        if name.startswith("grpo"):
+            return losses.grpo_loss(logp, logp_old, A, float(hp.clip_eps), float(hp.beta), float(hp.log_ratio_clip))
+        if name == "ppo":
+            return losses.ppo_loss(logp, logp_old, A, float(hp.clip_eps))
+        if name == "dg":
+            return losses.dg_loss(logp, A, float(hp.eta), self._surprisal_clip())
+        return losses.pg_loss(logp, A)
+
+    def _surprisal_clip(self) -> float | None:
+        clip = self.algorithm_cfg.get("surprisal_clip")
+        return None if clip is None else float(clip)
+
+    # ---- episode ---------------------------------------------------------------------------------------------
+    def step(self, step: int) -> StepOutput:
+        batch = self.rollout_batch(step)
+        batch.advantages = self.advantages(batch.scores)
+        for epoch in range(self.epochs):
+            logp = self.log_probs(batch)
+            if epoch == 0:
+                logp_old = logp.detach()  # = the rollout policy: the parameters have not moved since sampling
+            loss = self.loss(logp, logp_old, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.sum().backward()
+            if epoch == 0:
+                first_loss, grad_norm = loss.detach(), self.grad_norm()
+                self.active &= torch.isfinite(first_loss) & torch.isfinite(grad_norm)  # freeze diverged seeds
+            self.optimizer.step(active=self.active)
+        metrics = {"error": batch.error, "grad_norm": grad_norm, **self.diagnostics(logp_old, batch)}
+        return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
+
+    def grad_norm(self) -> torch.Tensor:
+        """Global L2 norm of each seed's raw loss gradient over all parameters, (S,)."""
+        return sum(p.grad.pow(2).flatten(1).sum(1) for p in self.params.values() if p.grad is not None).sqrt()
+
+    @torch.no_grad()
+    def diagnostics(self, logp_old: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        """Section 4 diagnostics (spec §6.9) on the episode's rollout, with the pre-update (rollout) policy.
+
+        Per-candidate weights: TPO family q; Group PG |u|/η; GRPO family |A|; PPO, PG |A_t| and DG |gate·A_t|
+        averaged over the tokens. Groups are the K sequences of a prompt or the K candidates of a state."""
+        name, hp, A = self.algorithm.name, self.algorithm_cfg, batch.advantages
+        nan = torch.full_like(batch.error, math.nan)
+        entropy = nan
+        if name in TPO_FAMILY:
+            weights = losses.tpo_target(logp_old, batch.scores, float(hp.eta), name != "tpo_no_anchor",
+                                        hp.zero_variance)
+            entropy = torch.special.entr(weights).sum(-1).flatten(1).mean(1)
+        elif name == "group_pg":
+            weights = standardize(batch.scores, zero_variance=hp.zero_variance).abs() / float(hp.eta)
+        elif name == "dg":
+            surprisal = -logp_old
+            if (clip := self._surprisal_clip()) is not None:
+                surprisal = surprisal.clamp(-clip, clip)
+            weights = (torch.sigmoid(A * surprisal / float(hp.eta)) * A).abs().mean(-1)
+        else:
+            weights = A.abs().mean(-1) if self.rollout is Rollout.SINGLE else A.abs()
+        success = batch.success.float()
+
+        def weighted_mean(mask: torch.Tensor) -> torch.Tensor:
+            return (weights * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1)
+
+        metrics = {"weight_winners": weighted_mean(success), "weight_losers": weighted_mean(1 - success),
+                   "target_entropy": entropy}
+        if self.rollout is Rollout.SINGLE:
+            return {**metrics, "frac_success": success.flatten(1).mean(1), "all_fail": nan, "frac_zero_var": nan}
+        frac_success = success.amax(-1).flatten(1).mean(1)
+        zero_var = (population_std(batch.scores) < ZERO_VARIANCE_THRESHOLD).float().flatten(1).mean(1)
+        return {**metrics, "frac_success": frac_success, "all_fail": 1 - frac_success, "frac_zero_var": zero_var}
+
+    # ---- checkpoints -----------------------------------------------------------------------------------------
+    def state_dict(self):
+        return {"params": {k: v.detach() for k, v in self.params.items()}, "optimizer": self.optimizer.state_dict(),
+                "active": self.active}
+
+    def load_state_dict(self, state):
+        with torch.no_grad():
+            for key, value in state["params"].items():
+                self.params[key].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.active = state["active"].to(self.device)
