@@ -25,6 +25,8 @@ demo: install
 		hydra.sweep.dir=$(SWEEPS)/tabular
 	$(PY) -m harness -m experiment=demo_mnist hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
 		hydra.sweep.dir=$(SWEEPS)/mnist
+	$(PY) -m harness -m experiment=demo_sparse hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) \
+		hydra.sweep.dir=$(SWEEPS)/sparse
 	$(PY) -m harness.report $(SWEEPS) --out results/demo
 
 ## The whole test suite (CPU, offline)

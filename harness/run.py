@@ -6,6 +6,7 @@ import logging
 import math
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                                           "diverged": diverged})
         tracker.flush()
 
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM,)}
+    # SIGTERM (a scheduler's kill) ends the run like Ctrl-C: summary says "interrupted", the checkpoint resumes it.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_interrupt)} if in_main_thread else {}
     status = "completed"
     progress = _progress_bar(cfg, steps, start)
     try:

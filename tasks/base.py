@@ -6,7 +6,7 @@ Every tensor a task returns has a leading seed axis S: all seeds train as one ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -44,7 +44,6 @@ class StepOutput:
     loss: torch.Tensor | None = None
     metrics: dict[str, torch.Tensor] | None = None
     log_step: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Task:
