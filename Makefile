@@ -35,6 +35,7 @@ test: install
 
 bench: install
 	$(PY) bench/mnist_steps_per_second.py
+	$(PY) bench/token_episodes_per_second.py
 
 clean:
 	rm -rf $(VENV) outputs multirun
