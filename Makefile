@@ -36,6 +36,11 @@ test: install
 bench: install
 	$(PY) bench/mnist_steps_per_second.py
 	$(PY) bench/token_episodes_per_second.py
+	$(PY) bench/aggregate_runs.py
+
+## Every paper table and figure the runs under multirun/ support, beside the paper's numbers
+report: install
+	$(PY) -m harness.report multirun --out results/all
 
 clean:
 	rm -rf $(VENV) outputs multirun

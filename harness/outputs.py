@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     atomic_write_bytes(path, (json.dumps(payload, indent=2, allow_nan=False) + "\n").encode())
+
+
+def git_commit() -> str | None:
+    """The code's git commit, suffixed "-dirty" when tracked files have uncommitted changes; None outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if commit.returncode:
+        return None
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def _finite_or_none(value: float) -> float | None:

@@ -149,6 +149,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
         "wall_seconds": round(time.time() - started, 3),
         "hardware": {"device": str(task.device), "threads": torch.get_num_threads(), "host": socket.gethostname()},
+        "commit": outputs.git_commit(),
     }
     outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
     tracker.finish(summary)

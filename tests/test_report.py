@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from conftest import run_config
 from harness.report import load_runs, mechanism_table, write_report
+from harness.report.__main__ import main
+from harness.report.specs import Stat
+from harness.report.stats import point, seed_matrix
+
+RUNS = Path(__file__).resolve().parent.parent / "results" / "runs"
 
 
 def test_report_tables_figures_and_flags(tmp_path):
@@ -23,14 +29,17 @@ def test_report_tables_figures_and_flags(tmp_path):
     table = write_report([sweep], tmp_path / "out").set_index("algorithm")
     metrics = pd.read_csv(sweep / "tpo" / "metrics.csv")
     last = metrics[metrics.step == 39]["error"].to_numpy()
-    assert table.loc["tpo", "final error % (mean ± s.e.)"] == f"{100 * last.mean():.3g} ± {100 * last.std() / np.sqrt(3):.2g}"
+    expected = f"{100 * last.mean():.3g} ± {100 * last.std() / np.sqrt(3):.2g}"
+    assert table.loc["tpo", "final error % (mean ± s.e.)"] == expected
     assert table.loc["dg", "flags"] == "partial"  # fewer seeds than its siblings
     assert table.loc["ppo", "flags"] == "failed"
     assert table.loc["pg", "flags"] == ""
-    for name in ("README.md", "default_tabular_single.csv", "default_tabular_single.png", "default_tabular_single.pdf"):
+    for name in ("README.md", "runs.csv", "default_tabular_single.png", "default_tabular_single.pdf",
+                 "default_tabular_single.caption.md"):
         assert (tmp_path / "out" / name).exists()
     runs, curves = load_runs([sweep])
     assert len(runs) == 4 and set(curves.algorithm) == {"tpo", "pg", "dg"}
+    assert list(curves.columns[-4:]) == ["seed", "step", "metric", "value"]
 
 
 def test_mechanism_table_averages_seeds_at_step_2000():
@@ -41,3 +50,27 @@ def test_mechanism_table_averages_seeds_at_step_2000():
     assert len(table) == 1
     row = table.iloc[0]
     assert np.isclose(row.surplus, 0.08) and np.isclose(row.se, 0.01 / np.sqrt(2)) and row.seeds == 2
+
+
+def test_steps_to_and_final_agree_with_the_trainers_summary():
+    """Same rule as harness/outputs.py on the committed MNIST runs (TPO reaches 5% at 1,600, DG at 2,200)."""
+    runs, curves = load_runs([RUNS / "fig4_mnist"], metrics=["error"])
+    for run in runs.itertuples():
+        summary = json.loads((Path(run.run_dir) / "summary.json").read_text())
+        part = curves[curves.run == run.run]
+        matrix = seed_matrix(part.seed.to_numpy(), part.step.to_numpy(), part.value.to_numpy())
+        reached = point(Stat("steps_to", threshold=0.05), matrix)
+        assert (None if np.isinf(reached) else reached) == summary["steps_to"]["error"]["0.05"]
+        assert np.isclose(point(Stat("final"), matrix), summary["final"]["error"]["mean"])
+
+
+def test_cli_writes_mnist_tables_with_the_paper_column(tmp_path, capsys):
+    main([str(RUNS / "fig4_mnist"), "--out", str(tmp_path), "--figures", "none", "--resamples", "200"])
+    assert "written to" in capsys.readouterr().out
+    cells = pd.read_csv(tmp_path / "fig4a.csv", dtype={"paper": str}).set_index(["row", "stat"])
+    assert cells.loc[("TPO", "final"), "paper"] == "2.9"
+    assert cells.loc[("TPO", "steps_to_0.05"), "ours"] == 1600 and cells.loc[("DG", "steps_to_0.05"), "ours"] == 2200
+    assert cells.loc[("TPO", "steps_to_0.05"), "paper_in_ci"]
+    mechanism = pd.read_csv(tmp_path / "fig4b.csv", dtype={"paper": str})
+    top = mechanism[(mechanism.row == "TPO") & (mechanism.col == "[.75, 1]")].iloc[0]
+    assert top.paper == "0.073" and abs(top.ours - 0.0743) < 1e-3

@@ -1,0 +1,57 @@
+"""``python -m harness.report PATH... --out DIR``: run directories (and W&B projects) → tables, figures, README.
+
+Reads every run directory (one holding ``summary.json``) below the given paths, e.g. one or more Hydra sweep
+folders ``multirun/<experiment>/<time>``. Writes, under ``--out``: ``README.md`` (every run, every table, every
+figure), ``runs.csv``, per paper table ``<table>.md|.csv|.tex`` (ours with a 95% bootstrap interval, the paper's
+number, paired difference to TPO), per figure ``<fig>.png|.pdf|.caption.md``, and ``missing.json`` (the commands
+that fill missing or partial cells).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")  # many small matrix products: threaded BLAS only adds contention
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # files only, never a window
+
+from harness.report import stats  # noqa: E402
+from harness.report.build import write_report  # noqa: E402
+from harness.report.specs import FIGURES, TABLES  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, help="sweep folders or run directories")
+    parser.add_argument("--out", type=Path, default=Path("results/report"), help="output folder")
+    parser.add_argument("--tables", default="auto",
+                        help=f"auto (those whose preset has runs) | all | none | comma list of {','.join(TABLES)}")
+    parser.add_argument("--figures", default="auto",
+                        help=f"auto | all | none | comma list of {','.join(FIGURES)}")
+    parser.add_argument("--smooth", type=int, default=1,
+                        help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
+    parser.add_argument("--resamples", type=int, default=stats.RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed")
+    parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
+                        help="also read runs from this W&B project (full histories via scan_history)")
+    parser.add_argument("--wandb-filters", type=json.loads, default=None,
+                        help='MongoDB-style W&B run filter as JSON, e.g. \'{"group": {"$regex": "^table3"}}\'')
+    args = parser.parse_args(argv)
+    if not args.paths and not args.wandb:
+        parser.error("give at least one run folder or --wandb ENTITY/PROJECT")
+    table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
+                         wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
+                         seed=args.seed)
+    print(table.to_string(index=False))
+    print(f"\nwritten to {args.out}/")
+
+
+if __name__ == "__main__":
+    main()

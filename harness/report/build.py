@@ -1,0 +1,185 @@
+"""``write_report``: runs → README.md with every run's summary, the paper tables and figures the runs support, and
+the commands for the cells still missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.outputs import SUMMARY_FILE
+from harness.report import stats
+from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
+from harness.report.load import load_runs
+from harness.report.specs import FIGURES, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value
+from harness.report.tables import Report, Resolved, fmt, missing_commands, write_table
+
+BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
+GENERIC_METRICS = {"error", "misalignment"}  # what the per-run table and the generic figures read
+FINAL = Stat("final")
+
+
+def _steps(value: float) -> str:
+    return "never" if np.isinf(value) else f"{value:.0f}"
+
+
+def _mean_se_text(summary: stats.Summary) -> str:
+    if np.isnan(summary.value):
+        return "n/a"
+    return f"{100 * summary.value:.3g} ± {100 * summary.se:.2g}"
+
+
+def results_table(report: Report) -> pd.DataFrame:
+    """One row per run: final error (%) mean ± s.e. and 95% bootstrap interval, steps to each of the task's
+    thresholds, and flags for runs that are not comparable (failed, interrupted, partial). The paper tables carry
+    intervals for steps-to as well."""
+    runs = report.runs
+    params = [c for c in runs.columns if c.startswith(("task.", "algorithm."))]
+    largest = runs.groupby(["experiment", "task"])[["seeds", "steps"]].max().fillna(0)
+    rows = []
+    for run in runs.to_dict("records"):
+        seeds, steps, _ = report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]))
+        flags = [] if run["status"] == "completed" else [run["status"]]
+        if run["status"] != "failed" and (run["seeds"] < seeds or (run["steps"] or 0) < steps):
+            flags.append("partial")
+        row = {"experiment": run["experiment"], "task": run["task"], "algorithm": run["algorithm"],
+               "params": " ".join(f"{c.split('.', 1)[1]}={fmt_value(run[c])}" for c in params
+                                  if not pd.isna(run[c])),
+               "seeds": run["seeds"], "steps": run["steps"]}
+        if run["run"] in report.with_data:
+            matrix = report.matrix(Resolved("ok", {run["run"]: list(run["seed_ids"])}), "error")
+            final = stats.summarize(FINAL, matrix, report.resamples, report.seed)
+            row["final error % (mean ± s.e.)"] = _mean_se_text(final)
+            row["final 95% CI"] = f"[{fmt(FINAL, final.low)}, {fmt(FINAL, final.high)}]"
+            for threshold in run["config"].get("task.steps_to", ()):
+                row[f"steps to {float(threshold):g}"] = _steps(stats.point(Stat("steps_to", threshold=threshold),
+                                                                           matrix))
+        row["wall s"] = run["wall_seconds"]
+        row["flags"] = ", ".join(flags)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def mechanism_table(curves: pd.DataFrame, step: int = 2000) -> pd.DataFrame:
+    """Appendix C / Fig 4b: surplus (exact − scalar first-order gain) per concentration bin at ``step``,
+    seed mean ± s.e. over seeds with a non-empty bin."""
+    rows = []
+    data = curves[(curves.step == step) & curves.metric.astype(str).str.startswith("mech_surplus_bin")]
+    for (algorithm, metric), group in data.groupby(["algorithm", "metric"], observed=True):
+        values = group["value"].dropna().to_numpy()
+        if values.size:
+            rows.append({"algorithm": algorithm, "bin": MECHANISM_BINS[int(str(metric)[-1])],
+                         "surplus": values.mean(), "se": values.std() / np.sqrt(values.size), "seeds": values.size})
+    return pd.DataFrame(rows)
+
+
+def _presets(spec: Table | Figure) -> set[str]:
+    if isinstance(spec, Table):
+        return {spec.preset} | {k["experiment"] for k in (*spec.rows, *spec.cols) if "experiment" in k}
+    return {p.preset for p in spec.panels} | {s.key["experiment"] for p in spec.panels for s in p.series
+                                               if "experiment" in s.key}
+
+
+def metrics_needed(table_specs: dict[str, Table], figure_specs: dict[str, Figure]) -> dict[str, set[str]]:
+    """Per preset, the metric columns some table or figure reads (the rest of metrics.csv is not loaded)."""
+    needed: dict[str, set[str]] = {}
+    for table in table_specs.values():
+        metrics = {s.metric for s in table.stats} | {k["metric"] for k in (*table.rows, *table.cols) if "metric" in k}
+        for preset in _presets(table):
+            needed.setdefault(preset, set()).update(metrics)
+    for figure in figure_specs.values():
+        for panel in figure.panels:
+            metrics = set(panel.metrics) | (set(MECHANISM_METRICS) if panel.kind == "mechanism" else set())
+            for preset in _presets(Figure("", "", (panel,))):
+                needed.setdefault(preset, set()).update(metrics)
+    return needed
+
+
+def _select(specs: dict, choice: str, experiments: set[str]) -> list:
+    """auto: specs whose presets have runs; all; none; or a comma-separated list of names."""
+    if choice == "auto":
+        return [s for s in specs.values() if _presets(s) & experiments]
+    if choice == "all":
+        return list(specs.values())
+    if choice == "none":
+        return []
+    unknown = set(choice.split(",")) - set(specs)
+    if unknown:
+        raise SystemExit(f"unknown name(s): {', '.join(sorted(unknown))}; valid: {', '.join(specs)}")
+    return [specs[name] for name in choice.split(",")]
+
+
+def _generic_figures(runs: pd.DataFrame, covered: set[str]) -> list[Figure]:
+    """Error (and misalignment) curves per experiment and task that no paper figure covers (e.g. the demo)."""
+    figures = []
+    for (experiment, task), part in runs.groupby(["experiment", "task"], sort=True):
+        if experiment in covered:
+            continue
+        metrics = ["error"] + (["misalignment"] if task.startswith("tabular") else [])
+        series = by_algorithm(*sorted(part.algorithm.unique()))
+        panels = tuple(Panel(experiment, series, title=metric, where={"task.name": task}, metrics=(metric,),
+                             logy=task in BANDITS, ylabel=metric) for metric in metrics)
+        figures.append(Figure(f"{experiment}_{task}", f"{experiment} — {task}", panels))
+    return figures
+
+
+def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "auto", figures: str = "auto",
+                 wandb: list[str] = (), wandb_api=None, wandb_filters: dict | None = None,
+                 resamples: int = stats.RESAMPLES,
+                 seed: int = stats.SEED, table_specs: dict[str, Table] = TABLES,
+                 figure_specs: dict[str, Figure] = FIGURES) -> pd.DataFrame:
+    """Write README.md, one md/csv/tex per paper table and png/pdf/caption per figure under ``out``; return the
+    per-run table."""
+    needed = metrics_needed(table_specs, figure_specs)
+    runs, curves = load_runs(paths, metrics=lambda experiment: GENERIC_METRICS | needed.get(experiment, set()),
+                             wandb=wandb, wandb_api=wandb_api, wandb_filters=wandb_filters)
+    if runs.empty:
+        raise SystemExit(f"no run directories (with {SUMMARY_FILE}) found under: {', '.join(map(str, paths))}")
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(runs, curves, resamples, seed)
+    sources = " ".join([*map(str, paths), *(f"--wandb {w}" for w in wandb)])
+    command = f"python -m harness.report {sources} --out {out}"
+    experiments = set(runs.experiment)
+
+    table = results_table(report).sort_values(["experiment", "task", "algorithm", "params"], kind="stable")
+    table.to_csv(out / "runs.csv", index=False)
+    sections = ["# Results\n", f"Generated by `{command}`.\n", "## Runs\n",
+                "Every run directory: final error (seed mean ± s.e. with population std, 95% bootstrap interval "
+                "over seeds) and steps to the task's thresholds (first step whose seed-mean error is strictly "
+                "below). Flags: failed / interrupted / diverged runs and partial runs (fewer seeds or steps than "
+                "the preset), which no table averages in.\n"]
+    for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
+        shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
+        sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]
+
+    records = []
+    for spec in _select(table_specs, tables, experiments):
+        cells = report.evaluate(spec)
+        records.append(cells[["preset", "status", "command"]])
+        sections += [write_table(spec, cells, out),
+                     f"Files: [{spec.name}.csv]({spec.name}.csv), [{spec.name}.tex]({spec.name}.tex)\n"]
+
+    chosen = _select(figure_specs, figures, experiments)
+    if figures != "none":
+        chosen += _generic_figures(runs, set().union(*(_presets(f) for f in figure_specs.values())))
+    written = []
+    for figure in chosen:
+        done, lines = write_figure(figure, report, out, smooth, command)
+        records.append(pd.DataFrame(lines, columns=["preset", "status", "command"]))
+        if done:
+            written.append(figure)
+    if written:
+        sections.append("## Figures\n")
+        for figure in written:
+            sections.append(f"### {figure.title}\n\n![{figure.name}]({figure.name}.png)\n\n"
+                            f"Provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
+
+    commands = missing_commands(pd.concat(records)) if records else []
+    if commands:
+        sections += ["## Missing or incomplete cells\n", "Run these, then rerun the report with the new sweep "
+                     "folders added:\n", "```bash", *commands, "```", ""]
+    (out / "README.md").write_text("\n".join(sections))
+    (out / "missing.json").write_text(json.dumps(commands, indent=1) + "\n")
+    return table

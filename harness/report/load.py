@@ -1,0 +1,253 @@
+"""Run directories (or W&B runs) → ``runs`` (one row per run) and ``curves`` (one tidy row per seed, step, metric).
+
+``curves`` columns: run, experiment, task, algorithm, every config key that varies between the loaded runs
+(``task.V``, ``algorithm.eta``, ...), seed, step, metric, value; keys are categoricals so a million-row frame stays
+small. ``runs`` holds the rest: status, seed ids, configured steps, the flattened resolved config, hardware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from harness.outputs import METRICS_FILE, SUMMARY_FILE
+
+CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
+# Keys that never distinguish results (where and how a run ran); budget keys are checked, not matched.
+IGNORED = ("logger", "device", "threads", "trainer.resume", "trainer.progress", "trainer.checkpoint_every",
+           "task.checkpoint_every", "task.data_dir", "task.source", "task.steps_to", "experiment_name")
+BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
+ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
+Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name
+
+
+def _wanted(metrics: Metrics, experiment: str) -> set[str] | None:
+    if metrics is None:
+        return None
+    return set(metrics(experiment) if callable(metrics) else metrics)
+_REF = re.compile(r"\$\{([\w.]+)\}")
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _resolve(flat: dict) -> dict:
+    """Resolve plain ``${a.b}`` interpolations (all a Hydra config of this repo holds) without OmegaConf's cost."""
+    for _ in range(8):
+        pending = {k: v for k, v in flat.items() if isinstance(v, str) and "${" in v}
+        if not pending:
+            break
+        for key, value in pending.items():
+            whole = _REF.fullmatch(value)
+            if whole and whole.group(1) in flat:
+                flat[key] = flat[whole.group(1)]
+            else:
+                flat[key] = _REF.sub(lambda m: str(flat.get(m.group(1), m.group(0))), value)
+    return flat
+
+
+def read_config(run_dir: Path) -> dict:
+    """The run's resolved config, flattened to dotted keys ({} when the run directory has none)."""
+    path = next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), None)
+    if path is None:
+        return {}
+    with open(path) as handle:
+        return _resolve(flatten(yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}))
+
+
+def signature(config: dict) -> str:
+    """Hash of everything in a config that could change results (not the budget, not where it ran)."""
+    kept = {k: v for k, v in config.items()
+            if not k.startswith(IGNORED) and k not in BUDGET and k != "seed"}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    found = []
+    for path in paths:
+        found.extend(sorted(p.parent for p in Path(path).rglob(SUMMARY_FILE)))
+    return found
+
+
+def _metrics_path(run_dir: Path) -> Path | None:
+    return next((p for p in (run_dir / METRICS_FILE, run_dir / f"{METRICS_FILE}.gz") if p.exists()), None)
+
+
+def _read_metrics(path: Path, metrics: set[str] | None) -> pd.DataFrame:
+    wanted = None if metrics is None else (lambda column: column in metrics or column in ("step", "seed"))
+    return pd.read_csv(path, usecols=wanted, dtype={"step": np.int64, "seed": np.int64})
+
+
+def _run_record(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    config = read_config(run_dir)
+    steps = summary.get("steps", config.get("trainer.steps"))
+    return {
+        "run_dir": str(run_dir), "source": "local",
+        "experiment": summary.get("experiment") or config.get("experiment_name", "default"),
+        "task": summary.get("task") or config.get("task.name"),
+        "algorithm": summary.get("algorithm") or config.get("algorithm.name"),
+        "status": summary["status"], "seed_ids": tuple(summary.get("seeds", ())), "steps": steps,
+        "last_step": summary.get("last_step"), "wall_seconds": summary.get("wall_seconds"),
+        "hardware": json.dumps(summary.get("hardware")) if summary.get("hardware") else None,
+        "error": summary.get("error"), "mtime": (run_dir / SUMMARY_FILE).stat().st_mtime,
+        "config": config,
+    }
+
+
+def load_local(paths: Iterable[Path], metrics: Metrics = None,
+               workers: int = 4) -> tuple[list[dict], list[pd.DataFrame | None]]:
+    """Records and wide metric frames (None for failed runs) of every run directory below ``paths``."""
+    run_dirs = find_run_dirs(paths)
+
+    def read(run_dir: Path) -> tuple[dict, pd.DataFrame | None]:
+        record = _run_record(run_dir)
+        path = _metrics_path(run_dir)
+        wanted = _wanted(metrics, record["experiment"])
+        frame = _read_metrics(path, wanted) if path is not None and record["status"] != "failed" else None
+        return record, frame
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # the C parser releases the GIL
+        pairs = list(pool.map(read, run_dirs))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+WANDB_STATUS = {"finished": "completed", "crashed": "failed", "failed": "failed", "killed": "interrupted",
+                "running": "interrupted", "preempted": "interrupted"}
+
+
+def load_wandb(path: str, api=None, filters: dict | None = None,
+               metrics: Metrics = None) -> tuple[list[dict], list[pd.DataFrame | None]]:
+    """W&B runs (one per seed, see harness/tracking.py) regrouped into one record per configuration.
+
+    Full histories come from ``run.scan_history()`` (``run.history()`` is sampled). ``api`` defaults to
+    ``wandb.Api()``; tests pass a fake with the same ``runs(path, filters=...)`` interface."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    groups: dict[str, list] = {}
+    for run in api.runs(path, filters=filters):
+        config = _resolve(flatten(dict(run.config)))
+        groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config))
+    records, frames = [], []
+    for members in groups.values():
+        members.sort(key=lambda member: member[1]["seed"])
+        run, config = members[0]
+        wanted = _wanted(metrics, config.get("experiment_name", "default"))
+        statuses, rows = [], []
+        for member, member_config in members:
+            status = member.summary.get("status") or WANDB_STATUS.get(member.state, "interrupted")
+            statuses.append(status)
+            if status == "failed":
+                continue
+            history = pd.DataFrame(list(member.scan_history()))
+            if history.empty:
+                continue
+            keep = [c for c in history.columns
+                    if not c.startswith("_") and (wanted is None or c in wanted)]
+            frame = history[["_step", *keep]].rename(columns={"_step": "step"})
+            frame.insert(1, "seed", int(member_config["seed"]))
+            rows.append(frame)
+        frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
+        status = ("failed" if all(s == "failed" for s in statuses) else
+                  "interrupted" if "interrupted" in statuses else
+                  "diverged" if "diverged" in statuses else "completed")
+        records.append({
+            "run_dir": f"wandb:{path}/{run.group}#{signature(config)}", "source": "wandb",
+            "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
+            "algorithm": config.get("algorithm.name"), "status": status,
+            "seed_ids": () if frame is None else tuple(sorted(set(frame["seed"].tolist()))),
+            "steps": config.get("trainer.steps"), "last_step": None if frame is None else int(frame["step"].max()),
+            "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
+            "config": {k: v for k, v in config.items() if k != "seed"},
+        })
+        frames.append(frame)
+    return records, frames
+
+
+def _param_columns(runs: pd.DataFrame) -> list[str]:
+    """Scalar task/algorithm keys that differ between runs of the same experiment, task and algorithm (V in a
+    vocabulary sweep, η in a temperature sweep): the keys that tell curves apart."""
+    varying = set()
+    for _, group in runs.groupby(["experiment", "task", "algorithm"], dropna=False):
+        configs = list(group["config"])
+        for key in {k for c in configs for k in c}:
+            if (key.startswith(("task.", "algorithm.")) and not key.startswith(IGNORED) and key not in BUDGET
+                    and not any(isinstance(c.get(key), tuple) for c in configs)
+                    and len({json.dumps(c.get(key), default=str) for c in configs}) > 1):
+                varying.add(key)
+    return sorted(varying)
+
+
+def build_frames(records: list[dict], frames: list[pd.DataFrame | None]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, curves) from per-run records and wide metric frames (melted with numpy, concatenated once)."""
+    runs = pd.DataFrame(records)
+    if runs.empty:
+        return runs, pd.DataFrame(columns=[*ID_COLUMNS, "seed", "step", "metric", "value"])
+    runs.insert(0, "run", np.arange(len(runs)))
+    runs["seeds"] = runs["seed_ids"].map(len)
+    runs["signature"] = runs["config"].map(signature)
+    params = _param_columns(runs)
+    for key in params:
+        runs[key] = runs["config"].map(lambda c, key=key: c.get(key))
+
+    columns = {"seed": [], "step": [], "metric": [], "value": []}
+    metric_names = sorted({c for f in frames if f is not None for c in f.columns} - {"step", "seed"})
+    codes = {m: i for i, m in enumerate(metric_names)}
+    present, lengths = [], []
+    for index, frame in enumerate(frames):  # melt each wide frame with numpy; concatenate once at the end
+        if frame is None or frame.empty:
+            continue
+        names = sorted(c for c in frame.columns if c not in ("step", "seed"))  # (run, metric) blocks in order
+        rows, k = len(frame), len(names)
+        present.append(index)
+        lengths.append(rows * k)
+        columns["seed"].append(np.tile(frame["seed"].to_numpy(np.int32), k))
+        columns["step"].append(np.tile(frame["step"].to_numpy(np.int32), k))
+        columns["metric"].append(np.repeat(np.asarray([codes[c] for c in names], dtype=np.int16), rows))
+        columns["value"].append(frame[names].to_numpy(np.float64).ravel(order="F"))
+    if not present:
+        return runs, pd.DataFrame(columns=[*ID_COLUMNS, *params, "seed", "step", "metric", "value"])
+    data = {name: np.concatenate(parts) for name, parts in columns.items()}
+    present = np.asarray(present)
+
+    def per_run(values: np.ndarray) -> np.ndarray:  # one value per run → one per row (rows of a run are contiguous)
+        return np.repeat(values[present], lengths)
+
+    keys = {}
+    for column in [*ID_COLUMNS[1:], *params]:
+        categories = pd.Categorical(runs[column])
+        keys[column] = pd.Categorical.from_codes(per_run(categories.codes), categories.categories)
+    curves = pd.DataFrame({"run": per_run(np.arange(len(runs), dtype=np.int32)), **keys, "seed": data["seed"],
+                           "step": data["step"], "metric": pd.Categorical.from_codes(data["metric"], metric_names),
+                           "value": data["value"]}, copy=False)
+    return runs, curves
+
+
+def load_runs(paths: Iterable[Path] = (), metrics: Metrics = None, wandb: Iterable[str] = (),
+              wandb_api=None, wandb_filters: dict | None = None, workers: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, curves) for every run directory below ``paths`` and every W&B project path in ``wandb``
+    (``entity/project``). ``metrics`` limits which metric columns are read: all (None), a list, or a function of
+    the experiment name."""
+    records, frames = load_local(paths, metrics, workers)
+    for project in wandb:
+        more_records, more_frames = load_wandb(project, api=wandb_api, filters=wandb_filters, metrics=metrics)
+        records += more_records
+        frames += more_frames
+    return build_frames(records, frames)

@@ -1,0 +1,318 @@
+"""Every paper table and figure as data: which preset's runs, which cells or panels, which statistic.
+
+A cell key maps config keys of the runs (``algorithm.name``, ``task.V``, ...) to values; the pseudo-key
+``experiment`` overrides the spec's preset for that cell and ``metric`` overrides the statistic's metric. To keep a
+spec in sync with its preset (``conf/experiment/<preset>.yaml``), ``tests/test_report_specs.py`` checks that every
+cell lies in the preset's sweep grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A per-cell statistic over seeds (spec §7). ``kind``: final (seed mean at the last step), steps_to (first step
+    whose seed mean is strictly below ``threshold``), at_step (seed mean at ``step``)."""
+
+    kind: str
+    threshold: float | None = None
+    step: int | None = None
+    metric: str = "error"
+    percent: bool = True  # shown ×100 (steps_to ignores it)
+    dash_above: float | None = None  # shown as "−" above this value (Table 3: > 95%)
+    higher_is_better: bool = False  # for paired P(better); errors and steps: lower is better
+
+    @property
+    def name(self) -> str:
+        if self.kind == "steps_to":
+            return f"steps_to_{self.threshold:g}"
+        return f"at_step_{self.step}" if self.kind == "at_step" else self.kind
+
+    @property
+    def label(self) -> str:
+        unit = " (%)" if self.percent else ""
+        if self.kind == "steps_to":
+            return f"steps to {100 * self.threshold:g}%"
+        return f"{self.metric} at step {self.step}{unit}" if self.kind == "at_step" else f"final {self.metric}{unit}"
+
+
+FINAL = Stat("final")
+TO_1 = Stat("steps_to", threshold=0.01)
+TO_5 = Stat("steps_to", threshold=0.05)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper table: cells = rows × cols (dicts of config values) ∪ ``where``; one column per stat per col."""
+
+    name: str
+    title: str
+    preset: str
+    rows: tuple[dict, ...]
+    cols: tuple[dict, ...] = ({},)
+    stats: tuple[Stat, ...] = (FINAL,)
+    where: dict = field(default_factory=dict)
+    reference: dict = field(default_factory=dict)  # a cell's paired reference = the cell with these values
+    seeds: int = 0  # the paper's budget; the preset's, when it composes, is what runs are checked against
+    steps: int = 0
+    note: str = ""
+
+    def cells(self) -> list[tuple[dict, dict, dict]]:
+        """(row, col, full key) for every cell, row-major."""
+        return [(row, col, {**self.where, **row, **col}) for row in self.rows for col in self.cols]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line (or bar group) of a panel: the runs matching ``key``; ``style`` = (colour, line style) override."""
+
+    key: dict
+    label: str = ""
+    style: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes. kind: curves (seed mean ± s.e. over steps), final (final value vs config key ``x``), bars (final
+    value per series), mechanism (Fig 4b surplus by concentration bin at step 2,000)."""
+
+    preset: str
+    series: tuple[Series, ...]
+    title: str = ""
+    where: dict = field(default_factory=dict)
+    kind: str = "curves"
+    metrics: tuple[str, ...] = ("error",)  # curves: several metrics = one line style each (Fig 10b)
+    x: str | None = None
+    xs: tuple = ()
+    logy: bool = False
+    logx: bool = False
+    ylim: tuple[float, float] | None = None
+    ylabel: str = "error"
+    smooth: int | None = None  # window; None = the report's --smooth
+    centred: bool = False  # centred instead of causal moving average (spec §6.9)
+    paper: str | None = None  # table whose published values are drawn as markers
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+    ncols: int = 0  # 0 = all panels in one row
+    caption: str = ""
+
+
+ALGORITHM_LABEL = {
+    "tpo": "TPO", "tpo_token": "TPO_token", "tpo_no_anchor": "TPO-no-anchor", "grpo": "GRPO",
+    "grpo_token": "GRPO_token", "grpo_no_kl": "GRPO (no KL)", "grpo_masked": "GRPO (masked)", "group_pg": "Group PG",
+    "ppo": "PPO", "dg": "DG", "pg": "PG", "ce": "CE",
+}
+KEY_LABEL = {"task.V": "V", "task.H": "H", "task.K": "K", "algorithm.eta": "η", "algorithm.epochs": "epochs"}
+VALUE_LABEL = {
+    "prompts": "Prompt", "interactions": "Interact.", "bag_of_tokens": "Bag of tokens", "sequential": "Sequential",
+    "terminal": "Terminal", "copy": "Copy", "flip": "Flip", "reverse_copy": "Rev. copy", "reverse_flip": "Rev. flip",
+    "fig10_diagnostics_tpo_1ep": "1 ep", "mech_surplus_bin0": "[0, .25)", "mech_surplus_bin1": "[.25, .5)",
+    "mech_surplus_bin2": "[.5, .75)", "mech_surplus_bin3": "[.75, 1]",
+}
+
+
+def fmt_value(value) -> str:
+    """3 → "3", 3.0 → "3", 0.25 → "0.25"."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def label(key: dict) -> str:
+    """Human label of a cell key: {"algorithm.name": "tpo", "task.H": 7} → "TPO, H=7"."""
+    parts = []
+    for name, value in key.items():
+        if name == "experiment" and value not in VALUE_LABEL:
+            continue  # the preset itself needs no label
+        if name == "algorithm.name":
+            parts.append(ALGORITHM_LABEL.get(value, value))
+        elif name in KEY_LABEL:
+            parts.append(f"{KEY_LABEL[name]}={fmt_value(value)}")
+        else:
+            parts.append(VALUE_LABEL.get(value, fmt_value(value)))
+    return ", ".join(parts)
+
+
+def algorithms(*names: str) -> tuple[dict, ...]:
+    return tuple({"algorithm.name": name} for name in names)
+
+
+def grid(**axes) -> tuple[dict, ...]:
+    """grid(**{"task.match": [...], "task.H": [...]}) → every combination, first axis slowest."""
+    keys = list(axes)
+    return tuple(dict(zip(keys, values)) for values in product(*axes.values()))
+
+
+def by_algorithm(*names: str) -> tuple[Series, ...]:
+    return tuple(Series({"algorithm.name": name}) for name in names)
+
+
+def by_value(key: str, values, **where) -> tuple[Series, ...]:
+    return tuple(Series({**where, key: value}) for value in values)
+
+
+VARIANTS = grid(**{"task.reward": ["bag_of_tokens", "sequential"],
+                   "task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
+TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+KS, EPOCHS, ETAS = (4, 8, 16, 32, 64), (1, 2, 4, 8, 16), (0.25, 0.5, 1.0, 2.0, 4.0)
+AT_400 = Stat("at_step", step=400)
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("table1", "Table 1 — steps to 1% error, token reversal, bag-of-tokens, V sweep", "table1_vocab_sweep",
+          rows=algorithms("tpo_token", "grpo_token", "dg", "ppo"), cols=grid(**{"task.V": [2, 4, 8, 16]}),
+          stats=(TO_1,), reference={"algorithm.name": "tpo_token"}, seeds=20, steps=1000),
+    Table("table2", "Table 2 — steps to 1% error, task variations (token-level grouping)", "table2_variations",
+          rows=VARIANTS, cols=algorithms("tpo_token", "grpo_token", "dg", "ppo"), stats=(TO_1,),
+          reference={"algorithm.name": "tpo_token"}, seeds=10, steps=1000,
+          note="Paper PPO bag-of-tokens Rev. copy is \"−\" although Table 1 V=2 gives 872 (spec §14.6)."),
+    Table("table3", "Table 3 — final exact-match error (%), terminal reward, H × matching", "table3_terminal",
+          rows=algorithms(*TERMINAL),
+          cols=grid(**{"task.match": ["prompts", "interactions"], "task.H": [7, 8, 9, 10]}),
+          stats=(Stat("final", dash_above=0.95),), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000,
+          note="\"−\" = above 95%. Prompt- and interaction-matched TPO/GRPO share configs; the paper's gaps between "
+               "them are run-to-run variance (spec §14.8)."),
+    Table("table5", "Table 5 — TPO temperature η: final error and steps to 1%", "table5_eta_sweep",
+          rows=grid(**{"algorithm.eta": ETAS}), stats=(FINAL, TO_1), where={"algorithm.name": "tpo"},
+          reference={"algorithm.eta": 1.0}, seeds=10, steps=1000,
+          note="Sequence-level TPO under bag-of-tokens (spec §6.11, §14.7: the paper does not say which TPO)."),
+    Table("fig12", "Fig 12 — group size K: final exact-match error (%)", "fig12_k_sweep",
+          rows=algorithms("tpo", "grpo"), cols=grid(**{"task.K": KS}), reference={"algorithm.name": "tpo"},
+          seeds=30, steps=2000),
+    Table("fig15", "Fig 15 — epochs per batch: final exact-match error (%)", "fig15_epoch_sweep",
+          rows=algorithms("tpo", "grpo"), cols=grid(**{"algorithm.epochs": EPOCHS}),
+          reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
+    Table("fig13", "Fig 13 — zero-variance masking: final exact-match error (%)", "fig13_masking",
+          rows=algorithms("tpo", "grpo", "grpo_masked"), reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
+    Table("fig14", "Figs 10/14 — multi-epoch extraction: error at episode 400 and final (%)", "fig10_diagnostics",
+          rows=({"algorithm.name": "tpo"}, {"algorithm.name": "tpo", "experiment": "fig10_diagnostics_tpo_1ep"},
+                {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}),
+          stats=(AT_400, FINAL), reference={"experiment": "fig10_diagnostics", "algorithm.name": "tpo"}, seeds=10,
+          steps=2000),
+    Table("fig8", "Fig 8 — anchor and target-matching ablations: final exact-match error (%)", "fig8_ablations",
+          rows=algorithms("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"),
+          cols=grid(**{"task.H": [7, 8, 10]}), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000),
+    Table("fig1b", "Fig 1b — sparse-reward hero: final exact-match error (%) and steps to 5%", "fig1b_sparse",
+          rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
+          seeds=20, steps=2000, note="Paper values from the reference's asset npz (spec §11), not the paper text."),
+    Table("fig4a", "Fig 4a — MNIST bandit: final test error (%) and steps to 5%", "fig4_mnist",
+          rows=algorithms("tpo", "dg", "grpo", "pg", "group_pg"), stats=(FINAL, TO_5),
+          reference={"algorithm.name": "tpo"}, seeds=20, steps=10000,
+          note="Steps are eval labels: the evaluation after 200(i+1) updates is logged at 200i (spec §14.10)."),
+    Table("fig4b", "Fig 4b — MNIST mechanism: surplus gain by concentration bin at step 2,000", "fig4_mnist",
+          rows=algorithms("tpo", "dg", "pg", "group_pg"),
+          cols=tuple({"metric": f"mech_surplus_bin{i}"} for i in range(4)),
+          stats=(Stat("at_step", step=2000, percent=False, higher_is_better=True),),
+          reference={"algorithm.name": "tpo"}, seeds=20,
+          steps=10000, note="Misclassified test examples; seed mean over seeds with a non-empty bin (spec §6.4)."),
+    Table("fig17", "Fig 17b,c — DG with 1 vs 4 epochs: final error (%)", "fig17_dg_epochs", rows=VARIANTS,
+          cols=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
+          reference={"algorithm.epochs": 1}, seeds=10, steps=1000),
+    Table("fig17a", "Fig 17a — DG with 1 vs 4 epochs, terminal reward: final exact-match error (%)",
+          "fig17a_dg_epochs_terminal", rows=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
+          reference={"algorithm.epochs": 1}, seeds=20, steps=2000,
+          note="The paper does not state H/B; the preset's H=5, B=256 is one candidate (spec §6.12)."),
+)}
+
+FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["bag_of_tokens", "sequential"]})
+TARGETS = grid(**{"task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
+
+
+def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, **kwargs) -> tuple[Panel, ...]:
+    """A grid of curve panels, one per (row, col), titled by their keys."""
+    return tuple(Panel(preset, series, title=label({**row, **col}), where={**row, **col}, **kwargs)
+                 for row in rows for col in cols)
+
+
+def _sweep_figure(name: str, title: str, preset: str, key: str, values, caption: str, **where) -> Figure:
+    """Figs 12/15: TPO and GRPO learning curves across ``key`` and the final error against it."""
+    curves = tuple(Panel(preset, by_value(key, values), title=f"({tag}) {ALGORITHM_LABEL[a]}",
+                         where={"algorithm.name": a, **where}) for tag, a in (("a", "tpo"), ("b", "grpo")))
+    final = Panel(preset, by_algorithm("tpo", "grpo"), title="(c) final error", kind="final", x=key, xs=values,
+                  logx=True, logy=True, paper=name)
+    return Figure(name, title, (*curves, final), caption=caption)
+
+
+FIGURES: dict[str, Figure] = {f.name: f for f in (
+    Figure("fig1", "Fig 1 — TPO matches baselines on easy tasks and wins under sparse reward", (
+        Panel("fig4_mnist", by_algorithm("tpo", "grpo", "dg"), title="(a) MNIST contextual bandit",
+              ylim=(0.02, 0.145), ylabel="test error"),
+        Panel("fig1b_sparse", by_algorithm("tpo", "grpo", "dg"), title="(b) token reversal, terminal reward",
+              ylim=(0.0, 1.05), ylabel="exact-match error", smooth=40)),
+           caption="Mean ± s.e. over seeds; (b) mean and s.e. each smoothed by a 40-episode causal moving average "
+                   "left-padded with the first value (spec §6.7)."),
+    Figure("fig2", "Fig 2 — single-context bandit (K=100, B=100)", (
+        Panel("fig2_tabular_single", by_algorithm("tpo", "dg", "grpo", "pg"), title="(a) error", logy=True),
+        Panel("fig2_tabular_single", by_algorithm("tpo", "dg", "grpo", "pg"), title="(b) misalignment to PG oracle",
+              metrics=("misalignment",), logy=True, ylabel="1 − cos")),
+           caption="Error and misalignment logged before each step (spec §6.1)."),
+    Figure("fig3", "Fig 3 — multi-context bandit (N=100, K=10, exact)", (
+        Panel("fig3_tabular_multi", by_algorithm("tpo", "dg", "grpo", "pg", "ce"), title="(a) error", logy=True),
+        Panel("fig3_tabular_multi", by_algorithm("tpo", "dg", "grpo", "pg", "ce"), title="(b) misalignment to CE",
+              metrics=("misalignment",), logy=True, ylabel="1 − cos")),
+           caption="Error logged after each step; misalignment at the pre-step policy (spec §6.2)."),
+    Figure("fig4", "Fig 4 — MNIST contextual bandit", (
+        Panel("fig4_mnist", by_algorithm("tpo", "dg", "group_pg", "grpo", "pg"), title="(a) learning curves",
+              logy=True, ylabel="test error"),
+        Panel("fig4_mnist", by_algorithm("tpo", "dg", "group_pg", "pg"), title="(b) surplus gain at step 2,000",
+              kind="mechanism", ylabel="surplus (exact − scalar)", paper="fig4b")),
+           caption="(b) misclassified test examples binned by wrong-class concentration (spec §6.4)."),
+    Figure("fig5", "Fig 5 — token reversal, bag-of-tokens, K=8 token candidates",
+           panels("table1_vocab_sweep", ({},), grid(**{"task.V": [2, 4, 8, 16]}),
+                  by_algorithm("tpo_token", "grpo_token", "dg", "ppo"), ylabel="token error")),
+    Figure("fig6", "Fig 6 — task variations, prompt- (top) and interaction-matched (bottom)",
+           panels("fig6_variations", FIG6_ROWS, TARGETS, by_algorithm("tpo", "grpo", "grpo_no_kl", "dg", "ppo")),
+           ncols=4),
+    Figure("fig7", "Fig 7 — terminal reward, prompt- (top) and interaction-matched (bottom)",
+           panels("table3_terminal", grid(**{"task.match": ["prompts", "interactions"]}),
+                  grid(**{"task.H": [7, 8, 9, 10]}), by_algorithm(*TERMINAL), ylabel="exact-match error"),
+           ncols=4),
+    Figure("fig8", "Fig 8 — anchor and target-matching ablations (prompt-matched)",
+           panels("fig8_ablations", ({},), grid(**{"task.H": [7, 8, 10]}),
+                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), ylabel="exact-match error")),
+    Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(a) first-epoch gradient norm",
+              metrics=("grad_norm",), ylabel="‖g‖₂"),
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(b) weight: winners (solid), losers (dashed)",
+              metrics=("weight_winners", "weight_losers"), ylabel="weight proxy", smooth=50, centred=True)),
+           caption="(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average (spec §6.9). "
+                   "Line style marks the metric here, not the algorithm."),
+    Figure("fig11", "Fig 11 — informative groups are rare early; TPO removes all-fail groups fastest", (
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(a) all-fail groups",
+              metrics=("all_fail",), ylabel="fraction", smooth=50, centred=True),
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(b) prompts with a success",
+              metrics=("frac_success",), ylabel="fraction", smooth=50, centred=True)),
+           caption="All-fail = 1 − frac_success for grouped methods (spec §14.9); centred 50-episode average."),
+    _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K", KS,
+                  "Final error vs K with ±1 s.e.; crosses: paper values."),
+    Figure("fig13", "Fig 13 — zero-variance masking (H=8, K=32, 4 epochs)", (
+        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) learning curves",
+              ylabel="exact-match error"),
+        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(b) final error", kind="bars",
+              logy=True, paper="fig13")),
+           caption="(b) mean ± s.e.; crosses: paper values."),
+    Figure("fig14", "Fig 14 — multi-epoch extraction (H=8, K=32)", tuple(
+        Panel("fig10_diagnostics", (Series({"algorithm.name": "tpo"}, "TPO (4 ep)"),
+                                    Series({"experiment": "fig10_diagnostics_tpo_1ep", "algorithm.name": "tpo"},
+                                           "TPO (1 ep)", style=("#d62728", ":")),
+                                    Series({"algorithm.name": "dg"}, "DG (1 ep)")),
+              title=title, metrics=(metric,), logy=metric == "error", ylabel=ylabel)
+        for title, metric, ylabel in (("(a) error", "error", "exact-match error"),
+                                      ("(b) gradient norm", "grad_norm", "‖g‖₂"))),
+           caption="TPO (1 ep) is the fig10_diagnostics_tpo_1ep preset, drawn dotted in TPO's colour."),
+    _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs", EPOCHS,
+                  "Final error vs epochs with ±1 s.e.; crosses: paper values."),
+    Figure("fig16", "Fig 16 — TPO temperature η (reverse copy, bag-of-tokens, V=2, H=10)", (
+        Panel("table5_eta_sweep", by_value("algorithm.eta", ETAS), title="(a) learning curves",
+              where={"algorithm.name": "tpo"}, ylabel="token error"),
+        Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) final error", kind="final", x="algorithm.eta",
+              xs=ETAS, logx=True, paper="table5")),
+           caption="(b) mean ± s.e.; crosses: paper values (Table 5)."),
+)}

@@ -1,0 +1,371 @@
+"""Paper tables from runs: each cell's runs → its statistic with a bootstrap interval, the paired difference to the
+table's reference (TPO) and the paper's number beside ours.
+
+Which runs fill a cell: runs of the cell's preset (``experiment``) whose config matches every key of the cell.
+Runs that failed are never used. If the matches differ in any other result-relevant config key they are a conflict:
+the configuration with the most seed-steps is used and the cell is flagged. Runs that trained the preset's full step
+budget are preferred; shorter ones are then ignored (and listed), never averaged in. A seed id present in several
+runs is taken from the latest. A cell is complete when it has the preset's seeds and steps, else it is *partial*
+and flagged; a cell with no runs is *missing* and comes with the command that fills it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.report import paper, stats
+from harness.report.load import BUDGET, IGNORED
+from harness.report.specs import Stat, Table, fmt_value, label
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+DONE = ("completed", "diverged")
+
+
+@functools.cache
+def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
+    """(seeds, steps) the preset asks for, or None when conf/experiment/<preset>.yaml is absent or does not compose."""
+    if not (conf / "experiment" / f"{preset}.yaml").exists():
+        return None
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
+            cfg = compose("config", overrides=[f"experiment={preset}", "logger=none"])
+        return int(cfg.seeds), int(cfg.trainer.steps)
+    except Exception:  # noqa: BLE001 - a preset being edited must not break the report
+        return None
+
+
+def norm(value):
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return None if math.isnan(value) else float(value)
+    return str(value)
+
+
+def command(preset: str, key: dict) -> str:
+    """The exact sweep command that produces the runs of one cell."""
+    overrides = [f"experiment={key.get('experiment', preset)}"]
+    for name, value in key.items():
+        if name not in ("experiment", "metric"):
+            overrides.append(f"{'algorithm' if name == 'algorithm.name' else name}={fmt_value(value)}")
+    return "python -m harness -m " + " ".join(overrides)
+
+
+def key_text(key: dict) -> str:
+    return " ".join(f"{k}={fmt_value(v)}" for k, v in key.items())
+
+
+@dataclass
+class Resolved:
+    """The runs behind one cell and what to say about them."""
+
+    status: str  # ok | partial | missing | failed
+    owners: dict[int, list[int]] = field(default_factory=dict)  # run id → the seed ids taken from it
+    flags: list[str] = field(default_factory=list)
+    run_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.owners)
+
+
+class Report:
+    """Runs and curves indexed for fast per-cell access."""
+
+    def __init__(self, runs: pd.DataFrame, curves: pd.DataFrame, resamples: int = stats.RESAMPLES,
+                 seed: int = stats.SEED):
+        self.runs, self.curves, self.resamples, self.seed = runs, curves, resamples, seed
+        self._index = self._blocks(curves)
+        self.with_data = {run for run, _ in self._index}
+        self._resolved: dict[tuple, Resolved] = {}
+
+    def _blocks(self, curves: pd.DataFrame) -> dict[tuple[int, str], slice]:
+        """(run, metric) → slice of the (run, metric)-sorted arrays; load_runs already writes them in that order,
+        so usually this is one linear pass and no sort."""
+        metric = pd.Categorical(curves["metric"])
+        key = curves["run"].to_numpy(np.int64) * max(1, len(metric.categories)) + metric.codes
+        order = None if np.all(key[1:] >= key[:-1]) else np.argsort(key, kind="stable")
+        take = (lambda column: column) if order is None else (lambda column: column[order])
+        self._seed, self._step = take(curves["seed"].to_numpy()), take(curves["step"].to_numpy())
+        self._value = take(curves["value"].to_numpy(dtype=float))
+        key = take(key)
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=int)
+        stops = np.r_[starts[1:], len(key)]
+        categories = metric.categories
+        return {(int(k // max(1, len(categories))), categories[k % max(1, len(categories))]): slice(a, b)
+                for k, a, b in zip(key[starts].tolist(), starts.tolist(), stops.tolist())}
+
+    def budget(self, preset: str, seeds: int = 0, steps: int = 0) -> tuple[int, int, str]:
+        """(seeds, steps, where from): the preset's, else the given (the paper's), else the largest run's."""
+        found = preset_budget(preset)
+        if found:
+            return (*found, "preset")
+        if seeds and steps:
+            return seeds, steps, "paper"
+        mine = self.runs[self.runs.experiment == preset]
+        return int(mine.seeds.max() or 0), int(mine.steps.max() or 0), "largest run"
+
+    def matching(self, preset: str, key: dict) -> pd.DataFrame:
+        runs = self.runs
+        mask = (runs.experiment == key.get("experiment", preset)).to_numpy().copy()
+        for name, value in key.items():
+            if name in ("experiment", "metric"):
+                continue
+            column = {"algorithm.name": "algorithm", "task.name": "task"}.get(name)
+            values = runs[column] if column else runs["config"].map(lambda c, name=name: c.get(name))
+            mask &= (values.map(norm) == norm(value)).to_numpy()
+        return runs[mask]
+
+    def resolve(self, preset: str, key: dict, budget: tuple[int, int, str]) -> Resolved:
+        cache_key = (preset, key_text(key), budget)
+        if cache_key not in self._resolved:
+            self._resolved[cache_key] = self._resolve(self.matching(preset, key), budget)
+        return self._resolved[cache_key]
+
+    def _resolve(self, candidates: pd.DataFrame, budget: tuple[int, int, str]) -> Resolved:
+        seeds_wanted, steps_wanted, _ = budget
+        if candidates.empty:
+            return Resolved("missing")
+        usable = candidates[(candidates.status != "failed") & candidates.run.isin(self.with_data)]
+        if usable.empty:
+            errors = sorted({str(e) for e in candidates.error.dropna()}) or ["no metrics"]
+            return Resolved("failed", flags=[f"failed: {'; '.join(errors)}"], run_dirs=list(candidates.run_dir))
+        flags = []
+        weight = usable.seeds * usable.steps.fillna(0)
+        groups = weight.groupby(usable.signature).sum()
+        if len(groups) > 1:
+            chosen = groups.idxmax()
+            flags.append(f"conflict: {len(groups)} configurations, used the one with most seed-steps "
+                         f"(differs in {', '.join(_differing(usable.config))})")
+            usable = usable[usable.signature == chosen]
+        full = usable[usable.status.isin(DONE) & (usable.steps.fillna(0) >= steps_wanted)]
+        if not full.empty and len(full) < len(usable):
+            flags.append(f"ignored {len(usable) - len(full)} shorter run(s)")
+        used = (full if not full.empty else usable).sort_values("mtime")
+        owner: dict[int, int] = {}
+        for run, seed_ids in zip(used.run, used.seed_ids):
+            for seed in seed_ids:
+                if seed in owner:
+                    flags.append(f"seed {seed} in several runs: used the latest")
+                owner[seed] = run
+        owners: dict[int, list[int]] = {}
+        for seed, run in sorted(owner.items()):
+            owners.setdefault(int(run), []).append(seed)
+        used = used[used.run.isin(owners)]
+        complete = not full.empty and len(owner) >= seeds_wanted
+        if len(owner) < seeds_wanted:
+            flags.append(f"{len(owner)}/{seeds_wanted} seeds")
+        if full.empty:
+            done = used[used.status.isin(DONE)]
+            if not done.empty:
+                flags.append(f"{int(done.steps.min())}/{steps_wanted} steps")
+            for last in used[~used.status.isin(DONE)].last_step:
+                flags.append(f"interrupted at step {int(last)} of {steps_wanted}")
+        if (used.status == "diverged").any():
+            flags.append("some seeds diverged (NaN after divergence; means skip them)")
+        return Resolved("ok" if complete else "partial", owners, flags, list(used.run_dir))
+
+    def matrix(self, resolved: Resolved, metric: str) -> stats.SeedMatrix:
+        seed, step, value = [], [], []
+        for run, seeds in resolved.owners.items():
+            block = self._index.get((run, metric))
+            if block is None:
+                continue
+            keep = np.isin(self._seed[block], seeds)
+            seed.append(self._seed[block][keep])
+            step.append(self._step[block][keep])
+            value.append(self._value[block][keep])
+        if not seed:
+            return stats.seed_matrix(np.zeros(0, int), np.zeros(0, int), np.zeros(0))
+        return stats.seed_matrix(np.concatenate(seed), np.concatenate(step), np.concatenate(value))
+
+    def evaluate(self, table: Table) -> pd.DataFrame:
+        """One row per (cell, stat): ours with interval, flags, the paper's value, paired difference to reference."""
+        rows = []
+        for row, col, key in table.cells():
+            budget = self.budget(key.get("experiment", table.preset), table.seeds, table.steps)
+            resolved = self.resolve(table.preset, key, budget)
+            ref_key = {**key, **table.reference}
+            is_reference = {"experiment": table.preset, **key} == {"experiment": table.preset, **ref_key}
+            ref_budget = self.budget(ref_key.get("experiment", table.preset), table.seeds, table.steps)
+            ref = None if is_reference else self.resolve(table.preset, ref_key, ref_budget)
+            for stat in table.stats:
+                rows.append(self._cell(table, stat, row, col, key, resolved, ref, ref_key, budget))
+        return pd.DataFrame(rows)
+
+    def _cell(self, table: Table, stat: Stat, row: dict, col: dict, key: dict, resolved: Resolved,
+              ref: Resolved | None, ref_key: dict, budget) -> dict:
+        metric = key.get("metric", stat.metric)
+        preset = key.get("experiment", table.preset)
+        published = paper.lookup(table.name, stat.name, {"experiment": preset, **key})
+        matrix = self.matrix(resolved, metric) if resolved.usable else None
+        summary = stats.summarize(stat, matrix, self.resamples, self.seed) if matrix is not None else None
+        comparison = None
+        if ref is not None and ref.usable and matrix is not None:
+            comparison = stats.paired(stat, matrix, self.matrix(ref, metric), self.resamples, self.seed)
+        nan = np.nan
+        return {
+            "table": table.name, "row": label(row), "col": label(col), "stat": stat.name,
+            "ours": summary.value if summary else nan, "se": summary.se if summary else nan,
+            "ci_low": summary.low if summary else nan, "ci_high": summary.high if summary else nan,
+            "paper": published.text if published else "",
+            "paper_in_ci": published.overlaps(summary.low, summary.high) if published and summary else None,
+            "paper_low": published.low if published else nan, "paper_high": published.high if published else nan,
+            "paper_note": published.note if published else "",
+            "reference": label({k: ref_key[k] for k in table.reference}) if ref is not None else "reference",
+            "diff": comparison.diff if comparison else nan, "diff_low": comparison.low if comparison else nan,
+            "diff_high": comparison.high if comparison else nan,
+            "p_better": comparison.p_better if comparison else nan,
+            "paired_seeds": comparison.seeds if comparison else 0,
+            "seeds": summary.seeds if summary else 0, "seeds_run": len(matrix.seeds) if matrix is not None else 0,
+            "last_step": int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else nan,
+            "status": resolved.status, "flags": "; ".join(resolved.flags),
+            "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
+            "cell": key_text(key), "runs": " ".join(resolved.run_dirs), "command": command(table.preset, key),
+        }
+
+
+def _differing(configs: pd.Series) -> list[str]:
+    keys = sorted({k for c in configs for k in c if not k.startswith(IGNORED) and k not in BUDGET})
+    return [k for k in keys if len({str(c.get(k)) for c in configs}) > 1]
+
+
+def missing_commands(records: pd.DataFrame) -> list[str]:
+    """Commands for the cells (or figure lines) of ``records`` (preset, status, command) that are not complete; a
+    preset without any runs collapses to one command."""
+    commands = []
+    for preset, part in records.groupby("preset", sort=False):
+        if (part.status == "missing").all():
+            commands.append(f"python -m harness -m experiment={preset}")
+        else:
+            commands += list(part.command[part.status != "ok"])
+    return list(dict.fromkeys(commands))
+
+
+# ---- rendering ------------------------------------------------------------------------------------------------
+
+def fmt(stat: Stat, value: float) -> str:
+    """A number as the paper prints it: steps as integers ("−" = never), errors in % with 1 decimal (2 significant
+    digits below 1%), "−" above ``dash_above``, raw values with 4 decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if stat.kind == "steps_to":
+        return "−" if math.isinf(value) else f"{value:.0f}"
+    if not stat.percent:
+        return f"{value:.4f}"
+    if stat.dash_above is not None and value > stat.dash_above:
+        return "−"
+    percent = 100 * value
+    return f"{percent:.1f}" if abs(percent) >= 1 or percent == 0 else f"{percent:.2g}"
+
+
+def _interval(stat: Stat, low: float, high: float) -> str:
+    plain = replace(stat, dash_above=None)  # the interval shows numbers even where the value shows "−"
+    return f"[{fmt(plain, low)}, {fmt(plain, high)}]"
+
+
+def cell_text(stat: Stat, cell: pd.Series) -> str:
+    """"58 [52, 66] (58 ✓)": ours [95% CI] (paper, ✓ inside / ✗ outside our interval); † partial."""
+    paper_part = ""
+    if cell.paper:
+        mark = {True: " ✓", False: " ✗"}.get(cell.paper_in_ci, "")
+        paper_part = f" ({cell.paper}{mark})"
+    if cell.status in ("missing", "failed"):
+        return f"{cell.status}{paper_part}"
+    if math.isnan(cell.ours):
+        return f"n/a{paper_part}"
+    dagger = "†" if cell.status == "partial" else ""
+    fewer = f" n={cell.seeds}" if cell.seeds < cell.seeds_run else ""
+    return f"{fmt(stat, cell.ours)}{dagger} {_interval(stat, cell.ci_low, cell.ci_high)}{fewer}{paper_part}"
+
+
+def paired_text(stat: Stat, cell: pd.Series) -> str:
+    if cell.reference == "reference":
+        return "ref"
+    if not cell.paired_seeds:
+        return "–"
+    signed = replace(stat, dash_above=None)
+    diff = "0" if cell["diff"] == 0 else fmt(signed, cell["diff"])
+    if stat.kind == "steps_to" and math.isinf(cell["diff"]):
+        diff = "+never" if cell["diff"] > 0 else "−never"
+    low, high = (("−inf" if math.isinf(v) and v < 0 else "+inf" if math.isinf(v) else fmt(signed, v))
+                 for v in (cell.diff_low, cell.diff_high))
+    probability = "n/a" if math.isnan(cell.p_better) else f"{cell.p_better:.2f}"
+    return f"{diff} [{low}, {high}] P={probability}"
+
+
+def pivot(table: Table, cells: pd.DataFrame, text) -> pd.DataFrame:
+    """The paper's layout: rows × (cols × stats), each cell rendered by ``text(stat, row)``."""
+    stats_by_name = {s.name: s for s in table.stats}
+    multi = len(table.stats) > 1
+    frame = cells.assign(text=[text(stats_by_name[c.stat], c) for _, c in cells.iterrows()])
+    frame["column"] = [" ".join(p for p in (c.col, stats_by_name[c.stat].label if multi else "") if p)
+                       or stats_by_name[c.stat].label for _, c in frame.iterrows()]
+    wide = frame.pivot(index="row", columns="column", values="text")
+    return wide.reindex(index=list(dict.fromkeys(frame.row)), columns=list(dict.fromkeys(frame.column)))
+
+
+LATEX = {"—": "---", "✓": r"\checkmark", "✗": r"$\times$", "†": r"$^\dagger$", "−": "--", "η": r"$\eta$", "%": r"\%",
+         "_": r"\_", "&": r"\&", "#": r"\#", "–": "--", "Δ": r"$\Delta$", "≤": r"$\le$"}
+
+
+def latex(frame: pd.DataFrame, caption: str) -> str:
+    def escape(text: str) -> str:
+        return "".join(LATEX.get(ch, ch) for ch in str(text))
+
+    header = " & ".join(escape(c) for c in [frame.index.name or "", *frame.columns])
+    body = [" & ".join(escape(v) for v in [index, *row]) + r" \\" for index, row in frame.iterrows()]
+    return "\n".join([r"\begin{table}[t]", r"\centering", rf"\caption{{{escape(caption)}}}",
+                      rf"\begin{{tabular}}{{l{'r' * len(frame.columns)}}}", r"\toprule", header + r" \\",
+                      r"\midrule", *body, r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+
+
+RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ inside / ✗ outside our interval, rounding "
+         "included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
+         "below X, \"−\" = never (or > 95% where the paper uses that); † = partial (fewer seeds or steps than the "
+         "preset).")
+PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% bootstrap, same resampled seeds for "
+          "both], P = fraction of paired seeds on which this cell beats the reference (per-seed values; ties ½).")
+
+
+def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
+    """Write <name>.csv (long, every field), <name>.md and <name>.tex; return the markdown."""
+    cells.to_csv(out / f"{table.name}.csv", index=False)
+    main = pivot(table, cells, cell_text)
+    main.index.name = ""
+    (out / f"{table.name}.tex").write_text(latex(main, table.title))
+    budget = cells.budget.iloc[0]
+    lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; paper: {table.seeds} seeds × "
+             f"{table.steps:,} steps. {RULES}" + (f" {table.note}" if table.note else "") + "\n",
+             main.to_markdown(), ""]
+    notes = cells[cells.paper_note != ""].drop_duplicates("cell")
+    if not notes.empty:
+        counts = notes.paper_note.value_counts()
+        parts = [n.paper_note if counts[n.paper_note] > 1 else f"{n.row} {n.col}".strip() + f": {n.paper_note}"
+                 for _, n in notes.iterrows()]
+        lines += ["Paper values: " + "; ".join(dict.fromkeys(parts)) + ".", ""]
+    if table.reference:
+        reference = label(table.reference)
+        lines += [PAIRED.format(ref=reference) + "\n", pivot(table, cells, paired_text).to_markdown(), ""]
+    flagged = cells.drop_duplicates("cell")
+    flagged = flagged[flagged.status != "ok"]
+    if (flagged.status == "missing").all() and len(flagged) == cells.cell.nunique():
+        lines += ["No runs yet: " + ", ".join(f"`{c}`" for c in missing_commands(cells)) + "\n"]
+    elif not flagged.empty:
+        lines.append("Not complete:\n")
+        for _, cell in flagged.iterrows():
+            where = ", ".join(p for p in (cell.row, cell.col) if p)
+            detail = f" ({cell['flags']})" if cell["flags"] else ""
+            lines.append(f"- {where}: **{cell.status}**{detail} — `{cell.command}`")
+        lines.append("")
+    text = "\n".join(lines)
+    (out / f"{table.name}.md").write_text(text)
+    return text

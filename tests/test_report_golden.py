@@ -1,0 +1,212 @@
+"""Golden files for every paper table, built from synthetic run directories with known values.
+
+Every table of ``specs.TABLES`` gets 3 seeds per cell (expected budget 3 seeds × 600 steps; MNIST 2,400), with
+special cells: missing, partial (fewer seeds), failed, interrupted, a conflicting configuration, a shorter
+duplicate run and a cell whose seeds come from two runs. ``UPDATE_GOLDEN=1 pytest tests/test_report_golden.py``
+rewrites tests/golden/ (inspect the diff by eye); the hand-computed assertions below pin a few numbers
+independently of the golden files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.report import tables
+from harness.report.build import write_report
+from harness.report.load import load_runs
+from harness.report.specs import TABLES
+from harness.report.synthetic import make_config, write_run
+from harness.report.tables import Report
+
+GOLDEN = Path(__file__).parent / "golden"
+SEEDS = 3
+STEPS = {"fig4_mnist": np.arange(0, 2400, 200)}
+DEFAULT_STEPS = np.arange(0, 600, 50)
+SPECS = {name: dataclasses.replace(t, seeds=SEEDS, steps=int((STEPS.get(t.preset, DEFAULT_STEPS)[-1]) + 50))
+         for name, t in TABLES.items()}
+MISSING = ("table1_vocab_sweep", "algorithm.name=ppo task.V=16")
+PARTIAL = ("table1_vocab_sweep", "algorithm.name=dg task.V=8")  # 2 of 3 seeds
+FAILED = ("table3_terminal", "algorithm.name=grpo_no_kl task.match=interactions task.H=10")
+INTERRUPTED = ("table2_variations", "task.reward=sequential task.target=flip algorithm.name=ppo")
+CONFLICT = ("fig13_masking", "algorithm.name=grpo_masked")  # a second run with another beta
+SHORTER = ("table5_eta_sweep", "algorithm.name=tpo algorithm.eta=4")  # plus an older 100-step smoke run
+MERGED = ("fig12_k_sweep", "algorithm.name=grpo task.K=64")  # seeds 0-1 and seed 2 in two runs
+
+
+def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, np.ndarray]:
+    """Deterministic curves per cell: error decays at a cell-specific rate to a cell-specific floor."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rate, floor = rng.uniform(0.5, 2.0), rng.choice([0.0, 0.002, 0.005, 0.03, 0.97])
+    t = np.arange(len(steps))
+    error = floor + (1 - floor) * np.exp(-rate * t) * rng.uniform(0.5, 1.0, (seeds, 1))
+    error = np.round(np.clip(error + rng.normal(0, 0.001, (seeds, len(t))), 0, 1), 4)
+    out = {"error": error}
+    if mnist:
+        for b in range(4):
+            out[f"mech_surplus_bin{b}"] = np.round(rng.normal(0.02 * b, 0.01, (seeds, len(t))), 5)
+    return out
+
+
+def run_keys() -> dict[tuple[str, str], dict]:
+    """Every distinct (experiment, config key) the tables ask for."""
+    keys = {}
+    for spec in SPECS.values():
+        for _, _, key in spec.cells():
+            key = {k: v for k, v in key.items() if k != "metric"}
+            experiment = key.pop("experiment", spec.preset)
+            keys[(experiment, tables.key_text(key))] = key
+    return keys
+
+
+def write(root: Path, experiment: str, key: dict, index: int, seeds: int = SEEDS, offset: int = 0,
+          **kwargs) -> Path:
+    mnist = experiment == "fig4_mnist"
+    steps = STEPS.get(experiment, DEFAULT_STEPS)
+    configured = kwargs.pop("configured", int(steps[-1]) + 50)
+    params = {k: v for k, v in key.items() if k != "algorithm.name"} | kwargs.pop("params", {})
+    config = make_config(experiment, "mnist_bandit" if mnist else "token_reversal", key["algorithm.name"], seeds,
+                         configured, seed_offset=offset, **params)
+    data = values(f"{experiment} {tables.key_text(key)}", SEEDS, steps, mnist)
+    data = {m: v[offset:offset + seeds] for m, v in data.items()}
+    logged = kwargs.pop("logged", len(steps))
+    data = {m: v[:, :logged] for m, v in data.items()}
+    return write_run(root / experiment / f"run{index:03d}", config, data, steps=steps[:logged], **kwargs)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("golden") / "runs"
+    for index, ((experiment, text), key) in enumerate(run_keys().items()):
+        cell = (experiment, text)
+        if cell == MISSING:
+            continue
+        if cell == PARTIAL:
+            write(root, experiment, key, index, seeds=2)
+        elif cell == FAILED:
+            write(root, experiment, key, index, status="failed")
+        elif cell == INTERRUPTED:
+            write(root, experiment, key, index, status="interrupted", logged=6)
+        elif cell == MERGED:
+            write(root, experiment, key, index, seeds=2)
+            write(root, experiment, key, 900, seeds=1, offset=2)
+        else:
+            run_dir = write(root, experiment, key, index)
+            if cell == CONFLICT:
+                write(root, experiment, key, 901, params={"algorithm.beta": 0.0}, seeds=2)
+            if cell == SHORTER:
+                smoke = write(root, experiment, key, 902, configured=100, logged=2)
+                os.utime(smoke / "summary.json", (0, 0))  # older than the full run
+                os.utime(run_dir / "summary.json")
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(sweep, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("golden_out")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tables, "preset_budget", lambda preset: None)  # budget = the specs' 3 seeds × 600 steps
+        write_report([sweep], out, tables="all", figures="none", table_specs=SPECS, resamples=500)
+    return out
+
+
+def _normalised_csv(path: Path, sweep: Path) -> pd.DataFrame:
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    frame["runs"] = frame["runs"].fillna("").str.replace(str(sweep.parent), "<tmp>", regex=False)
+    return frame
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_table_matches_golden(name, report, sweep):
+    produced_md = (report / f"{name}.md").read_text()
+    produced_csv = _normalised_csv(report / f"{name}.csv", sweep)
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        (GOLDEN / f"{name}.md").write_text(produced_md)
+        produced_csv.to_csv(GOLDEN / f"{name}.csv", index=False)
+    assert produced_md == (GOLDEN / f"{name}.md").read_text()
+    expected = pd.read_csv(GOLDEN / f"{name}.csv", keep_default_na=False, na_values=[""])
+    assert list(produced_csv.columns) == list(expected.columns)
+    for column in expected.columns:
+        if pd.api.types.is_numeric_dtype(expected[column]):
+            np.testing.assert_allclose(produced_csv[column].astype(float), expected[column].astype(float),
+                                       rtol=1e-9, equal_nan=True, err_msg=column)
+        else:
+            assert produced_csv[column].fillna("").tolist() == expected[column].fillna("").tolist(), column
+
+
+def cells(report: Path, name: str) -> pd.DataFrame:
+    return pd.read_csv(report / f"{name}.csv", keep_default_na=False, na_values=[""], dtype={"paper": str}).set_index(
+        ["cell", "stat"])
+
+
+def test_hand_computed_steps_to_final_and_paired(report):
+    t1 = cells(report, "table1")
+    tpo = values("table1_vocab_sweep algorithm.name=tpo_token task.V=8", SEEDS, DEFAULT_STEPS, False)["error"]
+    mean = tpo.mean(0)
+    first = next((DEFAULT_STEPS[i] for i in range(len(mean)) if mean[i] < 0.01), np.inf)
+    assert t1.loc[("algorithm.name=tpo_token task.V=8", "steps_to_0.01"), "ours"] == first == 150
+    assert t1.loc[("algorithm.name=tpo_token task.V=8", "steps_to_0.01"), "paper"] == "103"
+
+    grpo = values("table1_vocab_sweep algorithm.name=grpo_token task.V=8", SEEDS, DEFAULT_STEPS, False)["error"]
+    grpo_mean = grpo.mean(0)
+    grpo_first = next((DEFAULT_STEPS[i] for i in range(len(grpo_mean)) if grpo_mean[i] < 0.01), np.inf)
+    row = t1.loc[("algorithm.name=grpo_token task.V=8", "steps_to_0.01")]
+    assert row["diff"] == grpo_first - first == 200
+    def first_per_seed(x):
+        return [next((DEFAULT_STEPS[i] for i in range(len(seed)) if seed[i] < 0.01), np.inf) for seed in x]
+
+    wins = [(g < t) + 0.5 * (g == t) for g, t in zip(first_per_seed(grpo), first_per_seed(tpo))]
+    assert row["p_better"] == pytest.approx(np.mean(wins))
+
+    t3 = cells(report, "table3")
+    key = "algorithm.name=tpo task.match=prompts task.H=7"
+    last = values(f"table3_terminal {key}", SEEDS, DEFAULT_STEPS, False)["error"][:, -1]
+    assert t3.loc[(key, "final"), "ours"] == pytest.approx(last.mean())
+    assert t3.loc[(key, "final"), "se"] == pytest.approx(last.std() / np.sqrt(SEEDS))
+    assert t3.loc[(key, "final"), "paper"] == "6.9"
+
+    fig4b = cells(report, "fig4b")
+    surplus = values("fig4_mnist algorithm.name=tpo", SEEDS, STEPS["fig4_mnist"], True)["mech_surplus_bin3"]
+    assert fig4b.loc[("algorithm.name=tpo metric=mech_surplus_bin3", "at_step_2000"), "ours"] == pytest.approx(
+        surplus[:, list(STEPS["fig4_mnist"]).index(2000)].mean())
+
+
+def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
+    t1 = cells(report, "table1")
+    missing = t1.loc[("algorithm.name=ppo task.V=16", "steps_to_0.01")]
+    assert missing["status"] == "missing" and np.isnan(missing["ours"])
+    assert missing["command"] == "python -m harness -m experiment=table1_vocab_sweep algorithm=ppo task.V=16"
+    partial = t1.loc[("algorithm.name=dg task.V=8", "steps_to_0.01")]
+    assert partial["status"] == "partial" and "2/3 seeds" in partial["flags"] and partial["seeds"] == 2
+    failed = cells(report, "table3").loc[(FAILED[1], "final")]
+    assert failed["status"] == "failed" and "synthetic failure" in failed["flags"]
+    interrupted = cells(report, "table2").loc[(INTERRUPTED[1], "steps_to_0.01")]
+    assert interrupted["status"] == "partial" and "interrupted at step 250 of 600" in interrupted["flags"]
+    assert interrupted["last_step"] == 250
+    conflict = cells(report, "fig13").loc[(CONFLICT[1], "final")]
+    assert conflict["status"] == "ok" and "conflict" in conflict["flags"] and "algorithm.beta" in conflict["flags"]
+    shorter = cells(report, "table5").loc[("algorithm.name=tpo algorithm.eta=4", "final")]
+    assert shorter["status"] == "ok" and "ignored 1 shorter run" in shorter["flags"] and shorter["last_step"] == 550
+    merged = cells(report, "fig12").loc[(MERGED[1], "final")]
+    assert merged["status"] == "ok" and merged["seeds"] == 3 and len(merged["runs"].split()) == 2
+    text = (report / "README.md").read_text()
+    assert "python -m harness -m experiment=table1_vocab_sweep algorithm=ppo task.V=16" in text
+    assert "python -m harness -m experiment=table1_vocab_sweep algorithm=dg task.V=8" in text
+
+
+def test_bootstrap_intervals_are_reproducible(sweep):
+    runs, curves = load_runs([sweep], metrics=["error"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tables, "preset_budget", lambda preset: None)
+        first = Report(runs, curves, resamples=300, seed=7).evaluate(SPECS["table3"])
+        again = Report(runs, curves, resamples=300, seed=7).evaluate(SPECS["table3"])
+        other = Report(runs, curves, resamples=300, seed=8).evaluate(SPECS["table3"])
+    pd.testing.assert_frame_equal(first, again)
+    np.testing.assert_array_equal(first.ours, other.ours)  # point values do not depend on the bootstrap

@@ -1,0 +1,94 @@
+"""The table/figure specs stay in sync with the experiment presets and with the paper's numbers."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from harness.report import paper
+from harness.report.specs import FIGURES, TABLES
+from harness.report.tables import CONF, norm
+
+
+@functools.cache
+def preset(name: str):
+    """(composed config, sweep params as lists) of conf/experiment/<name>.yaml, or None while it does not exist."""
+    if not (CONF / "experiment" / f"{name}.yaml").exists():
+        return None
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[f"experiment={name}", "logger=none"], return_hydra_config=True)
+    sweep = {key: [norm(v) for v in str(values).split(",")] for key, values in cfg.hydra.sweeper.params.items()}
+    return cfg, sweep
+
+
+def _value(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def check_cell(default: str, key: dict) -> list[str]:
+    """Problems with one cell: keys the preset neither sweeps over nor sets to the cell's value."""
+    name = key.get("experiment", default)
+    found = preset(name)
+    if found is None:
+        pytest.skip(f"preset {name} not written yet")
+    cfg, sweep = found
+    problems = []
+    for config_key, value in key.items():
+        if config_key in ("experiment", "metric"):
+            continue
+        sweep_key = "algorithm" if config_key == "algorithm.name" else config_key
+        if sweep_key in sweep:
+            ok = norm(value) in [norm(_value(str(v))) for v in sweep[sweep_key]]
+        else:
+            ok = norm(OmegaConf.select(cfg, config_key)) == norm(value)
+        if not ok:
+            problems.append(f"{name}: {config_key}={value} is not in the preset's grid")
+    return problems
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_table_cell_is_in_its_presets_grid(name):
+    table = TABLES[name]
+    problems = [p for _, _, key in table.cells() for p in check_cell(table.preset, key)]
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_every_figure_line_is_in_its_presets_grid(name):
+    problems = []
+    for panel in FIGURES[name].panels:
+        xs = [{panel.x: x} for x in panel.xs] or [{}]
+        for series in panel.series:
+            for x in xs:
+                problems += check_cell(panel.preset, {**panel.where, **series.key, **x})
+    assert not problems, problems
+
+
+def test_every_published_number_belongs_to_a_table_cell():
+    numbers = paper.paper_numbers()
+    orphans = []
+    for _, row in numbers.iterrows():
+        table = TABLES[row.artefact]
+        assert row.stat in {s.name for s in table.stats}, row.to_dict()
+        keys = [{"experiment": table.preset, **key} for _, _, key in table.cells()]
+        if not any(all(k in key and paper._same(key[k], v) for k, v in row.key.items()) for key in keys):
+            orphans.append(f"{row.artefact} {row.cell}")
+    assert not orphans, orphans
+    # spot checks against the paper (spec §12)
+    assert paper.lookup("table3", "final", {"algorithm.name": "tpo", "task.match": "interactions",
+                                            "task.H": 10}).text == "19.0"
+    mnist_dg = paper.lookup("fig4a", "final", {"algorithm.name": "dg"})
+    assert (mnist_dg.text, mnist_dg.low, mnist_dg.high) == ("3.2", pytest.approx(0.031), pytest.approx(0.033))
+    never = paper.lookup("table2", "steps_to_0.01", {"task.reward": "sequential", "task.target": "copy",
+                                                     "algorithm.name": "ppo"})
+    assert never.text == "−" and never.overlaps(900, float("inf")) and not never.overlaps(100, 900)
+    rounded = paper.lookup("table1", "steps_to_0.01", {"algorithm.name": "dg", "task.V": 16})
+    assert rounded.overlaps(393, 400) and not rounded.overlaps(394, 400)
+    six_nine = paper.lookup("table3", "final", {"algorithm.name": "tpo", "task.match": "prompts", "task.H": 7})
+    assert six_nine.overlaps(0.0694, 0.08) and not six_nine.overlaps(0.0696, 0.08)  # 6.9% stands for [6.85, 6.95]

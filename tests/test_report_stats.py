@@ -1,0 +1,98 @@
+"""Spec §7 rules, the bootstrap and the paired statistics, checked against numbers computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.report.specs import Stat
+from harness.report.stats import SeedMatrix, bootstrap, paired, per_seed, point, resample_counts, seed_matrix, \
+    summarize
+
+FINAL, TO_1 = Stat("final"), Stat("steps_to", threshold=0.01)
+
+
+def matrix(values, steps=None, seeds=None) -> SeedMatrix:
+    values = np.asarray(values, dtype=float)
+    return SeedMatrix(np.arange(len(values)) if seeds is None else np.asarray(seeds),
+                      np.arange(values.shape[1]) if steps is None else np.asarray(steps), values)
+
+
+def test_steps_to_is_strict_and_uses_the_seed_mean_curve():
+    # seed means: 0.5, 0.02, 0.01 (not < 0.01), 0.0095 → step 30 (steps are labels, not indices)
+    m = matrix([[0.6, 0.03, 0.012, 0.009], [0.4, 0.01, 0.008, 0.010]], steps=[0, 10, 20, 30])
+    assert point(TO_1, m) == 30
+    assert point(Stat("steps_to", threshold=0.0095), m) == np.inf  # 0.0095 is not below 0.0095
+    # per seed: seed 0 first < 0.01 at 30; seed 1 at 20
+    np.testing.assert_array_equal(per_seed(TO_1, m), [30, 20])
+
+
+def test_final_and_se_skip_diverged_seeds_and_use_population_std():
+    m = matrix([[0.5, 0.2], [0.5, 0.4], [0.5, np.nan]])
+    summary = summarize(FINAL, m)
+    assert summary.value == pytest.approx(0.3)
+    assert summary.se == pytest.approx(0.1 / np.sqrt(2))  # popstd of (0.2, 0.4) = 0.1
+    assert summary.seeds == 2
+    assert point(Stat("at_step", step=0), m) == pytest.approx(0.5)
+    assert np.isnan(point(Stat("at_step", step=7), m))
+
+
+def test_seed_matrix_keeps_only_steps_every_seed_logged():
+    m = seed_matrix(np.array([0, 0, 0, 1, 1]), np.array([0, 1, 2, 0, 1]), np.array([1.0, 2, 3, 4, 5]))
+    np.testing.assert_array_equal(m.steps, [0, 1])
+    np.testing.assert_array_equal(m.values, [[1, 2], [4, 5]])
+
+
+def test_bootstrap_is_reproducible_and_matches_a_naive_resampler():
+    rng = np.random.default_rng(1)
+    m = matrix(rng.random((7, 5)))
+    first, again = summarize(FINAL, m, resamples=500, seed=3), summarize(FINAL, m, resamples=500, seed=3)
+    assert (first.low, first.high) == (again.low, again.high)
+    assert (first.low, first.high) != (summarize(FINAL, m, resamples=500, seed=4).low,
+                                       summarize(FINAL, m, resamples=500, seed=4).high)
+    # naive: draw seed indices with the same generator, average the last column, take the quantiles
+    draws = np.random.default_rng(3).integers(0, 7, size=(500, 7))
+    naive = m.values[draws, -1].mean(1)
+    np.testing.assert_allclose(bootstrap(FINAL, m, resample_counts(7, 500, 3)), naive)
+    assert first.low == pytest.approx(np.quantile(naive, 0.025, method="inverted_cdf"))
+    assert first.high == pytest.approx(np.quantile(naive, 0.975, method="inverted_cdf"))
+    assert first.low <= first.value <= first.high
+
+
+def test_steps_to_bootstrap_matches_a_naive_resampler_including_never():
+    rng = np.random.default_rng(2)
+    m = matrix(np.clip(rng.random((5, 400)) * np.exp(-np.arange(400) / 60) + rng.random((5, 1)) * 0.012, 0, 1))
+    draws = np.random.default_rng(0).integers(0, 5, size=(300, 5))
+    curves = m.values[draws].mean(1)
+    below = curves < 0.01
+    naive = np.where(below.any(1), below.argmax(1), np.inf)
+    np.testing.assert_array_equal(bootstrap(TO_1, m, resample_counts(5, 300, 0)), naive)
+    assert np.isinf(naive).any() and np.isfinite(naive).any()  # the example exercises both outcomes
+
+
+def test_paired_difference_and_probability_of_improvement():
+    reference = matrix([[0.5, 0.4], [0.5, 0.2], [0.5, 0.3], [0.5, 0.1]], seeds=[0, 1, 2, 3])
+    # better than the reference on seeds 0 and 2, tie on 1, worse on 3; seed 9 has no partner
+    algorithm = matrix([[0.5, 0.1], [0.5, 0.2], [0.5, 0.2], [0.5, 0.3], [0.5, 0.0]], seeds=[0, 1, 2, 3, 9])
+    result = paired(FINAL, algorithm, reference, resamples=400)
+    assert result.seeds == 4
+    assert result.diff == pytest.approx((0.1 + 0.2 + 0.2 + 0.3) / 4 - (0.4 + 0.2 + 0.3 + 0.1) / 4)  # -0.05
+    assert result.p_better == pytest.approx((1 + 0.5 + 1 + 0) / 4)
+    assert result.low <= result.diff <= result.high
+    same = paired(FINAL, reference, reference)
+    assert (same.diff, same.low, same.high, same.p_better) == (0, 0, 0, 0.5)
+
+
+def test_paired_steps_to_counts_never_minus_never_as_zero():
+    never = matrix([[0.5, 0.5, 0.5]] * 3)
+    fast = matrix([[0.5, 0.005, 0.0]] * 3)
+    assert paired(TO_1, never, never).diff == 0
+    slow = paired(TO_1, never, fast)
+    assert slow.diff == np.inf and slow.p_better == 0.0
+    assert paired(TO_1, fast, never).p_better == 1.0
+
+
+def test_higher_is_better_flips_the_probability():
+    low, high = matrix([[0.1], [0.1]]), matrix([[0.2], [0.2]])
+    assert paired(Stat("final", higher_is_better=True), high, low).p_better == 1.0
+    assert paired(FINAL, high, low).p_better == 0.0

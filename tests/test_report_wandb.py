@@ -1,0 +1,73 @@
+"""W&B runs (one per seed, grouped <experiment>/<task>/<algorithm>) convert to the same frames as run directories."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.report.load import flatten, load_runs
+from harness.report.synthetic import make_config, write_run
+
+
+class FakeRun:
+    def __init__(self, config: dict, steps: np.ndarray, values: dict[str, np.ndarray], state="finished",
+                 status="completed"):
+        self.config, self.state, self.summary = config, state, {"status": status}
+        self.group = f"{config['experiment_name']}/{config['task']['name']}/{config['algorithm']['name']}"
+        self._rows = [{"_step": int(s), "_runtime": 1.0, **{m: float(v[i]) for m, v in values.items()}}
+                      for i, s in enumerate(steps)]
+
+    def scan_history(self):
+        return iter(self._rows)
+
+    def history(self, *args, **kwargs):
+        raise AssertionError("history() is sampled; the loader must use scan_history()")
+
+
+class FakeApi:
+    def __init__(self, runs: list[FakeRun]):
+        self._runs, self.calls = runs, []
+
+    def runs(self, path, filters=None):
+        self.calls.append((path, filters))
+        return list(self._runs)
+
+
+def test_wandb_runs_convert_like_run_directories(tmp_path):
+    rng = np.random.default_rng(0)
+    steps = np.arange(0, 40, 10)
+    fake, expected = [], {}
+    for algorithm, eta in (("tpo", 0.5), ("tpo", 2.0), ("grpo", 1.0)):
+        config = make_config("table5_eta_sweep", "token_reversal", algorithm, 3, 40, **{"algorithm.eta": eta})
+        error, entropy = rng.random((3, len(steps))), rng.random((3, len(steps)))
+        write_run(tmp_path / f"{algorithm}{eta}", config, {"error": error, "target_entropy": entropy}, steps=steps)
+        for seed in range(3):
+            seeded = {**config, "trainer": {"steps": 40}, "seed": seed}
+            fake.append(FakeRun(seeded, steps, {"error": error[seed], "target_entropy": entropy[seed]}))
+    api = FakeApi(fake[::-1])  # order must not matter
+    runs_w, curves_w = load_runs(wandb=["me/tpo"], wandb_api=api, wandb_filters={"group": "x"})
+    runs_l, curves_l = load_runs([tmp_path])
+    assert api.calls == [("me/tpo", {"group": "x"})]
+
+    key = ["experiment", "algorithm", "algorithm.eta", "seed", "step", "metric"]
+    for frame in (curves_w, curves_l):
+        assert "algorithm.eta" in frame.columns  # the distinguishing parameter is a column of the tidy frame
+    left = curves_w.astype({c: str for c in key}).sort_values(key).reset_index(drop=True)
+    right = curves_l.astype({c: str for c in key}).sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(left[key + ["value"]], right[key + ["value"]])
+    summary = ["experiment", "task", "algorithm", "status", "seed_ids", "steps", "signature"]
+    assert (runs_w[summary].sort_values("signature").to_dict("records")
+            == runs_l[summary].sort_values("signature").to_dict("records"))
+
+
+def test_failed_and_running_seeds_are_not_silently_complete():
+    config = make_config("fig1b_sparse", "token_reversal", "tpo", 3, 20)
+    steps = np.arange(5)
+    runs = [FakeRun({**config, "seed": 0}, steps, {"error": np.zeros(5)}),
+            FakeRun({**config, "seed": 1}, steps[:2], {"error": np.zeros(2)}, state="running", status=None),
+            FakeRun({**config, "seed": 2}, steps[:0], {"error": np.zeros(0)}, state="crashed", status=None)]
+    frame, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(runs))
+    run = frame.iloc[0]
+    assert run.status == "interrupted" and run.seed_ids == (0, 1)
+    assert set(curves.seed) == {0, 1}
+    assert flatten({"a": {"b": 1}, "c": [1, 2]}) == {"a.b": 1, "c": (1, 2)}
