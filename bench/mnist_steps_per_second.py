@@ -11,21 +11,16 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from harness.run import build_task
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from harness.run import build_task, compose_config
 
 
 def make_task(algorithm: str, seeds: int, seed_offset: int = 0):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[f"task=mnist_bandit", f"algorithm={algorithm}", f"seeds={seeds}",
-                                           f"seed_offset={seed_offset}", "logger=none", "task.mechanism=false"])
+    cfg = compose_config(["task=mnist_bandit", f"algorithm={algorithm}", f"seeds={seeds}",
+                          f"seed_offset={seed_offset}", "logger=none", "task.mechanism=false"])
     with open_dict(cfg):
         cfg.task.eval_every = 10**9
     return build_task(cfg)

@@ -13,22 +13,17 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 
-from harness.run import build_task
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from harness.run import build_task, compose_config
 
 
 def make_task(algorithm: str, seeds: int, args):
-    overrides = [f"task=token_reversal", f"algorithm={algorithm}", f"seeds={seeds}", "logger=none",
+    overrides = ["task=token_reversal", f"algorithm={algorithm}", f"seeds={seeds}", "logger=none",
                  f"task.reward={args.reward}", f"task.H={args.H}", f"task.V={args.V}", f"task.K={args.K}",
                  f"task.batch_size={args.batch_size}"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return build_task(compose("config", overrides=overrides))
+    return build_task(compose_config(overrides))
 
 
 def time_episodes(task, episodes: int) -> tuple[float, float]:

@@ -13,14 +13,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness import outputs
-from harness.run import train
+from harness.run import CONFIG_DIR, train
 from tasks.base import ConfigError
 
 log = logging.getLogger("harness")
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Train one configuration; return the final mean error (for Hydra sweepers that optimise it)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import get_algorithm
@@ -22,6 +23,13 @@ from tasks import get_task
 from tasks.base import ConfigError, Task, check_choice, check_positive_int
 
 log = logging.getLogger(__name__)
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config exactly as ``python -m harness <overrides>`` composes it, for scripts, benches and tests."""
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
 def build_task(cfg: DictConfig) -> Task:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
+
+from harness.run import compose_config as harness_compose
+from harness.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -19,20 +21,17 @@ torch.set_num_threads(1)
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
-def compose_config(overrides: list[str], *, run_dir: Path | None = None):
+def compose_config(overrides: list[str]):
     """The composed config exactly as ``python -m harness <overrides>`` would see it (logger=none by default)."""
     if not any(o.startswith("logger=") for o in overrides):
         overrides = [*overrides, "logger=none"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=overrides, return_hydra_config=False)
+    cfg = harness_compose(overrides)
     with open_dict(cfg):
         cfg.trainer.progress = False
     return cfg
 
 
 def run_config(overrides: list[str], run_dir: Path):
-    from harness.run import train
-
     run_dir.mkdir(parents=True, exist_ok=True)
     return train(compose_config(overrides), run_dir)
 

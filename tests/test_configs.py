@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from algorithms import ALGORITHMS
 from conftest import CONF, compose_config, run_config
 from harness.run import build_task
+from harness.run import compose_config as harness_compose
 from tasks import TASKS, get_task
 from tasks.base import ConfigError
 
@@ -20,8 +20,7 @@ TINY = {"mnist_bandit": ["trainer.steps=4", "task.eval_every=2"], "tabular_singl
 
 
 def sweep_combinations(experiment: str) -> list[list[str]]:
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    cfg = harness_compose([f"experiment={experiment}"], with_hydra=True)
     params = cfg.hydra.sweeper.params or {}
     axes = [[f"{key}={value}" for value in str(values).split(",")] for key, values in params.items()]
     return [list(combo) for combo in itertools.product(*axes)]
@@ -56,7 +55,6 @@ def test_task_algorithm_pairs_run_or_fail_early(task, algorithm, tmp_path):
 
 def test_slurm_launcher_configs_compose():
     for launcher in ("submitit_slurm_cpu", "submitit_slurm_gpu"):
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-            cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+        cfg = harness_compose([f"hydra/launcher={launcher}"], with_hydra=True)
         assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
         assert cfg.hydra.launcher.cpus_per_task >= 1
