@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from algorithms.functional import softmax
 from algorithms.scores import standardize
 
 
@@ -48,7 +49,7 @@ def grpo_direction(probs, correct):
 def tpo_direction(probs, correct, eta: float = 1.0):
     """Exact TPO: q − π with q ∝ (π + 1e-8)·exp(u/η), u = standardize(e_y) over the arms (+3, −1/3, ... for 10)."""
     u = standardize(_one_hot_like(probs, correct))
-    target = (torch.log(probs + 1e-8) + u / eta).softmax(-1)
+    target = softmax(torch.log(probs + 1e-8) + u / eta)
     return target - probs
 
 

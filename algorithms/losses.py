@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from algorithms.functional import log_softmax
 from algorithms.scores import ZERO_VARIANCE_THRESHOLD, population_std, standardize
 
 
@@ -31,7 +32,7 @@ class _CrossEntropyToTarget(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        log_p = logits.log_softmax(-1)
+        log_p = log_softmax(logits)
         ctx.save_for_backward(log_p, target)
         return -(target * log_p).sum(-1)
 
@@ -47,7 +48,7 @@ def tpo_target(
     """q_k ∝ p_old_k · exp(u_k / η) over the group (Eq. 2); with ``anchor=False``, q = softmax(u / η)."""
     u = standardize(scores.detach(), zero_variance=zero_variance)
     logits = logp_old.detach() + u / eta if anchor else u / eta
-    return logits.log_softmax(-1).exp()
+    return log_softmax(logits).exp()
 
 
 def tpo_loss(
@@ -159,3 +160,21 @@ def pg_loss(logp_new: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
 def ce_loss(logp_label: torch.Tensor) -> torch.Tensor:
     """Supervised cross-entropy oracle: −mean log π(y) (full information, no sampling)."""
     return _mean_over_batch(-logp_label.sum(-1))
+
+
+def sequence_logprob(token_logp: torch.Tensor, mask: torch.Tensor, length_normalized: bool = False) -> torch.Tensor:
+    """Sequence log-prob ℓ = Σ_t mask_t · log π(y_t) over the last (token) axis, the paper's definition; with
+    ``length_normalized`` it is divided by the number of unmasked tokens (an ablation; an empty sequence gives 0)."""
+    mask = mask.to(token_logp.dtype)
+    total = (token_logp * mask).sum(-1)
+    return total / mask.sum(-1).clamp_min(1.0) if length_normalized else total
+
+
+def reference_kl(token_logp_new: torch.Tensor, token_logp_ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """k3 estimate of KL(π_θ ‖ π_ref) per token, e^{r−ℓ} − (r − ℓ) − 1 (ℓ current, r reference log-prob), averaged
+    over each sequence's unmasked tokens and then over the batch axes: (R, ..., T) → (R,). Gradient flows through
+    ``token_logp_new`` only."""
+    delta = token_logp_ref.detach() - token_logp_new
+    per_token = delta.exp() - delta - 1.0
+    mask = mask.to(per_token.dtype)
+    return _mean_over_batch((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0))

@@ -1,11 +1,17 @@
-"""Token-reversal training speed: episodes/s per algorithm at 1 and 20 batched seeds (issue #3 / #5 baseline).
+"""Token-reversal training speed: episodes/s per algorithm at 1 and 20 seeds, and the average over a whole run.
 
     python bench/token_episodes_per_second.py [--reward terminal] [--H 10] [--V 2] [--episodes 3] [--threads 1]
+        [--chunks 1,20] [--run-episodes 2000 --run-algorithms tpo,grpo]
 
 Default setting: terminal reward, reverse copy, H = 10, V = 2, K = 8, B = 100 (Table 3 / Fig 1b). Each number is
-wall time per episode after one warm-up episode, with all epochs; CPU seconds per episode are printed beside it.
-The paper's JAX reference costs 1.83 (TPO) and 2.09 (GRPO) CPU-seconds per episode and seed at H = 10 on this
-machine class. Timings on a shared machine are noisy: compare the rows of one run.
+wall time per episode after one warm-up episode, with all epochs, from initialisation (where every sampled answer
+is distinct: the most expensive episodes); CPU seconds per episode and seed are printed beside it. At 20 seeds the
+seeds are computed in chunks of ``task.seed_chunk`` (1 = one seed at a time, 20 = one batched program): each
+chunking is one row. ``--run-episodes N`` also trains N episodes at 1 seed and reports the average CPU-seconds per
+episode over the whole run, with the cost of its first and last tenth: late in training most of a group's answers
+coincide and ``task.dedup`` decodes and trains each distinct answer once. The paper's JAX reference costs 1.83
+(TPO) and 2.09 (GRPO) CPU-seconds per episode and seed at H = 10 and 1.16 at H = 7 on this machine class.
+Timings on a shared machine are noisy: compare the rows of one run.
 """
 
 from __future__ import annotations
@@ -19,11 +25,22 @@ import torch
 from harness.run import build_task, compose_config
 
 
-def make_task(algorithm: str, seeds: int, args):
+def make_task(algorithm: str, seeds: int, args, chunk: int | str = "auto"):
     overrides = ["task=token_reversal", f"algorithm={algorithm}", f"seeds={seeds}", "logger=none",
                  f"task.reward={args.reward}", f"task.H={args.H}", f"task.V={args.V}", f"task.K={args.K}",
-                 f"task.batch_size={args.batch_size}"]
+                 f"task.batch_size={args.batch_size}", f"task.seed_chunk={chunk}"]
     return build_task(compose_config(overrides))
+
+
+def time_run(task, episodes: int) -> tuple[float, float, float]:
+    """CPU seconds per episode over a whole run from initialisation: (average, first tenth, last tenth)."""
+    costs = []
+    for episode in range(episodes):
+        cpu = time.process_time()
+        task.step(episode)
+        costs.append(time.process_time() - cpu)
+    tenth = max(1, episodes // 10)
+    return sum(costs) / episodes, sum(costs[:tenth]) / tenth, sum(costs[-tenth:]) / tenth
 
 
 def time_episodes(task, episodes: int) -> tuple[float, float]:
@@ -45,16 +62,28 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--seeds", default="1,20")
     parser.add_argument("--algorithms", default="tpo,grpo,grpo_no_kl,ppo,dg")
+    parser.add_argument("--chunks", default="1,20", help="task.seed_chunk values timed at more than one seed")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--run-episodes", type=int, default=0, help="also time a whole run of this many episodes")
+    parser.add_argument("--run-algorithms", default="tpo,grpo")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {platform.machine()}, threads={args.threads}; token_reversal reward="
           f"{args.reward} H={args.H} V={args.V} K={args.K} B={args.batch_size}; {args.episodes} timed episodes")
-    print(f"{'algorithm':<12}{'seeds':>6}{'s/episode':>11}{'episodes/s':>12}{'CPU-s/episode/seed':>20}")
+    print(f"{'algorithm':<12}{'seeds':>6}{'chunk':>6}{'s/episode':>11}{'episodes/s':>12}{'CPU-s/episode/seed':>20}"
+          f"{'per-seed throughput vs 1 seed':>31}")
     for algorithm in args.algorithms.split(","):
+        single = None
         for seeds in map(int, args.seeds.split(",")):
-            wall, cpu = time_episodes(make_task(algorithm, seeds, args), args.episodes)
-            print(f"{algorithm:<12}{seeds:>6}{wall:>11.3f}{1 / wall:>12.2f}{cpu / seeds:>20.3f}", flush=True)
+            for chunk in [1] if seeds == 1 else [c for c in map(int, args.chunks.split(",")) if c <= seeds]:
+                wall, cpu = time_episodes(make_task(algorithm, seeds, args, chunk), args.episodes)
+                single = single or cpu
+                print(f"{algorithm:<12}{seeds:>6}{chunk:>6}{wall:>11.3f}{1 / wall:>12.2f}{cpu / seeds:>20.3f}"
+                      f"{single / (cpu / seeds):>31.0%}", flush=True)
+    for algorithm in args.run_algorithms.split(",") if args.run_episodes else []:
+        average, first, last = time_run(make_task(algorithm, 1, args), args.run_episodes)
+        print(f"{algorithm}: whole run of {args.run_episodes} episodes, 1 seed: {average:.3f} CPU-s per episode on "
+              f"average (first tenth {first:.3f}, last tenth {last:.3f})", flush=True)
 
 
 if __name__ == "__main__":

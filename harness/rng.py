@@ -56,16 +56,21 @@ def stream_key(stream: str | int, step: int = 0) -> int:
     return _mix_int(_mix_int(name * _GOLDEN + 1) ^ _mix_int(step + 0x632BE59BD9B4E019))
 
 
-def random_bits(seeds: torch.Tensor, stream: str | int, step: int, shape: Sequence[int]) -> torch.Tensor:
-    """int64 hash values of shape (len(seeds), *shape) for the given stream and step."""
+def random_bits(seeds: torch.Tensor, stream: str | int, step: int | range, shape: Sequence[int]) -> torch.Tensor:
+    """int64 hash values of shape (len(seeds), *shape) for the given stream and step.
+
+    ``step`` may be a range of steps: the result then has shape (len(seeds), len(step), *shape), with exactly the
+    values of the per-step calls, so a task can draw a block of steps at once (one call instead of many)."""
     count = math.prod(shape)
-    base = _mix(seeds.to(torch.int64) * _signed(_GOLDEN) ^ _signed(stream_key(stream, step)))
+    steps = step if isinstance(step, range) else [step]
+    keys = torch.tensor([_signed(stream_key(stream, s)) for s in steps], dtype=torch.int64, device=seeds.device)
+    base = _mix(seeds.to(torch.int64)[:, None] * _signed(_GOLDEN) ^ keys)  # (S, steps)
     index = torch.arange(count, device=seeds.device, dtype=torch.int64)
-    bits = _mix(base[:, None] + (index + 1) * _signed(_GOLDEN))
-    return bits.view(len(seeds), *shape)
+    bits = _mix(base[..., None] + (index + 1) * _signed(_GOLDEN))
+    return bits.view(len(seeds), len(steps), *shape) if isinstance(step, range) else bits.view(len(seeds), *shape)
 
 
-def uniform(seeds: torch.Tensor, stream: str | int, step: int, shape: Sequence[int]) -> torch.Tensor:
+def uniform(seeds: torch.Tensor, stream: str | int, step: int | range, shape: Sequence[int]) -> torch.Tensor:
     """float32 uniforms in the open interval (0, 1), 23 random bits each (so b + 0.5 is exact in float32)."""
     bits = _shift_right(random_bits(seeds, stream, step, shape), 41)
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 23))
@@ -99,7 +104,7 @@ def lecun_normal(seeds: torch.Tensor, stream: str | int, shape: Sequence[int], f
     return truncated_normal(seeds, stream, 0, shape, std)
 
 
-def randint(seeds: torch.Tensor, stream: str | int, step: int, shape: Sequence[int], high: int) -> torch.Tensor:
+def randint(seeds: torch.Tensor, stream: str | int, step: int | range, shape: Sequence[int], high: int) -> torch.Tensor:
     """Integers uniform in [0, high) (bias below 2^-40 for the sizes used here)."""
     bits = _shift_right(random_bits(seeds, stream, step, shape), 1)
     return bits % high

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithms import Rollout, losses
+from algorithms.functional import log_softmax, softmax
 from algorithms.scores import zscore_advantages
 from harness import rng
 from tasks.base import StepOutput, Task, check_choice
@@ -21,6 +22,7 @@ from tasks.models.mlp import init_mlp, mlp_logits
 MECHANISM_ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")
 MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
 STEP_LABELS = ("reference", "updates")
+RNG_BLOCK = 200  # steps of random draws made per call
 
 
 class MnistBandit(Task):
@@ -36,14 +38,17 @@ class MnistBandit(Task):
         self.eval_every, self.batch_size = int(cfg.eval_every), int(cfg.batch_size)
         data = load_mnist(cfg.data_dir, cfg.source)
         as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
-        self.train_images, self.train_labels = as_tensor("train_images"), as_tensor("train_labels").long()
+        # float once (157 MB) instead of converting each step's batch: the per-step gather is then a plain copy
+        self.train_images = as_tensor("train_images").float().div_(255.0)
+        self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
         self.mechanism = bool(cfg.mechanism) and self.algorithm.name in MECHANISM_ALGORITHMS
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
         self.params = {k: v.to(self.device).requires_grad_(True) for k, v in init_mlp(self.seeds).items()}
-        self.optimizer = torch.optim.Adam(self.params.values(), lr=float(cfg.lr))
+        self._block = None
+        self.optimizer = torch.optim.Adam(self.params.values(), lr=float(cfg.lr), fused=True)  # one kernel per step
 
     def _loss(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Per-seed loss for the configured algorithm, built from the shared library functions."""
@@ -72,7 +77,7 @@ class MnistBandit(Task):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, torch.Tensor]:
-        probs = mlp_logits(self.params, self.test_images).softmax(-1)  # (S, N, 10)
+        probs = softmax(mlp_logits(self.params, self.test_images))  # (S, N, 10)
         metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
         if self.mechanism:
             eta = float(self.algorithm_cfg.get("eta", 1.0))
@@ -82,12 +87,24 @@ class MnistBandit(Task):
                     metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()
         return metrics
 
+    def draws(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's image indices (stream "contexts") and action uniforms ("actions"), (S, B) each.
+
+        Drawn for RNG_BLOCK steps at a time: the counter-based streams give exactly the per-step values, and one
+        call per block removes the hashing's per-step dispatch cost (~0.4 ms of a 1-seed step)."""
+        block = step // RNG_BLOCK
+        if self._block != block:
+            steps = range(block * RNG_BLOCK, (block + 1) * RNG_BLOCK)
+            self._index = rng.randint(self.seeds, "contexts", steps, (self.batch_size,), len(self.train_labels))
+            self._uniforms = rng.uniform(self.seeds, "actions", steps, (self.batch_size,))
+            self._block = block
+        return self._index[:, step % RNG_BLOCK], self._uniforms[:, step % RNG_BLOCK]
+
     def step(self, step: int) -> StepOutput:
-        index = rng.randint(self.seeds, "contexts", step, (self.batch_size,), len(self.train_labels)).to(self.device)
-        images = self.train_images[index].float().div_(255.0)
-        labels = self.train_labels[index]
-        log_probs = mlp_logits(self.params, images).log_softmax(-1)
-        u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
+        index, u = self.draws(step)
+        images = self.train_images.index_select(0, index.flatten()).view(*index.shape, -1)  # 2–3× faster than [index]
+        labels = self.train_labels.index_select(0, index.flatten()).view_as(index)
+        log_probs = log_softmax(mlp_logits(self.params, images))
         actions = rng.sample_categorical(log_probs.detach(), u)
         loss = self._loss(log_probs, actions, labels)
         self.optimizer.zero_grad(set_to_none=True)

@@ -10,6 +10,7 @@ import torch
 
 from algorithms import Rollout, losses
 from algorithms.exact import EXACT_DIRECTIONS
+from algorithms.functional import log_softmax, softmax
 from harness import rng
 from tasks.base import StepOutput, Task
 
@@ -44,7 +45,7 @@ class TabularSingle(Task):
 
     def _direction(self, step: int) -> torch.Tensor:
         logits = self.logits.detach().requires_grad_(True)
-        log_probs = logits.log_softmax(-1)
+        log_probs = log_softmax(logits)
         u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
         actions = rng.sample_categorical(log_probs.detach().unsqueeze(1), u)  # (S, B)
         rewards = (actions == 0).float()
@@ -68,7 +69,7 @@ class TabularSingle(Task):
         return -grad
 
     def step(self, step: int) -> StepOutput:
-        probs = self.logits.softmax(-1)
+        probs = softmax(self.logits)
         p = probs[:, :1]
         oracle = p * (torch.nn.functional.one_hot(torch.zeros_like(p[:, 0], dtype=torch.long), probs.shape[1]) - probs)
         direction = self._direction(step)
@@ -101,11 +102,11 @@ class TabularMulti(Task):
         self.correct = torch.zeros(len(self.seeds), shape[0], dtype=torch.long, device=self.device)
 
     def step(self, step: int) -> StepOutput:
-        probs = self.logits.softmax(-1)
+        probs = softmax(self.logits)
         direction = self.direction(probs, self.correct, **self.direction_kwargs)
         alignment = misalignment(direction, EXACT_DIRECTIONS["ce"](probs, self.correct))
         self.logits = normalised_step(self.logits, direction, self.alpha)
-        error = 1.0 - self.logits.softmax(-1)[..., 0].mean(-1)
+        error = 1.0 - softmax(self.logits)[..., 0].mean(-1)
         return StepOutput(loss=direction.flatten(1).sum(1), metrics={"error": error, "misalignment": alignment},
                           log_step=step)
 

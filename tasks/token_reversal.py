@@ -21,7 +21,7 @@ exactly zero first-epoch gradient). Success (for the diagnostics) is a correct f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -71,22 +71,50 @@ def candidate_rewards(candidates: torch.Tensor, y: torch.Tensor, reward: str) ->
 
 
 @torch.no_grad()
-def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor, shared_prefixes: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """K full answers per prompt with the KV cache: prompts (S, B, H), uniforms (S, B, K, H) → actions and their
-    sampling log-probs, both (S, B, K, H). The prompt is prefilled once and its cache expanded to the K samples."""
+    sampling log-probs, both (S, B, K, H).
+
+    Each prompt is prefilled once. With ``shared_prefixes``, samples that have so far written the same tokens for
+    the same prompt share one decoding row (their next-token distribution is the same), so each step decodes only
+    the distinct (prompt, prefix) pairs: fewer rows early in the answer, and far fewer once the policy is
+    confident and most of a group's samples agree. Otherwise every sample decodes its own row."""
     S, B, K, H = uniforms.shape
+    V = params["tok_emb"].shape[1]
     cache, logp = transformer.prefill(params, prompts)
-    if K > 1:
-        cache, logp = transformer.expand_cache(cache, K), logp.repeat_interleave(K, dim=1)
+    node = transformer.repeat_rows(S, B, K, prompts.device)  # each sample's decoding row
+    seed = torch.arange(S, device=prompts.device)[:, None]
     u = uniforms.reshape(S, B * K, H)
     actions, taken = [], []
     for t in range(H):
-        action = rng.sample_categorical(logp, u[..., t])
+        sample_logp = logp[seed, node]
+        action = rng.sample_categorical(sample_logp, u[..., t])
         actions.append(action)
-        taken.append(logp.gather(-1, action.unsqueeze(-1)).squeeze(-1))
-        if t < H - 1:
-            cache, logp = transformer.decode(params, cache, action, H + t)
+        taken.append(sample_logp.gather(-1, action.unsqueeze(-1)).squeeze(-1))
+        if t == H - 1:
+            break
+        if shared_prefixes:
+            node, parent, token = _distinct_children(node * V + action, V)
+            cache, logp = transformer.decode(params, cache, token, H + t, rows=parent)
+        else:
+            cache, logp = transformer.decode(params, cache, action, H + t, rows=node)
+            node = torch.arange(B * K, device=prompts.device).expand(S, B * K)
     return torch.stack(actions, -1).view(S, B, K, H), torch.stack(taken, -1).view(S, B, K, H)
+
+
+def _distinct_children(code: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group samples by code = row·V + token: → (each sample's new row (S, N), and for each new row its parent
+    row and token (S, M)); M is the largest number of distinct codes over seeds (the rest is padding no sample
+    refers to)."""
+    sorted_code, order = code.sort(dim=1)
+    is_new = torch.ones_like(sorted_code, dtype=torch.bool)
+    is_new[:, 1:] = sorted_code[:, 1:] != sorted_code[:, :-1]
+    rank = is_new.long().cumsum(1) - 1
+    node = torch.empty_like(rank).scatter_(1, order, rank)
+    count = int(is_new.sum(1).max())  # one host sync per decoding step: the number of rows to decode
+    child = sorted_code.gather(1, torch.argsort((~is_new).byte(), dim=1, stable=True)[:, :count])
+    return node, child // vocab, child % vocab
 
 
 @torch.no_grad()
@@ -107,16 +135,41 @@ def sample_token_candidates(params: dict, prompts: torch.Tensor, uniforms: torch
     return torch.stack(candidates, -2), torch.stack(taken, -2)
 
 
-def answer_log_probs(params: dict, prompts: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced next-token log-probs at every answer state: prompts (S, B, H), actions (S, B·K, H) for K
-    answers per prompt → (S, B·K, H, V). One causal forward, with the prompt run once and shared by its K answers
-    (its cache expanded to K), which nearly halves the work of grouped rollouts."""
-    K, H = actions.shape[1] // prompts.shape[1], prompts.shape[-1]
+def answer_log_probs(params: dict, prompts: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Teacher-forced next-token log-probs at every answer state: prompts (S, B, H), answers (S, N, H) →
+    (S, N, H, V). ``rows`` (S, N) names the prompt each answer continues; by default the N = B·K answers are K
+    consecutive answers per prompt. One causal forward, with each prompt run once and shared by its answers, which
+    nearly halves the work of grouped rollouts."""
+    (S, B, H), N = prompts.shape, actions.shape[1]
+    if rows is None and N != B:
+        rows = transformer.repeat_rows(S, B, N // B, prompts.device)
     cache, first = transformer.prefill(params, prompts)
-    if K > 1:
-        cache, first = transformer.expand_cache(cache, K), first.repeat_interleave(K, dim=1)
-    _, rest = transformer.extend(params, cache, actions[..., :-1], H)  # the output at position 2H−1 is never used
+    if rows is not None:
+        first = first[torch.arange(S, device=rows.device)[:, None], rows]
+    _, rest = transformer.extend(params, cache, actions[..., :-1], H, rows)  # position 2H−1's output is never used
     return torch.cat([first.unsqueeze(2), rest], 2)
+
+
+def distinct_answers(actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct answers of each group, to train on them once: actions (S, B, K, H) → (keep (S, N), inverse
+    (S, B·K)).
+
+    ``keep`` lists the flat positions b·K + k of the first occurrence of each distinct answer within its group
+    (seeds with fewer than N = the largest count are padded with positions no rollout refers to); ``inverse`` maps
+    every rollout to its row of ``keep``, so ℓ_all = ℓ_distinct.gather(1, inverse). Autograd sums the gradient of
+    a shared row over its duplicates, so the loss and its gradient are those of all B·K rollouts: exact, and late in
+    training, when most of a group's samples coincide, several times cheaper.
+    """
+    S, B, K, H = actions.shape
+    same = (actions.unsqueeze(3) == actions.unsqueeze(2)).all(-1)  # (S, B, K, K)
+    first = same.byte().argmax(-1)  # the first equal answer in the group (argmax returns the first maximum)
+    is_first = (first == torch.arange(K, device=actions.device)).flatten(1)
+    first_position = (torch.arange(B, device=actions.device)[:, None] * K + first).flatten(1)
+    inverse = (is_first.long().cumsum(1) - 1).gather(1, first_position)
+    count = int(is_first.sum(1).max())  # one host sync per episode: the compact batch's size
+    keep = torch.argsort((~is_first).byte(), dim=1, stable=True)[:, :count]
+    return keep, inverse
 
 
 @dataclass
@@ -130,8 +183,11 @@ class Batch:
     scores: torch.Tensor
     success: torch.Tensor  # per candidate (group / token) or per rollout (single)
     error: torch.Tensor  # (S,)
+    seeds: slice = field(default_factory=lambda: slice(None))  # the seeds this batch belongs to (a chunk, when seeds are computed in chunks)
     candidates: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    distinct: tuple[torch.Tensor, torch.Tensor] | None = None  # (keep, inverse) of ``distinct_answers``
+    logp_old: torch.Tensor | None = None
 
 
 class TokenReversal(Task):
@@ -165,37 +221,61 @@ class TokenReversal(Task):
             self.seeds, self.V, 2 * self.H, d_model, heads, int(model.layers), int(model.ffn)).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
         self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
+        dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))
+        # auto: on for CPU; off on a GPU, where one padded batch beats a host sync per decoding step
+        self.dedup = self.device.type == "cpu" if dedup == "auto" else dedup
+        chunk = cfg.seed_chunk
+        if chunk == "auto":  # CPU: one seed at a time keeps each seed's work in cache; GPU: one batched program
+            chunk = 1 if self.device.type == "cpu" else len(self.seeds)
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise ConfigError(f"task.seed_chunk={chunk!r} is not valid; expected auto or a positive integer")
+        S = len(self.seeds)
+        self.chunks = [slice(None)] if chunk >= S else [slice(lo, lo + chunk) for lo in range(0, S, chunk)]
+
+    def chunk_params(self, seeds: slice) -> dict[str, torch.Tensor]:
+        """The parameters of a chunk of seeds: views into the seed-batched leaves, so gradients land in place."""
+        return self.params if seeds == slice(None) else {k: v[seeds] for k, v in self.params.items()}
 
     # ---- rollout ---------------------------------------------------------------------------------------------
-    def rollout_batch(self, step: int) -> Batch:
-        """Sample this episode's prompts (stream "contexts") and rollouts (stream "actions") and score them."""
+    def rollout_batch(self, step: int, seeds: slice = slice(None)) -> Batch:
+        """Sample this episode's prompts (stream "contexts") and rollouts (stream "actions") for a chunk of seeds
+        and score them; counter-based streams make the numbers independent of the chunking."""
         B, H, K = self.batch_size, self.H, self.K
-        prompts = rng.randint(self.seeds, "contexts", step, (B, H), self.V).to(self.device)
+        params, seed_ids = self.chunk_params(seeds), self.seeds[seeds]
+        prompts = rng.randint(seed_ids, "contexts", step, (B, H), self.V).to(self.device)
         y = target_tokens(prompts, self.target, self.V)
         if self.rollout is Rollout.TOKEN_CANDIDATES:
-            uniforms = rng.uniform(self.seeds, "actions", step, (B, H, K)).to(self.device)
-            candidates, _ = sample_token_candidates(self.params, prompts, uniforms)
+            uniforms = rng.uniform(seed_ids, "actions", step, (B, H, K)).to(self.device)
+            candidates, _ = sample_token_candidates(params, prompts, uniforms)
             scores = candidate_rewards(candidates, y, self.reward)
             return Batch(prompts, candidates[..., 0], scores, scores == 1, 1 - scores[..., 0].flatten(1).mean(1),
-                         candidates=candidates)
+                         seeds=seeds, candidates=candidates)
         group = K if self.rollout is Rollout.GROUP else 1
-        uniforms = rng.uniform(self.seeds, "actions", step, (B, group, H)).to(self.device)
-        actions, _ = sample_sequences(self.params, prompts, uniforms)
+        uniforms = rng.uniform(seed_ids, "actions", step, (B, group, H)).to(self.device)
+        actions, _ = sample_sequences(params, prompts, uniforms, shared_prefixes=self.dedup)
         rewards = token_rewards(actions, y.unsqueeze(2), self.reward)  # (S, B, group, H)
         success = (rewards == 1).all(-1)
         error = 1 - rewards.flatten(1).mean(1)
         if self.rollout is Rollout.GROUP:
-            return Batch(prompts, actions, rewards.mean(-1), success, error)
-        return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error)
+            distinct = distinct_answers(actions) if self.dedup and group > 1 else None
+            return Batch(prompts, actions, rewards.mean(-1), success, error, seeds=seeds, distinct=distinct)
+        return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error, seeds=seeds)
 
     def log_probs(self, batch: Batch) -> torch.Tensor:
         """Current log-probs of the batch's candidates: sequence sums (S, B, K), token candidates (S, B, H, K),
-        or per-token (S, B, H) for single samples; one teacher-forced forward in every case."""
+        or per-token (S, B, H) for single samples; one teacher-forced forward in every case (of the distinct
+        answers only, when ``task.dedup``)."""
+        params = self.chunk_params(batch.seeds)
         if self.rollout is Rollout.TOKEN_CANDIDATES:
-            return answer_log_probs(self.params, batch.prompts, batch.actions).gather(-1, batch.candidates)
+            return answer_log_probs(params, batch.prompts, batch.actions).gather(-1, batch.candidates)
         S, B, K, H = batch.actions.shape
         actions = batch.actions.reshape(S, B * K, H)
-        taken = answer_log_probs(self.params, batch.prompts, actions).gather(-1, actions.unsqueeze(-1)).view(S, B, K, H)
+        if batch.distinct is not None:
+            keep, inverse = batch.distinct
+            answers = actions.gather(1, keep.unsqueeze(-1).expand(-1, -1, H))
+            taken = answer_log_probs(params, batch.prompts, answers, keep // K).gather(-1, answers.unsqueeze(-1))
+            return taken.squeeze(-1).sum(-1).gather(1, inverse).view(S, B, K)
+        taken = answer_log_probs(params, batch.prompts, actions).gather(-1, actions.unsqueeze(-1)).view(S, B, K, H)
         return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
 
     # ---- losses ----------------------------------------------------------------------------------------------
@@ -232,20 +312,26 @@ class TokenReversal(Task):
 
     # ---- episode ---------------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOutput:
-        batch = self.rollout_batch(step)
-        batch.advantages = self.advantages(batch.scores)
+        batches = [self.rollout_batch(step, seeds) for seeds in self.chunks]
+        for batch in batches:
+            batch.advantages = self.advantages(batch.scores)
         for epoch in range(self.epochs):
-            logp = self.log_probs(batch)
-            if epoch == 0:
-                logp_old = logp.detach()  # = the rollout policy: the parameters have not moved since sampling
-            loss = self.loss(logp, logp_old, batch)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.sum().backward()
+            chunk_losses = []
+            for batch in batches:  # gradients of the chunks land in disjoint seed slices of the same leaves
+                logp = self.log_probs(batch)
+                if epoch == 0:
+                    batch.logp_old = logp.detach()  # = the rollout policy: no parameter has moved since sampling
+                loss = self.loss(logp, batch.logp_old, batch)
+                loss.sum().backward()
+                chunk_losses.append(loss.detach())
             if epoch == 0:
-                first_loss, grad_norm = loss.detach(), self.grad_norm()
+                first_loss, grad_norm = torch.cat(chunk_losses), self.grad_norm()
                 self.active &= torch.isfinite(first_loss) & torch.isfinite(grad_norm)  # freeze diverged seeds
             self.optimizer.step(active=self.active)
-        metrics = {"error": batch.error, "grad_norm": grad_norm, **self.diagnostics(logp_old, batch)}
+        diagnostics = [self.diagnostics(batch.logp_old, batch) for batch in batches]
+        metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,
+                   **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]}}
         return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
 
     def grad_norm(self) -> torch.Tensor:

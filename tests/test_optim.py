@@ -170,3 +170,22 @@ def test_zero_gradient_leaves_seed_unchanged():
     opt.step()
     for name, p in params.items():
         assert torch.equal(p[0], before[name][0]) and not torch.equal(p[1], before[name][1])
+
+
+def test_bucketed_update_equals_one_optimizer_per_parameter():
+    """The flat buckets and the shape-batched Newton–Schulz give each parameter exactly its own update."""
+    seeds = [0, 1]
+    together = _model(seeds)
+    alone = {name: p.clone() for name, p in together.items()}
+    optimizers = {name: optim.MuonAdam([group], lr=1e-2) for name, group in zip(
+        alone, optim.transformer_param_groups(alone))}
+    opt = optim.transformer_optimizer(together, lr=1e-2)
+    for step in range(3):
+        grads = _grads(together, step, seeds)
+        for name in together:
+            together[name].grad, alone[name].grad = grads[name].clone(), grads[name].clone()
+        opt.step()
+        for optimizer in optimizers.values():
+            optimizer.step()
+    for name in together:
+        torch.testing.assert_close(together[name], alone[name], atol=1e-6, rtol=1e-6)

@@ -14,7 +14,8 @@ is what lets ``harness.optim`` reproduce optax's rank-based Muon/Adam split (D =
 
 Incremental decoding keeps a key/value cache: per layer a pair (k, v) of shape (S, N, heads, t, hd) for the t
 positions seen so far. It is functional (each call returns a longer cache, nothing is written in place), so it also
-works under autograd: ``prefill`` + ``expand_cache`` + ``extend`` run a shared prompt once for its K continuations.
+works under autograd: ``prefill`` then ``extend(..., rows=...)`` runs a shared prompt once for all its continuations.
+Each layer's q/k/v projections run as one fused batched matmul and every bias is fused into its matmul (baddbmm).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from algorithms.functional import log_softmax
 from harness import rng
 
 LN_EPS = 1e-6
@@ -95,28 +97,38 @@ def prefill(params: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[Cach
 
 
 def extend(
-    params: dict[str, torch.Tensor], cache: Cache, tokens: torch.Tensor, start: int
+    params: dict[str, torch.Tensor], cache: Cache, tokens: torch.Tensor, start: int, rows: torch.Tensor | None = None
 ) -> tuple[Cache, torch.Tensor]:
     """Append tokens (S, N, T) at positions start … start+T−1 (start = cached length); returns (cache, log-probs
-    (S, N, T, V)), equal to the matching rows of ``log_probs`` on the whole sequence."""
-    return _forward(params, tokens, start, cache)
+    (S, N, T, V)), equal to the matching rows of ``log_probs`` on the whole sequence.
+
+    ``rows`` (S, N) says which cached sequence each new row continues (many rows may share one prompt's cache,
+    which is computed once); None means row n continues cached row n."""
+    return _forward(params, tokens, start, cache, rows)
 
 
 def decode(
-    params: dict[str, torch.Tensor], cache: Cache, token: torch.Tensor, position: int
+    params: dict[str, torch.Tensor], cache: Cache, token: torch.Tensor, position: int, rows: torch.Tensor | None = None
 ) -> tuple[Cache, torch.Tensor]:
-    """Append ``token`` (S, N) at ``position``; returns (cache, next-token log-probs (S, N, V))."""
-    cache, logp = _forward(params, token[..., None], position, cache)
+    """Append ``token`` (S, N) at ``position``; returns (cache, next-token log-probs (S, N, V)); ``rows`` as in
+    ``extend``."""
+    cache, logp = _forward(params, token[..., None], position, cache, rows)
     return cache, logp[:, :, 0]
 
 
-def expand_cache(cache: Cache, k: int) -> Cache:
-    """Repeat every sequence of the cache k times along N (sequence n → rows n·k … n·k+k−1)."""
-    return [(keys.repeat_interleave(k, 1), values.repeat_interleave(k, 1)) for keys, values in cache]
+def repeat_rows(S: int, N: int, k: int, device: torch.device | None = None) -> torch.Tensor:
+    """The ``rows`` index that continues each of N cached sequences k times: (S, N·k) = [0]*k + [1]*k + …"""
+    return torch.arange(N, device=device).repeat_interleave(k).expand(S, N * k)
+
+
+def _select_rows(cached: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """cached (S, N_cache, ...) → (S, N, ...) with row n = cached[s, rows[s, n]]."""
+    return cached[torch.arange(cached.shape[0], device=rows.device)[:, None], rows]
 
 
 def _forward(
-    params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: Cache | None = None
+    params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: Cache | None = None,
+    rows: torch.Tensor | None = None,
 ) -> tuple[Cache, torch.Tensor]:
     """Tokens (S, N, T) at positions start … start+T−1, attending to the cached positions < start as well."""
     S, N, T = tokens.shape
@@ -126,14 +138,17 @@ def _forward(
     present = []
     for i in range(_num_layers(params)):
         h = _layer_norm(x, params, f"h{i}.ln1")
-        q, k, v = (_split_heads(h, params, f"h{i}.attn.{n}") for n in "qkv")
+        q, k, v = _project_qkv(h, params, f"h{i}.attn")
         if cache is not None:
-            k, v = torch.cat((cache[i][0], k), -2), torch.cat((cache[i][1], v), -2)
+            past_k, past_v = cache[i]
+            if rows is not None:
+                past_k, past_v = _select_rows(past_k, rows), _select_rows(past_v, rows)
+            k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
         present.append((k, v))
         x = x + _merge_heads(_attend(q, k, v, future), params, f"h{i}.attn.out")
         h = _layer_norm(x, params, f"h{i}.ln2")
         x = x + _dense(F.gelu(_dense(h, params, f"h{i}.mlp.up"), approximate="tanh"), params, f"h{i}.mlp.down")
-    return present, _dense(_layer_norm(x, params, "ln_f"), params, "head").log_softmax(-1)
+    return present, log_softmax(_dense(_layer_norm(x, params, "ln_f"), params, "head"))
 
 
 def _num_layers(params: dict[str, torch.Tensor]) -> int:
@@ -146,18 +161,28 @@ def _layer_norm(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> 
 
 
 def _dense(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    """(S, N, T, in) @ kernel (S, in, out) + bias (S, out)."""
-    return torch.einsum("snti,sio->snto", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, None]
+    """(S, N, T, in) @ kernel (S, in, out) + bias (S, out), as one fused batched matmul."""
+    S, N, T, width = x.shape
+    kernel = params[name + ".kernel"]
+    return torch.baddbmm(params[name + ".bias"].unsqueeze(1), x.reshape(S, N * T, width), kernel).view(S, N, T, -1)
 
 
-def _split_heads(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    """(S, N, T, D) → (S, N, heads, T, hd)."""
-    return torch.einsum("sntd,sdhk->snhtk", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, :, None]
+def _project_qkv(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor, ...]:
+    """(S, N, T, D) → q, k, v, each (S, N, heads, T, hd): the three projections as one fused matmul."""
+    S, N, T, D = x.shape
+    _, heads, hd = params[name + ".q.bias"].shape
+    kernel = torch.cat([params[f"{name}.{n}.kernel"].flatten(2) for n in "qkv"], -1)  # (S, D, 3·heads·hd)
+    bias = torch.cat([params[f"{name}.{n}.bias"].flatten(1) for n in "qkv"], -1)
+    qkv = torch.baddbmm(bias.unsqueeze(1), x.reshape(S, N * T, D), kernel)
+    return qkv.view(S, N, T, 3, heads, hd).permute(3, 0, 1, 4, 2, 5).unbind(0)
 
 
 def _merge_heads(x: torch.Tensor, params: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-    """(S, N, heads, T, hd) → (S, N, T, D)."""
-    return torch.einsum("snhtk,shkd->sntd", x, params[name + ".kernel"]) + params[name + ".bias"][:, None, None]
+    """(S, N, heads, T, hd) → (S, N, T, D) through the output projection (S, heads, hd, D)."""
+    S, N, heads, T, hd = x.shape
+    merged = x.transpose(2, 3).reshape(S, N * T, heads * hd)
+    kernel = params[name + ".kernel"].flatten(1, 2)
+    return torch.baddbmm(params[name + ".bias"].unsqueeze(1), merged, kernel).view(S, N, T, -1)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, future: torch.Tensor) -> torch.Tensor:

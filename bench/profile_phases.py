@@ -1,0 +1,165 @@
+"""Where an episode's time goes: rollout, forward, loss + backward, optimizer and logging, per setting and seed count.
+
+    PYTHONPATH=. python bench/profile_phases.py [--settings mnist,terminal,dense] [--seeds 1,20] [--episodes N]
+        [--threads 1] [--state-from-episodes 0] [--no-logging]
+
+Settings (the reference figures measured for the paper's JAX code on this machine class, CPU-s per episode/seed):
+  mnist     MNIST bandit, TPO, B = 100 (one step = one episode; reference 0.53–0.66 ms at 1 seed, 12–13.5 ms at 20)
+  terminal  token reversal, terminal reward, H = 10, V = 2, K = 8, B = 100, TPO and GRPO (reference 1.83 and 2.09)
+  terminal7 the same at H = 7 (reference 1.16)
+  dense     token reversal, bag-of-tokens reward, V = 16, H = 10, TPO_token (reference 1.37)
+
+For each: CPU seconds (all threads) and wall seconds per episode for each phase, per seed, the matmul FLOPs of
+one episode (torch's FlopCounterMode: forward and backward matmuls) and the achieved FLOP/s as a fraction of this
+machine's fp32 matmul peak, measured by the same script (1024² sgemm at the same thread count). Token tasks are
+timed from initialisation, where every sampled answer is distinct, unless ``--state-from-episodes N`` first
+trains N episodes (the cost late in training, when most of a group's answers coincide, is several times lower;
+bench/token_episodes_per_second.py --run-episodes measures the average over a whole run). Logging: the same
+short run through the real trainer with logger=none and with W&B offline, its extra wall time as a percentage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from omegaconf import open_dict
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness.run import build_task, compose_config, train
+
+SETTINGS = {
+    "mnist": (["task=mnist_bandit"], ["tpo"]),
+    "terminal": (["task=token_reversal", "task.reward=terminal", "task.H=10"], ["tpo", "grpo"]),
+    "terminal7": (["task=token_reversal", "task.reward=terminal", "task.H=7"], ["tpo"]),
+    "dense": (["task=token_reversal", "task.reward=bag_of_tokens", "task.V=16"], ["tpo_token"]),
+}
+
+
+class PhaseTimer:
+    """Wraps a task's phase methods and accumulates CPU and wall seconds per phase; the rest of a step is
+    attributed to ``rest`` (the loss and its backward pass for the token tasks)."""
+
+    def __init__(self, task):
+        self.cpu, self.wall = defaultdict(float), defaultdict(float)
+        phases = {"rollout": (task, "rollout_batch"), "forward": (task, "log_probs"),
+                  "optimizer": (task.optimizer, "step"), "draws": (task, "draws"), "evaluation": (task, "evaluate"),
+                  "diagnostics": (task, "diagnostics")}
+        for phase, (owner, method) in phases.items():
+            if hasattr(owner, method):
+                setattr(owner, method, self._timed(phase, getattr(owner, method)))
+
+    def _timed(self, phase, function):
+        def timed(*args, **kwargs):
+            cpu, wall = time.process_time(), time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.cpu[phase] += time.process_time() - cpu
+                self.wall[phase] += time.perf_counter() - wall
+
+        return timed
+
+
+def matmul_peak(threads: int) -> float:
+    """fp32 FLOP/s of a 1024 × 1024 matmul at the current thread count (best of 3 runs of 10)."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        best = min(best, (time.perf_counter() - start) / 10)
+    return 2 * 1024**3 / best
+
+
+def episode_flops(task, step: int) -> int:
+    with FlopCounterMode(display=False) as counter:
+        task.step(step)
+    return counter.get_total_flops()
+
+
+def profile(overrides: list[str], seeds: int, episodes: int, warm: int) -> dict:
+    task = build_task(compose_config([*overrides, f"seeds={seeds}", "logger=none"]))
+    for step in range(warm):
+        task.step(step)
+    flops = episode_flops(task, warm)
+    timer = PhaseTimer(task)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for step in range(warm + 1, warm + 1 + episodes):
+        task.step(step)
+    total_cpu, total_wall = time.process_time() - cpu, time.perf_counter() - wall
+    phases = {phase: (timer.cpu[phase] / episodes, timer.wall[phase] / episodes) for phase in timer.cpu}
+    phases["rest"] = (total_cpu / episodes - sum(c for c, _ in phases.values()),
+                      total_wall / episodes - sum(w for _, w in phases.values()))
+    return {"cpu": total_cpu / episodes, "wall": total_wall / episodes, "phases": phases, "flops": flops}
+
+
+def logging_overhead(overrides: list[str], seeds: int, steps: int) -> tuple[float, float]:
+    """Wall seconds of the same run through the trainer with logger=none and with W&B offline."""
+    walls = []
+    for logger in ("none", "wandb"):
+        cfg = compose_config([*overrides, f"seeds={seeds}", f"logger={logger}", f"trainer.steps={steps}",
+                              "trainer.checkpoint_every=0", "experiment_name=bench_logging"])
+        with open_dict(cfg):
+            cfg.trainer.progress = False
+            if logger == "wandb":
+                cfg.logger.mode = "offline"
+        with tempfile.TemporaryDirectory() as run_dir:
+            os.environ["WANDB_DIR"] = run_dir
+            start = time.perf_counter()
+            train(cfg, Path(run_dir))
+            walls.append(time.perf_counter() - start)
+    return walls[0], walls[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", default="mnist,terminal,terminal7,dense")
+    parser.add_argument("--seeds", default="1,20")
+    parser.add_argument("--episodes", type=int, default=0, help="timed episodes (default: 300 MNIST steps, 3 else)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--state-from-episodes", type=int, default=0, help="token tasks: train this many first")
+    parser.add_argument("--no-logging", action="store_true", help="skip the logging-overhead runs")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak(args.threads)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  torch {torch.__version__}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, threads={args.threads}, "
+          f"fp32 matmul peak {peak / 1e9:.0f} GFLOP/s")
+    for setting in args.settings.split(","):
+        base, algorithms = SETTINGS[setting]
+        is_mnist = setting == "mnist"
+        episodes = args.episodes or (300 if is_mnist else 3)
+        warm = 20 if is_mnist else max(1, args.state_from_episodes)
+        unit = "ms" if is_mnist else "s"
+        scale = 1e3 if is_mnist else 1.0
+        for algorithm in algorithms:
+            for seeds in map(int, args.seeds.split(",")):
+                overrides = [*base, f"algorithm={algorithm}"]
+                result = profile(overrides, seeds, episodes, warm)
+                achieved = result["flops"] / result["wall"]
+                print(f"\n{setting} {algorithm} seeds={seeds} (after {warm} episodes, {episodes} timed): "
+                      f"{result['wall'] * scale:.3f} {unit} wall per episode, {result['cpu'] * scale / seeds:.3f} "
+                      f"CPU-{unit} per episode and seed; {result['flops'] / 1e9:.2f} GFLOP per episode, "
+                      f"{achieved / 1e9:.1f} GFLOP/s = {achieved / peak:.1%} of peak")
+                for phase, (cpu, wall) in sorted(result["phases"].items(), key=lambda item: -item[1][0]):
+                    print(f"    {phase:<12} CPU {cpu * scale:9.3f} {unit}  wall {wall * scale:9.3f} {unit}  "
+                          f"{cpu / result['cpu']:6.1%}")
+        if not args.no_logging:
+            seeds = int(args.seeds.split(",")[-1])
+            steps = 2000 if is_mnist else 6
+            quiet, logged = logging_overhead([*base, f"algorithm={algorithms[0]}"], seeds, steps)
+            print(f"    logging ({seeds} seeds, {steps} steps, CSV + W&B offline vs none): {quiet:.2f} s → "
+                  f"{logged:.2f} s wall, overhead {(logged - quiet) / quiet:+.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Every speed-up equals the plain path: distinct-answer training, seed chunking and shared-prompt rows give the
+same log-probs, losses, gradients and optimizer step as training on every rollout of all seeds at once; block
+random draws, the softmax primitives and the MNIST step's fast gathers and fused Adam equal their plain versions."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from algorithms import functional
+from conftest import compose_config
+from harness import rng
+from harness.run import build_task
+from tasks import token_reversal as tr
+from tasks.models import transformer
+from test_token_reversal import naive_log_probs
+
+# H = 3, V = 2 and K = 8: at most 8 distinct answers per prompt, so groups are full of duplicates
+DUPLICATES = ["task=token_reversal", "task.H=3", "task.V=2", "task.K=8", "task.batch_size=6", "seeds=3"]
+
+
+def make_task(*overrides: str):
+    return build_task(compose_config([*DUPLICATES, *overrides]))
+
+
+def test_distinct_answers_maps_every_rollout_to_an_identical_answer_of_its_own_group():
+    actions = torch.tensor([[[[0, 1], [0, 1], [1, 1]], [[1, 0], [1, 0], [1, 0]]],
+                            [[[0, 0], [1, 1], [0, 1]], [[0, 0], [0, 1], [0, 0]]]])  # (S=2, B=2, K=3, H=2)
+    keep, inverse = tr.distinct_answers(actions)
+    assert keep.tolist()[0][:3] == [0, 2, 3] and keep.shape == (2, 5)  # seed 0 has 3 distinct rows, seed 1 has 5
+    assert keep.tolist()[1] == [0, 1, 2, 3, 4]
+    assert inverse.tolist() == [[0, 0, 1, 2, 2, 2], [0, 1, 2, 3, 4, 3]]
+    flat = actions.flatten(1, 2)
+    rows = keep.gather(1, inverse)  # the kept position each rollout reads its log-prob from
+    assert torch.equal(flat.gather(1, rows.unsqueeze(-1).expand(-1, -1, 2)), flat)
+    assert torch.equal(rows // 3, torch.arange(6).div(3, rounding_mode="floor").expand(2, 6))  # same prompt
+
+
+def test_answers_continuing_arbitrary_prompt_rows_match_the_full_forward():
+    S, B, N, H, V = 2, 3, 5, 4, 3
+    params = {k: v.detach() for k, v in transformer.init_params(torch.arange(S), V, 2 * H).items()}
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, V, (S, B, H), generator=gen)
+    answers = torch.randint(0, V, (S, N, H), generator=gen)
+    rows = torch.randint(0, B, (S, N), generator=gen)
+    fast = tr.answer_log_probs(params, prompts, answers, rows).gather(-1, answers.unsqueeze(-1))
+    own_prompts = prompts[torch.arange(S)[:, None], rows]
+    naive = naive_log_probs(params, own_prompts, answers, answers.unsqueeze(-1))
+    torch.testing.assert_close(fast, naive, atol=1e-5, rtol=0)
+
+
+def _first_epoch(task, step=0):
+    """Rollout, first-epoch log-probs, loss and gradient of every chunk, then one optimizer step."""
+    task.optimizer.zero_grad(set_to_none=True)
+    logps, loss_values = [], []
+    for seeds in task.chunks:
+        batch = task.rollout_batch(step, seeds)
+        batch.advantages = task.advantages(batch.scores)
+        logp = task.log_probs(batch)
+        loss = task.loss(logp, logp.detach(), batch)
+        loss.sum().backward()
+        logps.append(logp.detach())
+        loss_values.append(loss.detach())
+    grads = {k: v.grad.clone() for k, v in task.params.items()}
+    task.optimizer.step(active=task.active)
+    return torch.cat(logps), torch.cat(loss_values), grads, {k: v.detach().clone() for k, v in task.params.items()}
+
+
+def _assert_same_step(fast, plain):
+    """Log-probs, losses, gradients and the optimizer step agree to float tolerance.
+
+    The attention key biases are the exception: softmax ignores a constant added to every key score, so their
+    exact gradient is 0 and what autograd returns is round-off (~1e-8), which Muon's orthogonalisation (the
+    reference's split puts them on Muon) turns into a full-size step in a direction set by that round-off. They
+    cannot change any output, so only their zero gradient is checked."""
+    (logp_a, loss_a, grad_a, params_a), (logp_b, loss_b, grad_b, params_b) = fast, plain
+    torch.testing.assert_close(logp_a, logp_b, atol=1e-6, rtol=0)
+    torch.testing.assert_close(loss_a, loss_b, atol=1e-6, rtol=1e-6)
+    for name in grad_b:
+        if name.endswith("attn.k.bias"):
+            assert grad_a[name].abs().max() < 1e-6 and grad_b[name].abs().max() < 1e-6
+            continue
+        torch.testing.assert_close(grad_a[name], grad_b[name], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(params_a[name], params_b[name], atol=1e-5, rtol=1e-4)
+
+
+def _trained(*overrides):
+    """A task a few episodes into training (so some groups agree), then the state copied into its variants."""
+    task = make_task(*overrides)
+    for step in range(6):
+        task.step(step)
+    return task
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo", "grpo_masked", "tpo_no_anchor", "group_pg"])
+def test_distinct_answer_training_equals_training_on_every_rollout(algorithm):
+    state = _trained(f"algorithm={algorithm}").state_dict()
+    results = []
+    for dedup in (True, False):
+        task = make_task(f"algorithm={algorithm}", f"task.dedup={str(dedup).lower()}")
+        task.load_state_dict(copy.deepcopy(state))  # the optimizer steps its state in place
+        results.append(_first_epoch(task, step=6))
+    task = make_task(f"algorithm={algorithm}")
+    task.load_state_dict(copy.deepcopy(state))
+    assert task.rollout_batch(6).distinct[0].shape[1] < 6 * 8  # the comparison exercises real duplicates
+    _assert_same_step(*results)
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "ppo", "tpo_token"])
+def test_seed_chunks_equal_one_batched_program(algorithm):
+    reward = "task.reward=bag_of_tokens"
+    state = _trained(f"algorithm={algorithm}", reward).state_dict()
+    results = []
+    for chunk in (1, 2, 3):
+        task = make_task(f"algorithm={algorithm}", reward, f"task.seed_chunk={chunk}")
+        assert len(task.chunks) == {1: 3, 2: 2, 3: 1}[chunk]
+        task.load_state_dict(copy.deepcopy(state))  # the optimizer steps its state in place
+        results.append(_first_epoch(task, step=6))
+    for chunked in results[:2]:
+        _assert_same_step(chunked, results[2])
+
+
+def test_whole_episodes_agree_across_chunking_and_dedup():
+    """Two full episodes (4 epochs each, Muon): every logged metric agrees to float tolerance."""
+    runs = []
+    for overrides in (["task.seed_chunk=1"], ["task.seed_chunk=3", "task.dedup=false"]):
+        task = make_task("algorithm=tpo", "task.reward=terminal", *overrides)
+        runs.append([task.step(step).metrics for step in range(2)])
+    for fast, plain in zip(*runs):
+        for name in tr.METRICS:
+            torch.testing.assert_close(fast[name], plain[name], atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+# ---- bandit fast paths ---------------------------------------------------------------------------------------------
+def test_block_draws_equal_per_step_draws():
+    seeds = torch.tensor([0, 5, 9])
+    block = rng.randint(seeds, "contexts", range(7, 12), (4, 3), 1000)
+    uniforms = rng.uniform(seeds, "actions", range(7, 12), (6,))
+    assert block.shape == (3, 5, 4, 3) and uniforms.shape == (3, 5, 6)
+    for offset, step in enumerate(range(7, 12)):
+        assert torch.equal(block[:, offset], rng.randint(seeds, "contexts", step, (4, 3), 1000))
+        assert torch.equal(uniforms[:, offset], rng.uniform(seeds, "actions", step, (6,)))
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 10), (2, 5, 2), (4, 1)])
+def test_softmax_primitives_equal_torch_values_and_gradients(shape):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 5).requires_grad_()
+    weights = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    for ours, theirs in [(functional.log_softmax, torch.log_softmax), (functional.softmax, torch.softmax)]:
+        (grad_ours,) = torch.autograd.grad((ours(x) * weights).sum(), x)
+        (grad_theirs,) = torch.autograd.grad((theirs(x, -1) * weights).sum(), x)
+        torch.testing.assert_close(ours(x), theirs(x, -1), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(grad_ours, grad_theirs, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo", "dg"])
+def test_mnist_steps_equal_the_plain_path(algorithm):
+    """Three steps of the task (block draws, float images gathered by index_select, our log-softmax, fused Adam)
+    against the same steps written plainly (per-step draws, uint8 images indexed then scaled, torch's
+    log_softmax, torch's default Adam)."""
+    from tasks.models.mlp import mlp_logits
+
+    task = build_task(compose_config(["task=mnist_bandit", f"algorithm={algorithm}", "seeds=2"]))
+    params = {k: v.detach().clone().requires_grad_() for k, v in task.params.items()}
+    adam = torch.optim.Adam(params.values(), lr=1e-3)
+    images_u8 = (task.train_images * 255).round().to(torch.uint8)
+    for step in range(3):
+        out = task.step(step)
+        index = rng.randint(task.seeds, "contexts", step, (task.batch_size,), len(task.train_labels))
+        images = images_u8[index].float().div_(255.0)
+        log_probs = torch.log_softmax(mlp_logits(params, images), -1)
+        u = rng.uniform(task.seeds, "actions", step, (task.batch_size,))
+        loss = task._loss(log_probs, rng.sample_categorical(log_probs.detach(), u), task.train_labels[index])
+        adam.zero_grad()
+        loss.sum().backward()
+        adam.step()
+        torch.testing.assert_close(out.loss, loss.detach(), atol=1e-6, rtol=1e-5)
+        for name, value in params.items():
+            torch.testing.assert_close(task.params[name].detach(), value.detach(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_shared_prefix_sampling_equals_one_row_per_sample(trained):
+    """Decoding each distinct (prompt, prefix) once draws the same answers with the same log-probs."""
+    task = _trained("algorithm=tpo") if trained else make_task("algorithm=tpo")
+    params = {k: v.detach() for k, v in task.params.items()}
+    prompts = rng.randint(task.seeds, "contexts", 50, (6, 3), 2)
+    uniforms = rng.uniform(task.seeds, "actions", 50, (6, 8, 3))
+    shared, shared_logp = tr.sample_sequences(params, prompts, uniforms, shared_prefixes=True)
+    plain, plain_logp = tr.sample_sequences(params, prompts, uniforms, shared_prefixes=False)
+    assert torch.equal(shared, plain)
+    torch.testing.assert_close(shared_logp, plain_logp, atol=1e-6, rtol=0)
+    if trained:
+        assert len({tuple(a) for a in shared[0].flatten(0, 1).tolist()}) < 6 * 8  # samples do share prefixes
