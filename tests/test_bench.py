@@ -1,0 +1,44 @@
+"""The bench scripts' own logic: the GPU projection expands presets as Hydra does and refuses to run without CUDA;
+the phase profiler attributes a step's time to its phases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import gpu_sweep_projection  # noqa: E402
+import profile_phases  # noqa: E402
+
+
+@pytest.mark.parametrize("preset,jobs,seeds,episodes", [("table3_terminal", 40, 20, 2000),
+                                                       ("table1_vocab_sweep", 16, 20, 1000),
+                                                       ("table2_variations", 32, 10, 1000)])
+def test_projection_expands_every_job_of_a_preset(preset, jobs, seeds, episodes):
+    expanded, n_seeds, n_episodes = gpu_sweep_projection.preset_jobs(preset)
+    assert (len(expanded), n_seeds, n_episodes) == (jobs, seeds, episodes)
+    assert len({tuple(job) for job in expanded}) == jobs
+    assert all(job[0] == f"experiment={preset}" for job in expanded)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_projection_refuses_without_cuda():
+    result = subprocess.run([sys.executable, "bench/gpu_sweep_projection.py"], cwd=ROOT, capture_output=True, text=True,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert result.returncode == 2 and "no CUDA device" in result.stderr
+
+
+def test_phase_profile_of_a_token_episode_adds_up():
+    overrides = ["task=token_reversal", "task.H=3", "task.batch_size=8", "task.K=4", "algorithm=tpo"]
+    result = profile_phases.profile(overrides, seeds=2, episodes=2, warm=1)
+    phases = result["phases"]
+    assert {"rollout", "forward", "optimizer", "rest"} <= set(phases)
+    assert sum(cpu for cpu, _ in phases.values()) == pytest.approx(result["cpu"], rel=1e-6)
+    assert all(cpu >= 0 for name, (cpu, _) in phases.items() if name != "rest")
+    assert result["flops"] > 0
