@@ -1,7 +1,7 @@
 """Where an episode's time goes: rollout, forward, loss + backward, optimizer and logging, per setting and seed count.
 
     PYTHONPATH=. python bench/profile_phases.py [--settings mnist,terminal,dense] [--seeds 1,20] [--episodes N]
-        [--threads 1] [--state-from-episodes 0] [--no-logging]
+        [--algorithms tpo] [--threads 1] [--state-from-episodes 0] [--no-logging | --logging-only]
 
 Settings (the reference figures measured for the paper's JAX code on this machine class, CPU-s per episode/seed):
   mnist     MNIST bandit, TPO, B = 100 (one step = one episode; reference 0.53–0.66 ms at 1 seed, 12–13.5 ms at 20)
@@ -14,8 +14,9 @@ one episode (torch's FlopCounterMode: forward and backward matmuls) and the achi
 machine's fp32 matmul peak, measured by the same script (1024² sgemm at the same thread count). Token tasks are
 timed from initialisation, where every sampled answer is distinct, unless ``--state-from-episodes N`` first
 trains N episodes (the cost late in training, when most of a group's answers coincide, is several times lower;
-bench/token_episodes_per_second.py --run-episodes measures the average over a whole run). Logging: the same
-short run through the real trainer with logger=none and with W&B offline, its extra wall time as a percentage.
+bench/token_episodes_per_second.py --run-episodes measures the average over a whole run). Logging: one run through
+the real trainer with W&B offline, every logging call timed (metrics to host, CSV, W&B; W&B's per-seed run starts
+as a once-per-run cost), projected onto the task's default run length.
 """
 
 from __future__ import annotations
@@ -102,22 +103,48 @@ def profile(overrides: list[str], seeds: int, episodes: int, warm: int) -> dict:
     return {"cpu": total_cpu / episodes, "wall": total_wall / episodes, "phases": phases, "flops": flops}
 
 
-def logging_overhead(overrides: list[str], seeds: int, steps: int) -> tuple[float, float]:
-    """Wall seconds of the same run through the trainer with logger=none and with W&B offline."""
-    walls = []
-    for logger in ("none", "wandb"):
-        cfg = compose_config([*overrides, f"seeds={seeds}", f"logger={logger}", f"trainer.steps={steps}",
-                              "trainer.checkpoint_every=0", "experiment_name=bench_logging"])
+def logging_cost(overrides: list[str], seeds: int, steps: int) -> dict[str, float]:
+    """One run through the real trainer with W&B offline, timing every logging call (outermost calls only): the
+    host copy of metrics, the CSV writer, and W&B (its per-seed run start separately, as a once-per-run cost)."""
+    from harness import outputs, run, tracking
+
+    spent: dict[str, float] = defaultdict(float)
+    depth = [0]
+
+    def timed(key: str, function):
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0 or key == "wandb start":
+                    spent[key] += time.perf_counter() - start
+
+        return wrapper
+
+    targets = {"metrics to host": (run, "_to_numpy"), "csv": (outputs.MetricsWriter, "append"),
+               "csv flush": (outputs.MetricsWriter, "flush"), "wandb log": (tracking.WandbTracker, "log"),
+               "wandb flush": (tracking.WandbTracker, "flush"), "wandb finish": (tracking.WandbTracker, "finish"),
+               "wandb start": (tracking.WandbTracker, "_start")}
+    originals = {key: getattr(owner, name) for key, (owner, name) in targets.items()}
+    for key, (owner, name) in targets.items():
+        setattr(owner, name, timed(key, originals[key]))
+    try:
+        cfg = compose_config([*overrides, f"seeds={seeds}", "logger=wandb", f"trainer.steps={steps}",
+                              "experiment_name=bench_logging"])
         with open_dict(cfg):
-            cfg.trainer.progress = False
-            if logger == "wandb":
-                cfg.logger.mode = "offline"
+            cfg.trainer.progress, cfg.logger.mode = False, "offline"
         with tempfile.TemporaryDirectory() as run_dir:
             os.environ["WANDB_DIR"] = run_dir
             start = time.perf_counter()
             train(cfg, Path(run_dir))
-            walls.append(time.perf_counter() - start)
-    return walls[0], walls[1]
+            spent["run"] = time.perf_counter() - start
+    finally:
+        for key, (owner, name) in targets.items():
+            setattr(owner, name, originals[key])
+    return dict(spent)
 
 
 def main() -> None:
@@ -125,9 +152,11 @@ def main() -> None:
     parser.add_argument("--settings", default="mnist,terminal,terminal7,dense")
     parser.add_argument("--seeds", default="1,20")
     parser.add_argument("--episodes", type=int, default=0, help="timed episodes (default: 300 MNIST steps, 3 else)")
+    parser.add_argument("--algorithms", default="", help="comma-separated; default: each setting's own")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--state-from-episodes", type=int, default=0, help="token tasks: train this many first")
     parser.add_argument("--no-logging", action="store_true", help="skip the logging-overhead runs")
+    parser.add_argument("--logging-only", action="store_true", help="only the logging-overhead runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_peak(args.threads)
@@ -136,12 +165,13 @@ def main() -> None:
           f"fp32 matmul peak {peak / 1e9:.0f} GFLOP/s")
     for setting in args.settings.split(","):
         base, algorithms = SETTINGS[setting]
+        algorithms = args.algorithms.split(",") if args.algorithms else algorithms
         is_mnist = setting == "mnist"
         episodes = args.episodes or (300 if is_mnist else 3)
         warm = 20 if is_mnist else max(1, args.state_from_episodes)
         unit = "ms" if is_mnist else "s"
         scale = 1e3 if is_mnist else 1.0
-        for algorithm in algorithms:
+        for algorithm in [] if args.logging_only else algorithms:
             for seeds in map(int, args.seeds.split(",")):
                 overrides = [*base, f"algorithm={algorithm}"]
                 result = profile(overrides, seeds, episodes, warm)
@@ -155,10 +185,17 @@ def main() -> None:
                           f"{cpu / result['cpu']:6.1%}")
         if not args.no_logging:
             seeds = int(args.seeds.split(",")[-1])
-            steps = 2000 if is_mnist else 6
-            quiet, logged = logging_overhead([*base, f"algorithm={algorithms[0]}"], seeds, steps)
-            print(f"    logging ({seeds} seeds, {steps} steps, CSV + W&B offline vs none): {quiet:.2f} s → "
-                  f"{logged:.2f} s wall, overhead {(logged - quiet) / quiet:+.1%}")
+            full = int(compose_config(base).task.steps)
+            steps = full if is_mnist else 40
+            spent = logging_cost([*base, f"algorithm={algorithms[0]}"], seeds, steps)
+            start = spent.pop("wandb start", 0.0)
+            total = sum(v for k, v in spent.items() if k != "run")
+            per_step = (total - start) / steps
+            projected = (start + per_step * full) / (spent["run"] / steps * full)
+            print(f"    logging, {seeds} seeds, {steps} steps, CSV + W&B offline: {total:.2f} s of a {spent['run']:.1f} s "
+                  f"run ({total / spent['run']:.1%}; W&B run starts {start:.2f} s once per run, the rest "
+                  f"{per_step * 1e3:.2f} ms per step) → {projected:.1%} of a default {full:,}-step run; "
+                  + ", ".join(f"{k} {v:.2f} s" for k, v in spent.items() if k != "run"))
 
 
 if __name__ == "__main__":

@@ -225,8 +225,10 @@ class TokenReversal(Task):
         # auto: on for CPU; off on a GPU, where one padded batch beats a host sync per decoding step
         self.dedup = self.device.type == "cpu" if dedup == "auto" else dedup
         chunk = cfg.seed_chunk
-        if chunk == "auto":  # CPU: one seed at a time keeps each seed's work in cache; GPU: one batched program
-            chunk = 1 if self.device.type == "cpu" else len(self.seeds)
+        if chunk == "auto":  # measured (bench/README.md): on CPU one seed at a time keeps a seed's 800-row groups
+            # in cache, while single-sample batches are small enough to batch; a GPU always runs one batched program
+            grouped = self.rollout is not Rollout.SINGLE
+            chunk = 1 if self.device.type == "cpu" and grouped else len(self.seeds)
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
             raise ConfigError(f"task.seed_chunk={chunk!r} is not valid; expected auto or a positive integer")
         S = len(self.seeds)

@@ -196,8 +196,9 @@ def test_shared_prefix_sampling_equals_one_row_per_sample(trained):
         assert len({tuple(a) for a in shared[0].flatten(0, 1).tolist()}) < 6 * 8  # samples do share prefixes
 
 
-def test_auto_settings_on_cpu_are_dedup_on_and_one_seed_per_chunk():
+def test_auto_settings_on_cpu():
     task = make_task("algorithm=tpo")
     assert task.dedup is True and task.chunks == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    assert make_task("algorithm=ppo").chunks == [slice(None)]  # small single-sample batches run batched
     task = make_task("algorithm=tpo", "task.dedup=false", "task.seed_chunk=8")
     assert task.dedup is False and task.chunks == [slice(None)]
