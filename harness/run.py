@@ -76,6 +76,10 @@ def _to_numpy(metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run one (task, algorithm) configuration for ``cfg.seeds`` seeds in one batched computation."""
+    if cfg.task.get("kind") == "llm":  # RLVR on language models runs through TRL (harness/llm)
+        from harness.llm.train import train_llm
+
+        return train_llm(cfg, run_dir)
     started = time.time()
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
@@ -92,8 +96,16 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     writer = outputs.MetricsWriter(run_dir, task.metric_names, seeds, checkpoint["rows"] if checkpoint else None)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     tracker = make_tracker(cfg, run_dir, seeds, resolved)
+    # first step with a non-finite loss per seed (−1: none), kept on the device and read only when metrics are
+    # recorded or saved, so that no step waits for the device just to check for divergence
+    diverged_at = torch.tensor([diverged.get(str(seed), -1) for seed in seeds], device=task.device)
+
+    def read_diverged() -> None:
+        for index in (diverged_at >= 0).nonzero().flatten().tolist():
+            diverged.setdefault(str(seeds[index]), int(diverged_at[index]))
 
     def record(step: int, metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        read_diverged()
         values = _to_numpy(metrics)
         for index, seed in enumerate(seeds):
             if str(seed) in diverged:  # a diverged seed's numbers are meaningless from then on
@@ -104,6 +116,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         return values
 
     def save(step: int) -> None:
+        read_diverged()
         writer.flush()
         outputs.save_checkpoint(run_dir, {"step": step, "task": task.state_dict(), "rows": writer.rows,
                                           "diverged": diverged})
@@ -120,10 +133,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         for step in range(start, steps):
             out = task.step(step)
             if out.loss is not None:
-                bad = ~torch.isfinite(out.loss)
-                if bad.any():  # one host sync, only on the rare step where a seed breaks
-                    for index in bad.nonzero().flatten().tolist():
-                        diverged.setdefault(str(seeds[index]), step)
+                diverged_at = torch.where(~torch.isfinite(out.loss) & (diverged_at < 0), step, diverged_at)
             if out.metrics is not None:
                 values = record(out.log_step, out.metrics)
                 if progress is not None and "error" in values:
@@ -137,6 +147,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         status = "interrupted"
         log.warning("interrupted; the last checkpoint in %s resumes with trainer.resume=true", run_dir)
     finally:
+        read_diverged()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if progress is not None:

@@ -11,6 +11,9 @@ TASKS: dict[str, str] = {
     "tabular_multi": "tasks.tabular:TabularMulti",
     "token_reversal": "tasks.token_reversal:TokenReversal",
     "mnist_bandit": "tasks.mnist_bandit:MnistBandit",
+    "gsm8k": "tasks.llm.gsm8k:Gsm8k",
+    "graph_colouring": "tasks.llm.gym_tasks:GraphColouring",
+    "knights_knaves": "tasks.llm.gym_tasks:KnightsKnaves",
 }
 
 

@@ -47,3 +47,18 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None =
 def tiny_mnist() -> list[str]:
     """MNIST overrides small enough for a unit test (real data, few steps)."""
     return ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=30", "task.checkpoint_every=10", "seeds=2"]
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tmp_path_factory) -> Path:
+    """Folder of a tiny random Qwen3 and its tokenizer (built offline, once per test session)."""
+    from llm_helpers import build_tiny_llm
+
+    return build_tiny_llm(tmp_path_factory.mktemp("tiny_llm"))
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir(tmp_path_factory) -> Path:
+    from llm_helpers import write_gsm8k
+
+    return write_gsm8k(tmp_path_factory.mktemp("gsm8k"))

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from harness.report import paper
 from harness.report.specs import FIGURES, TABLES
-from harness.report.tables import CONF, norm
+from harness.report.tables import CONF, GROUP_CHOICE, norm
 
 
 @functools.cache
@@ -42,7 +42,7 @@ def check_cell(default: str, key: dict) -> list[str]:
     for config_key, value in key.items():
         if config_key in ("experiment", "metric"):
             continue
-        sweep_key = "algorithm" if config_key == "algorithm.name" else config_key
+        sweep_key = GROUP_CHOICE.get(config_key, config_key)
         if sweep_key in sweep:
             ok = norm(value) in [norm(_value(str(v))) for v in sweep[sweep_key]]
         else:

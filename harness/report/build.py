@@ -14,7 +14,7 @@ from harness.report import stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
 from harness.report.load import load_runs
 from harness.report.specs import FIGURES, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value
-from harness.report.tables import Report, Resolved, fmt, missing_commands, write_table
+from harness.report.tables import GROUP_CHOICE, Report, Resolved, fmt, missing_commands, write_table
 
 BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
 GENERIC_METRICS = {"error", "misalignment"}  # what the per-run table and the generic figures read
@@ -36,7 +36,7 @@ def results_table(report: Report) -> pd.DataFrame:
     thresholds, and flags for runs that are not comparable (failed, interrupted, partial). The paper tables carry
     intervals for steps-to as well."""
     runs = report.runs
-    params = [c for c in runs.columns if c.startswith(("task.", "algorithm."))]
+    params = [c for c in runs.columns if c.startswith(("task.", "algorithm.")) or c == "model.name"]
     largest = runs.groupby(["experiment", "task"])[["seeds", "steps"]].max().fillna(0)
     rows = []
     for run in runs.to_dict("records"):
@@ -45,7 +45,7 @@ def results_table(report: Report) -> pd.DataFrame:
         if run["status"] != "failed" and (run["seeds"] < seeds or (run["steps"] or 0) < steps):
             flags.append("partial")
         row = {"experiment": run["experiment"], "task": run["task"], "algorithm": run["algorithm"],
-               "params": " ".join(f"{c.split('.', 1)[1]}={fmt_value(run[c])}" for c in params
+               "params": " ".join(f"{GROUP_CHOICE.get(c, c.split('.', 1)[1])}={fmt_value(run[c])}" for c in params
                                   if not pd.isna(run[c])),
                "seeds": run["seeds"], "steps": run["steps"]}
         if run["run"] in report.with_data:

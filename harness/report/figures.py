@@ -94,7 +94,9 @@ class Drawer:
             colour, line = series_style(series, index, len(panel.series))
             for m_index, metric in enumerate(panel.metrics):
                 matrix = self.report.matrix(resolved, metric)
-                if matrix.values.size == 0 or not np.isfinite(matrix.values).any():
+                logged = np.isfinite(matrix.values).any(0)  # a metric logged every N steps (held-out accuracy)
+                matrix = stats.SeedMatrix(matrix.seeds, matrix.steps[logged], matrix.values[:, logged])
+                if matrix.values.size == 0:
                     continue
                 mean, se = stats.mean_se(matrix)
                 mean, se = smooth(mean, window, panel.centred), smooth(se, window, panel.centred)

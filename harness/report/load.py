@@ -182,13 +182,14 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
 
 
 def _param_columns(runs: pd.DataFrame) -> list[str]:
-    """Scalar task/algorithm keys that differ between runs of the same experiment, task and algorithm (V in a
-    vocabulary sweep, η in a temperature sweep): the keys that tell curves apart."""
+    """Scalar task/algorithm keys and the model name that differ between runs of the same experiment, task and
+    algorithm (V in a vocabulary sweep, η in a temperature sweep, the LLM): the keys that tell curves apart."""
     varying = set()
     for _, group in runs.groupby(["experiment", "task", "algorithm"], dropna=False):
         configs = list(group["config"])
         for key in {k for c in configs for k in c}:
-            if (key.startswith(("task.", "algorithm.")) and not key.startswith(IGNORED) and key not in BUDGET
+            if ((key.startswith(("task.", "algorithm.")) or key == "model.name") and not key.startswith(IGNORED)
+                    and key not in BUDGET
                     and not any(isinstance(c.get(key), tuple) for c in configs)
                     and len({json.dumps(c.get(key), default=str) for c in configs}) > 1):
                 varying.add(key)

@@ -240,6 +240,11 @@ def _sweep_figure(name: str, title: str, preset: str, key: str, values, caption:
     return Figure(name, title, (*curves, final), caption=caption)
 
 
+FIG9_MODELS = (("qwen3_1_7b", "Qwen3-1.7B"), ("r1_distill_qwen_1_5b", "R1-Distill-Qwen-1.5B"))
+FIG9_TASKS = (("fig9_gsm8k", "GSM8K", "test_accuracy", "test accuracy"),
+              ("fig9_graph_colouring", "graph colouring", "reward_mean", "mean score"),
+              ("fig9_knights_knaves", "Knights & Knaves", "reward_mean", "mean score"))
+
 FIGURES: dict[str, Figure] = {f.name: f for f in (
     Figure("fig1", "Fig 1 — TPO matches baselines on easy tasks and wins under sparse reward", (
         Panel("fig4_mnist", by_algorithm("tpo", "grpo", "dg"), title="(a) MNIST contextual bandit",
@@ -315,4 +320,18 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
         Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) final error", kind="final", x="algorithm.eta",
               xs=ETAS, logx=True, paper="table5")),
            caption="(b) mean ± s.e.; crosses: paper values (Table 5)."),
+    Figure("fig9", "Fig 9 — LLM RLVR: TPO vs GRPO (K=16, batch 16, AdamW 1e-5)", tuple(
+        Panel(preset, by_algorithm("tpo", "grpo"), title=f"{task} — {model_label}", where={"model.name": model},
+              metrics=(metric,), ylabel=ylabel, ylim=(0.0, 1.0))
+        for model, model_label in FIG9_MODELS for preset, task, metric, ylabel in FIG9_TASKS), ncols=3,
+           caption="GSM8K: greedy held-out test accuracy every 5 steps; graph colouring and Knights & Knaves: mean "
+                   "score of the step's training rollouts (spec §6.13)."),
+    Figure("demo_llm", "LLM CPU demo — SmolLM2-135M, graph colouring (4 vertices), K=4", (
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(a) mean score", metrics=("reward_mean",),
+              ylabel="mean score"),
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(b) zero-variance groups", metrics=("frac_zero_var",),
+              ylabel="fraction"),
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(c) first-update gradient norm",
+              metrics=("grad_norm",), ylabel="‖g‖₂ (before clipping)")),
+           caption="Training rollouts of each step; one seed (make demo-llm)."),
 )}

@@ -50,12 +50,15 @@ def norm(value):
     return str(value)
 
 
+GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model"}  # keys chosen by a config group's file name
+
+
 def command(preset: str, key: dict) -> str:
     """The exact sweep command that produces the runs of one cell."""
     overrides = [f"experiment={key.get('experiment', preset)}"]
     for name, value in key.items():
         if name not in ("experiment", "metric"):
-            overrides.append(f"{'algorithm' if name == 'algorithm.name' else name}={fmt_value(value)}")
+            overrides.append(f"{GROUP_CHOICE.get(name, name)}={fmt_value(value)}")
     return "python -m harness -m " + " ".join(overrides)
 
 

@@ -1,0 +1,234 @@
+"""``train_llm``: one RLVR run of an LLM task on the TRL trainer, writing the files every other run writes.
+
+One step = one rollout batch (``task.batch_size`` prompts × ``task.K`` completions) and its ``epochs`` optimizer
+updates (TRL's ``num_iterations``); ``metrics.csv`` has one row per step. Row s holds the step's rollout metrics
+(the policy after s steps) and, every ``task.eval_every`` steps and at the last step, the greedy held-out score of
+that same policy. LLM runs train one seed per run: sweep ``seed_offset`` for more (the report pools them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+from harness import outputs
+from harness.llm.models import load_policy, lora_config, model_dtype
+from harness.llm.trainer import RLVRTrainer, make_reward_function
+from harness.tracking import NullTracker, make_tracker
+from tasks.base import ConfigError, check_choice, check_positive_int
+
+log = logging.getLogger(__name__)
+STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
+TRL_ALGORITHMS = ("grpo", "grpo_no_kl")  # what task.loss_impl=trl can stand in for
+
+
+def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
+    """Validate what only the LLM path reads; return the updates per rollout batch (epochs)."""
+    task = cfg.task
+    if cfg.seeds != 1:
+        raise ConfigError(f"seeds={cfg.seeds} is not valid for task={task.name}: an LLM run trains one seed; valid "
+                          "choices: 1 (sweep seed_offset=0,1,2 for more seeds)")
+    check_choice("task.loss_impl", task.loss_impl, ("project", "trl"))
+    if task.loss_impl == "trl" and algorithm.name not in TRL_ALGORITHMS:
+        raise ConfigError(f"task.loss_impl=trl runs TRL's own GRPO loss; valid algorithms with it: "
+                          f"{', '.join(TRL_ALGORITHMS)} (got algorithm={algorithm.name})")
+    check_choice("task.sequence_logprob", task.sequence_logprob, ("sum", "mean"))
+    epochs = cfg.algorithm.epochs if cfg.algorithm.get("epochs") is not None else task.epochs
+    check_positive_int("algorithm.epochs" if cfg.algorithm.get("epochs") is not None else "task.epochs", epochs)
+    if task.batch_size % (world_size * task.micro_batch_groups):
+        raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
+                          f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
+                          "micro-batch holds whole prompt groups")
+    if task.ref_kl and not task.lora_rank:
+        raise ConfigError(f"task.ref_kl={task.ref_kl} needs a LoRA policy (the reference is the base model with the "
+                          "adapter disabled); valid choices: task.lora_rank > 0, or task.ref_kl=0")
+    if task.vllm and not str(cfg.device).startswith("cuda"):
+        raise ConfigError("task.vllm=true needs device=cuda; valid choices here: task.vllm=false")
+    if not isinstance(cfg.trainer.checkpoint_every, int) or cfg.trainer.checkpoint_every < 0:
+        raise ConfigError(f"trainer.checkpoint_every={cfg.trainer.checkpoint_every!r} is not valid; expected 0 or "
+                          "a positive integer")
+    return int(epochs)
+
+
+def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
+    """TRL's GRPOConfig for this run (see README "LLM RLVR (TRL)" for every setting that differs from TRL's)."""
+    from trl import GRPOConfig
+
+    task, optim, model = cfg.task, cfg.optim, cfg.model
+    cuda = str(cfg.device).startswith("cuda")
+    checkpoint_every = int(cfg.trainer.checkpoint_every)
+    return GRPOConfig(
+        output_dir=str(run_dir / "trl"), seed=int(cfg.seed_offset), use_cpu=not cuda,
+        bf16=model_dtype(model, str(cfg.device)) == torch.bfloat16,
+        per_device_train_batch_size=task.micro_batch_groups * task.K,
+        gradient_accumulation_steps=task.batch_size // (world_size * task.micro_batch_groups),
+        num_generations=task.K, num_iterations=epochs, max_steps=int(cfg.trainer.steps) * epochs,
+        max_completion_length=task.max_completion_length, temperature=float(task.temperature), top_p=1.0, top_k=0,
+        learning_rate=float(optim.lr), adam_beta1=float(optim.betas[0]), adam_beta2=float(optim.betas[1]),
+        adam_epsilon=float(optim.eps), weight_decay=float(optim.weight_decay),
+        max_grad_norm=float(optim.max_grad_norm), lr_scheduler_type="constant", warmup_steps=0,
+        beta=float(task.ref_kl), epsilon=float(cfg.algorithm.get("clip_eps", 0.2)),
+        disable_dropout=True, gradient_checkpointing=bool(model.gradient_checkpointing),
+        chat_template_kwargs=OmegaConf.to_container(model.chat_template_kwargs),
+        use_vllm=bool(task.vllm), vllm_mode="colocate",
+        logging_steps=1, report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+        save_strategy="steps" if checkpoint_every else "no", save_steps=max(1, checkpoint_every * epochs),
+        save_total_limit=1, log_completions=False,
+    )
+
+
+class StepLogger(TrainerCallback):
+    """Writes one metrics row per step (after its last update), evaluates when due, saves its state with TRL's
+    checkpoints, and stops training when a loss is not finite."""
+
+    def __init__(self, trainer: RLVRTrainer, task, eval_rows: list[dict], epochs: int, steps: int, writer, tracker,
+                 pending_test: float = math.nan):
+        self.trainer, self.task, self.eval_rows = trainer, task, eval_rows
+        self.epochs, self.steps, self.writer, self.tracker = epochs, steps, writer, tracker
+        self.every = int(task.cfg.eval_every)
+        self.pending_test = pending_test  # held-out score of the policy that generates the next step
+        self.diverged_at: int | None = None
+
+    def _evaluate_if_due(self, step: int) -> None:
+        if self.every and (step % self.every == 0 or step == self.steps - 1):
+            batch_size = int(self.task.cfg.eval_batch_size)
+            self.pending_test = self.trainer.held_out_score(self.task, self.eval_rows, batch_size)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self._evaluate_if_due(0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.epochs:
+            return
+        step = state.global_step // self.epochs - 1
+        metrics = {**self.trainer.step_metrics(), "test_accuracy": self.pending_test}
+        self.pending_test = math.nan
+        if self.writer is not None:
+            values = {name: np.asarray([metrics[name]], dtype=np.float64) for name in self.task.metric_names}
+            self.writer.append(step, values)
+            self.tracker.log(step, values)
+        log.info("step %d/%d: %s", step + 1, self.steps,
+                 " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if not math.isnan(v)))
+        if not math.isfinite(metrics["loss"]):
+            self.diverged_at, control.should_training_stop = step, True
+        elif step + 1 < self.steps:
+            self._evaluate_if_due(step + 1)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.writer is None:
+            return
+        self.writer.flush()
+        self.tracker.flush()
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        outputs.write_json(folder / STATE_FILE, {"rows": self.writer.rows, "pending_test": _json_float(
+            self.pending_test)})
+
+
+def _json_float(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path) -> tuple[RLVRTrainer, Any, int]:
+    """(trainer, task, epochs) for a validated configuration; every ConfigError comes before the model loads."""
+    from accelerate import PartialState
+    from datasets import Dataset
+
+    from harness.run import build_task
+
+    task = build_task(cfg)
+    world_size = PartialState().num_processes
+    epochs = check_llm_config(cfg, task.algorithm, world_size)
+    model, tokenizer = load_policy(cfg.model, str(cfg.device))
+    rows = task.train_rows(int(cfg.seed_offset), int(cfg.trainer.steps) * int(cfg.task.batch_size))
+    trainer = RLVRTrainer(
+        model=model, reward_funcs=make_reward_function(task), args=grpo_config(cfg, run_dir, epochs, world_size),
+        train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
+        algorithm=task.algorithm, algorithm_cfg=cfg.algorithm, task_cfg=cfg.task)
+    trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
+    trainer.remove_callback(ProgressCallback)
+    return trainer, task, epochs
+
+
+def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Train one (LLM task, algorithm, seed) configuration with TRL; return the summary written to summary.json."""
+    started = time.time()
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    trainer, task, epochs = build_trainer(cfg, run_dir)
+    seed, steps = int(cfg.seed_offset), int(cfg.trainer.steps)
+    main = trainer.accelerator.is_main_process
+    eval_rows = task.eval_rows() if cfg.task.eval_every else []
+
+    resumable = cfg.trainer.resume and (run_dir / "trl").exists()
+    checkpoint = get_last_checkpoint(str(run_dir / "trl")) if resumable else None
+    saved = json.loads((Path(checkpoint) / STATE_FILE).read_text()) if checkpoint else {}
+    if checkpoint:
+        log.info("resuming %s from %s", run_dir, checkpoint)
+    writer = outputs.MetricsWriter(run_dir, task.metric_names, [seed], saved.get("rows")) if main else None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    tracker = make_tracker(cfg, run_dir, [seed], resolved) if main else NullTracker()
+    pending = saved.get("pending_test")
+    logger = StepLogger(trainer, task, eval_rows, epochs, steps, writer, tracker,
+                        math.nan if pending is None else pending)
+    trainer.add_callback(logger)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
+    status = "completed"
+    # Near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass, which CPUs process ~10×
+    # slower; flushing them to zero costs no accuracy that matters. Restored afterwards (the process default is off).
+    flush_denormal = trainer.accelerator.device.type == "cpu" and torch.set_flush_denormal(True)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        log.warning("interrupted; trainer.resume=true continues from the last TRL checkpoint in %s", run_dir)
+    finally:
+        if flush_denormal:
+            torch.set_flush_denormal(False)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if writer is not None:
+            writer.close()
+    if logger.diverged_at is not None and status == "completed":
+        status = "diverged"
+    summary = {
+        "status": status,
+        "experiment": cfg.experiment_name,
+        "task": cfg.task.name,
+        "algorithm": cfg.algorithm.name,
+        "seeds": [seed],
+        "steps": steps,
+        "seed_status": {str(seed): status},
+        "diverged_at_step": {} if logger.diverged_at is None else {str(seed): logger.diverged_at},
+        **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
+        "wall_seconds": round(time.time() - started, 3),
+        "hardware": {"device": str(trainer.accelerator.device), "threads": torch.get_num_threads(),
+                     "host": socket.gethostname(), "processes": trainer.accelerator.num_processes,
+                     **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})},
+        "commit": outputs.git_commit(),
+    }
+    if main:
+        outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
+        tracker.finish(summary)
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return summary

@@ -1,0 +1,62 @@
+"""GSM8K (paper §3.8, Fig 9a): grade-school math, exact match on the final number, held-out test accuracy.
+
+Data: ``task.source`` = local (``task.data_dir``/{train,test}.jsonl, the dataset's own format: "question",
+"answer" ending in "#### N"), hub (``task.hub_id`` through ``datasets``), or auto (local when the files exist,
+else the Hub). The prompt is the question plus the instruction to put the answer after "####".
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from tasks.base import ConfigError, check_choice
+from tasks.llm.answers import final_number, gsm8k_reference
+from tasks.llm.base import LLMTask, chat
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+class Gsm8k(LLMTask):
+    name = "gsm8k"
+    columns = ("answer",)
+
+    def __init__(self, cfg, *args, **kwargs):
+        super().__init__(cfg, *args, **kwargs)
+        check_choice("task.source", cfg.source, ("auto", "local", "hub"))
+        self.data_dir = Path(cfg.data_dir) if Path(cfg.data_dir).is_absolute() else ROOT / cfg.data_dir
+        has_local = all((self.data_dir / f"{split}.jsonl").exists() for split in ("train", "test"))
+        if cfg.source == "local" and not has_local:
+            raise ConfigError(f"task.data_dir={cfg.data_dir!r} has no train.jsonl and test.jsonl (resolved: "
+                              f"{self.data_dir}); valid choices: a folder with both, or task.source=hub")
+        self.local = cfg.source == "local" or (cfg.source == "auto" and has_local)
+
+    def _records(self, split: str) -> list[dict[str, Any]]:
+        if self.local:
+            return read_jsonl(self.data_dir / f"{split}.jsonl")
+        from datasets import load_dataset
+
+        return list(load_dataset(self.cfg.hub_id, "main", split=split))
+
+    def _rows(self, split: str) -> list[dict[str, Any]]:
+        return [{"prompt": chat(f"{r['question']} {INSTRUCTION}"), "answer": str(gsm8k_reference(r["answer"]))}
+                for r in self._records(split)]
+
+    def train_rows(self, seed: int, count: int) -> list[dict[str, Any]]:
+        return self._rows("train")
+
+    def eval_rows(self) -> list[dict[str, Any]]:
+        rows = self._rows("test")
+        return rows if self.cfg.eval_size is None else rows[: int(self.cfg.eval_size)]
+
+    def score(self, completion: str, row: dict[str, Any]) -> float:
+        predicted = final_number(completion)
+        return float(predicted is not None and predicted == Decimal(row["answer"]))

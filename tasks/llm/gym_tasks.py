@@ -1,0 +1,77 @@
+"""Reasoning Gym tasks (paper §3.8, Fig 9b, c): procedurally generated puzzles scored by the library's own scorers.
+
+Prompts: Reasoning Gym's system prompt (``task.system_prompt``, a key of ``reasoning_gym.utils.SYSTEM_PROMPTS``)
+asking for the answer inside <answer></answer>, then the puzzle. Training puzzles are generated with the run seed,
+held-out puzzles with ``task.eval_seed``; ``task.generator`` holds the dataset's own config fields.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from tasks.base import ConfigError, check_choice
+from tasks.llm.answers import last_json_object, tagged_answer
+from tasks.llm.base import LLMTask, chat
+
+
+class ReasoningGymTask(LLMTask):
+    dataset_name: str  # the Reasoning Gym dataset id
+    columns = ("split", "item")
+
+    def __init__(self, cfg, *args, **kwargs):
+        super().__init__(cfg, *args, **kwargs)
+        from reasoning_gym.utils import SYSTEM_PROMPTS
+
+        check_choice("task.system_prompt", cfg.system_prompt, sorted(SYSTEM_PROMPTS))
+        self.system = SYSTEM_PROMPTS[cfg.system_prompt]
+        self.datasets: dict[str, Any] = {}
+        self.entries: dict[str, list[dict]] = {}
+
+    def _generate(self, split: str, seed: int, size: int) -> list[dict[str, Any]]:
+        import reasoning_gym
+
+        try:
+            dataset = reasoning_gym.create_dataset(self.dataset_name, seed=seed, size=size,
+                                                   **OmegaConf.to_container(self.cfg.generator))
+        except (TypeError, AssertionError) as error:
+            raise ConfigError(f"task.generator is not valid for reasoning-gym {self.dataset_name}: {error}") from None
+        self.datasets[split], self.entries[split] = dataset, list(dataset)
+        return [{"prompt": chat(entry["question"], self.system), "split": split, "item": index}
+                for index, entry in enumerate(self.entries[split])]
+
+    def train_rows(self, seed: int, count: int) -> list[dict[str, Any]]:
+        return self._generate("train", seed, count)
+
+    def eval_rows(self) -> list[dict[str, Any]]:
+        return self._generate("test", int(self.cfg.eval_seed), int(self.cfg.eval_size))
+
+    def answer(self, completion: str) -> str | None:
+        """The text handed to the scorer."""
+        return tagged_answer(completion)
+
+    def score(self, completion: str, row: dict[str, Any]) -> float:
+        entry = self.entries[row["split"]][row["item"]]
+        return float(self.datasets[row["split"]].score_answer(answer=self.answer(completion), entry=entry))
+
+
+class GraphColouring(ReasoningGymTask):
+    """Colour a graph so no edge joins two equal colours; 1 for a valid colouring, 0.01 for any parsable JSON map."""
+
+    name = "graph_colouring"
+    dataset_name = "graph_color"
+
+    def answer(self, completion: str) -> str | None:
+        """The JSON map, from the <answer> block when there is one, else from the whole completion."""
+        tagged = tagged_answer(completion)
+        colouring = last_json_object(tagged if tagged is not None else completion)
+        return None if colouring is None else json.dumps(colouring)
+
+
+class KnightsKnaves(ReasoningGymTask):
+    """Who tells the truth; partial credit 0.3 + 0.7·(fraction right) when every person is named."""
+
+    name = "knights_knaves"
+    dataset_name = "knights_knaves"

@@ -1,0 +1,116 @@
+"""End-to-end LLM runs with the tiny model: 2 steps per task × {TPO, GRPO}, determinism, resume, the report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import harness.llm.train as llm_train
+from conftest import run_config
+from harness.report import write_report
+from llm_helpers import tiny_overrides
+from tasks.llm.base import METRICS
+from tasks.llm.gsm8k import Gsm8k
+
+
+def text_score(self, completion: str, row: dict) -> float:
+    """A deterministic score with spread, so the tiny model's updates are not all zero."""
+    return float(sum(map(ord, completion)) % 3) / 2
+
+
+@pytest.mark.parametrize("task", ["gsm8k", "graph_colouring", "knights_knaves"])
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
+def test_two_training_steps(task, algorithm, tiny_llm, gsm8k_dir, tmp_path):
+    summary = run_config([*tiny_overrides(tiny_llm, task, gsm8k_dir), f"algorithm={algorithm}"], tmp_path)
+    assert summary["status"] == "completed" and summary["steps"] == 2 and summary["seeds"] == [0]
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    assert list(metrics.columns) == ["step", "seed", *METRICS] and list(metrics.step) == [0, 1]
+    assert metrics.reward_mean.between(0, 1).all() and np.isfinite(metrics.loss).all()
+    np.testing.assert_allclose(metrics.error, 1 - metrics.reward_mean)
+    assert (metrics.completion_length <= 8).all()
+    assert metrics.test_accuracy.notna().all() == (task == "gsm8k")  # GSM8K: eval_every=1; the others: never
+    assert np.isfinite(metrics.kl_ref).all() == (task == "gsm8k")  # ref KL needs LoRA: on for GSM8K only
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["final"]["reward_mean"]["n"] == 1 and written["hardware"]["processes"] == 1
+
+
+def test_trl_loss_impl_runs_grpo(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(Gsm8k, "score", text_score)
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "task.eval_every=0"]
+    ours = run_config(overrides, tmp_path / "project")
+    theirs = run_config([*overrides, "task.loss_impl=trl"], tmp_path / "trl")
+    assert ours["status"] == theirs["status"] == "completed"
+    norms = [pd.read_csv(tmp_path / name / "metrics.csv").grad_norm[0] for name in ("project", "trl")]
+    assert min(norms) > 0 and norms[0] != pytest.approx(norms[1], rel=1e-3)  # sequence sums vs TRL's token mean
+
+
+def test_same_config_and_seed_give_identical_metrics(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(Gsm8k, "score", text_score)
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "task.K=4"]
+    run_config(overrides, tmp_path / "a")
+    run_config(overrides, tmp_path / "b")
+    first = (tmp_path / "a" / "metrics.csv").read_text()
+    assert first == (tmp_path / "b" / "metrics.csv").read_text()
+    assert pd.read_csv(tmp_path / "a" / "metrics.csv").grad_norm.max() > 0  # training moved the policy
+    run_config([*overrides, "seed_offset=1"], tmp_path / "c")
+    assert first.replace("\n0,0,", "\n0,1,") != (tmp_path / "c" / "metrics.csv").read_text()
+
+
+def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(Gsm8k, "score", text_score)
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "trainer.steps=4",
+                 "task.eval_every=2", "trainer.checkpoint_every=1"]
+    run_config(overrides, tmp_path / "full")
+    save = llm_train.StepLogger.on_save
+
+    def killed_after_step_2(self, args, state, control, **kwargs):
+        save(self, args, state, control, **kwargs)
+        if state.global_step == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_train.StepLogger, "on_save", killed_after_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(overrides, tmp_path / "killed")
+    assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(llm_train.StepLogger, "on_save", save)
+    assert run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")["status"] == "completed"
+    assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "full" / "metrics.csv").read_text()
+
+
+def test_report_reads_llm_runs(tiny_llm, gsm8k_dir, tmp_path):
+    for algorithm in ("tpo", "grpo"):
+        run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), f"algorithm={algorithm}",
+                    "experiment_name=llm_check"], tmp_path / "runs" / algorithm)
+    table = write_report([tmp_path / "runs"], tmp_path / "report")
+    assert sorted(table.algorithm) == ["grpo", "tpo"] and set(table.task) == {"gsm8k"}
+    assert (tmp_path / "report" / "llm_check_gsm8k.png").exists()
+
+
+def test_report_draws_fig9_from_llm_runs_with_sparse_test_accuracy(tmp_path):
+    """Fig 9a's test accuracy is logged every 5 steps (NaN between): the curve uses the logged steps only."""
+    from omegaconf import OmegaConf
+
+    from conftest import compose_config
+
+    for model in ("qwen3_1_7b", "r1_distill_qwen_1_5b"):
+        for algorithm in ("tpo", "grpo"):
+            cfg = compose_config(["experiment=fig9_gsm8k", f"model={model}", f"algorithm={algorithm}"])
+            run_dir = tmp_path / "runs" / f"{model}_{algorithm}"
+            run_dir.mkdir(parents=True)
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            steps = np.arange(cfg.trainer.steps)
+            reward = steps / steps[-1]
+            test = np.where((steps % 5 == 0) | (steps == steps[-1]), reward, np.nan)
+            pd.DataFrame({"step": steps, "seed": 0, "error": 1 - reward, "reward_mean": reward,
+                          "test_accuracy": test}).to_csv(run_dir / "metrics.csv", index=False)
+            (run_dir / "summary.json").write_text(json.dumps({
+                "status": "completed", "experiment": "fig9_gsm8k", "task": "gsm8k", "algorithm": algorithm,
+                "seeds": [0], "steps": int(cfg.trainer.steps)}))
+    table = write_report([tmp_path / "runs"], tmp_path / "report", resamples=50)
+    assert sorted(table.params) == ["model=qwen3_1_7b", "model=qwen3_1_7b", "model=r1_distill_qwen_1_5b",
+                                    "model=r1_distill_qwen_1_5b"]
+    caption = (tmp_path / "report" / "fig9.caption.md").read_text()
+    assert caption.count("| ok |") == 4  # GSM8K × 2 models × {TPO, GRPO}; the other panels have no runs

@@ -1,0 +1,140 @@
+"""The TRL trainer integration (harness/llm): whole groups per micro-batch, every loss from algorithms/, the anchor.
+
+A tiny random Qwen3 (tests/llm_helpers.py) generates real completions; scores come from test reward functions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from algorithms import losses
+from algorithms.scores import zscore_advantages
+from conftest import compose_config
+from harness.llm.train import build_trainer
+from llm_helpers import tiny_overrides
+
+
+def alternating_score():
+    """Scores 0, 1, 0, 1, ... in completion order: every group (K even) has variance."""
+    values = itertools.cycle([0.0, 1.0])
+    return lambda text, row: next(values)
+
+
+def make_trainer(tiny_llm, gsm8k_dir, run_dir, *overrides, score=None):
+    cfg = compose_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "task.lora_rank=0", "task.ref_kl=0",
+                          *overrides])
+    trainer, task, epochs = build_trainer(cfg, run_dir)
+    if score is not None:
+        task.score = score  # the reward function looks the scorer up at call time
+    trainer.model.train()
+    return trainer, cfg
+
+
+def micro_batches(trainer) -> list[dict]:
+    """The micro-batches of the first step, as the training loop receives them."""
+    batch = next(iter(trainer.get_train_dataloader()))
+    slices = []
+    for step in range(trainer.args.steps_per_generation):
+        trainer._step = step
+        slices.append(trainer._prepare_inputs(batch))
+    trainer._step = 0
+    return slices
+
+
+def reference_token_logps(model, inputs) -> torch.Tensor:
+    """Completion-token log-probs from a plain forward pass (independent of TRL's fused head)."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    T = inputs["completion_ids"].size(1)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, -T - 1:-1].float()
+    return logits.log_softmax(-1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("groups_per_micro_batch", [1, 2])
+def test_every_micro_batch_holds_whole_groups(tiny_llm, gsm8k_dir, tmp_path, groups_per_micro_batch):
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "task.batch_size=4", "task.K=3",
+                                f"task.micro_batch_groups={groups_per_micro_batch}")
+    prompts = [row["prompt"][-1]["content"] for row in next(iter(trainer.get_train_dataloader()))]
+    assert prompts == [p for p in prompts[::3] for _ in range(3)]  # the sampler: K copies of a prompt, adjacent
+    slices = micro_batches(trainer)
+    assert len(slices) == 4 // groups_per_micro_batch  # accumulation steps of one update
+    seen = []
+    for inputs in slices:
+        ids = inputs["prompt_ids"].view(groups_per_micro_batch, 3, -1)
+        assert (ids == ids[:, :1]).all()  # each group's K rows share one prompt
+        assert inputs["scores"].shape == (3 * groups_per_micro_batch,)
+        seen += [tuple(group[0].tolist()) for group in ids]
+    assert len(set(seen)) == 4  # the update sees every prompt exactly once: no group was split
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo", "tpo_no_anchor", "group_pg"])
+def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, algorithm):
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4",
+                                score=alternating_score())
+    slices = micro_batches(trainer)  # 2 micro-batches of 1 group each
+    model, hp = trainer.model, cfg.algorithm
+    actual = sum(trainer.compute_loss(model, inputs) for inputs in slices)
+
+    token_logp = torch.cat([reference_token_logps(model, inputs) for inputs in slices])
+    mask = torch.cat([inputs["completion_mask"] for inputs in slices])
+    scores = torch.cat([inputs["scores"] for inputs in slices]).view(1, 2, 4)
+    logp = (token_logp * mask).sum(-1).view(1, 2, 4)
+    assert scores.std(-1).min() > 0
+    if algorithm.startswith("tpo"):
+        expected = losses.tpo_loss(logp, logp.detach(), scores, hp.eta, anchor=algorithm == "tpo",
+                                   zero_variance=hp.zero_variance)
+    elif algorithm == "group_pg":
+        expected = losses.group_pg_loss(logp, scores, hp.eta, hp.zero_variance)
+    else:
+        expected = losses.grpo_loss(logp, logp.detach(), zscore_advantages(scores), hp.clip_eps, hp.beta,
+                                    hp.log_ratio_clip)
+    torch.testing.assert_close(actual, expected.squeeze(0), rtol=1e-5, atol=1e-6)
+
+
+def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_path):
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "task.K=4", "task.sequence_logprob=mean")
+    generator = torch.Generator().manual_seed(0)
+    token_logp = -torch.rand(8, 5, generator=generator)
+    token_logp_old = -torch.rand(8, 5, generator=generator)
+    mask = (torch.rand(8, 5, generator=generator) > 0.3).long()
+    scores = torch.rand(8, generator=generator)
+    loss, kl = trainer.rlvr_loss(token_logp, token_logp_old, None, mask, scores)
+    shape = (1, 2, 4)
+    expected = losses.tpo_loss(losses.sequence_logprob(token_logp, mask, True).view(shape),
+                               losses.sequence_logprob(token_logp_old, mask, True).view(shape), scores.view(shape),
+                               cfg.algorithm.eta, zero_variance=cfg.algorithm.zero_variance)
+    assert torch.equal(loss, expected.squeeze(0)) and kl is None
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
+def test_zero_variance_groups_give_zero_first_epoch_gradient(tiny_llm, gsm8k_dir, tmp_path, algorithm):
+    def gradients(score) -> list[torch.Tensor]:
+        trainer, _ = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4", score=score)
+        trainer.model.zero_grad(set_to_none=True)
+        for inputs in micro_batches(trainer):
+            trainer.compute_loss(trainer.model, inputs).backward()
+        return [p.grad for p in trainer.model.parameters() if p.requires_grad]
+
+    assert all(g is not None and torch.count_nonzero(g) == 0 for g in gradients(lambda text, row: 0.5))
+    assert any(torch.count_nonzero(g) > 0 for g in gradients(alternating_score()))
+
+
+def test_extra_epochs_keep_the_rollout_time_anchor(tiny_llm, gsm8k_dir, tmp_path):
+    trainer, _ = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "algorithm.epochs=2", "task.K=4", "optim.lr=0.05",
+                              "trainer.steps=1", score=alternating_score())
+    calls = []
+    rlvr_loss = trainer.rlvr_loss
+
+    def recording(token_logp, token_logp_old, *args):
+        calls.append((token_logp.detach().clone(), token_logp_old.clone()))
+        return rlvr_loss(token_logp, token_logp_old, *args)
+
+    trainer.rlvr_loss = recording
+    trainer.train()
+    assert len(calls) == 4  # 2 micro-batches × 2 epochs
+    (first_new, first_old), (second_new, second_old) = calls[0], calls[2]  # micro-batch 0 in epochs 1 and 2
+    assert torch.equal(first_old, second_old)  # the anchor is frozen across epochs
+    torch.testing.assert_close(first_new, first_old, rtol=0, atol=1e-5)  # ... and is the rollout-time policy
+    assert not torch.allclose(second_new, second_old, atol=1e-4)  # the policy moved after the first update
