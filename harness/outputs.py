@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,23 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
     mean_curve = frame.groupby("step")["error"].mean() if "error" in frame else None
     reached = {str(t): steps_to(mean_curve, t) for t in thresholds} if mean_curve is not None else {}
     return {"final": final, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}
+
+
+def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[int], seed_status: dict[str, str],
+                diverged: dict[str, int], started: float, hardware: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json`` of a finished run: what ran, how it ended, its final values and steps-to (read back from
+    ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count."""
+    return {
+        "status": status,
+        "experiment": cfg.experiment_name,
+        "task": cfg.task.name,
+        "algorithm": cfg.algorithm.name,
+        "seeds": seeds,
+        "steps": int(cfg.trainer.steps),
+        "seed_status": seed_status,
+        "diverged_at_step": diverged,
+        **summarize(run_dir, metric_names, list(cfg.task.steps_to)),
+        "wall_seconds": round(time.time() - started, 3),
+        "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},
+        "commit": git_commit(),
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -156,20 +155,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     seed_status = {str(s): ("diverged" if str(s) in diverged else status) for s in seeds}
     if status == "completed" and diverged:
         status = "diverged"
-    summary = {
-        "status": status,
-        "experiment": cfg.experiment_name,
-        "task": cfg.task.name,
-        "algorithm": cfg.algorithm.name,
-        "seeds": seeds,
-        "steps": steps,
-        "seed_status": seed_status,
-        "diverged_at_step": diverged,
-        **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
-        "wall_seconds": round(time.time() - started, 3),
-        "hardware": {"device": str(task.device), "threads": torch.get_num_threads(), "host": socket.gethostname()},
-        "commit": outputs.git_commit(),
-    }
+    summary = outputs.run_summary(cfg, run_dir, task.metric_names, status=status, seeds=seeds, seed_status=seed_status,
+                                  diverged=diverged, started=started, hardware={"device": str(task.device)})
     outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
     tracker.finish(summary)
     if status == "interrupted":

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -210,22 +209,12 @@ def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             writer.close()
     if logger.diverged_at is not None and status == "completed":
         status = "diverged"
-    summary = {
-        "status": status,
-        "experiment": cfg.experiment_name,
-        "task": cfg.task.name,
-        "algorithm": cfg.algorithm.name,
-        "seeds": [seed],
-        "steps": steps,
-        "seed_status": {str(seed): status},
-        "diverged_at_step": {} if logger.diverged_at is None else {str(seed): logger.diverged_at},
-        **outputs.summarize(run_dir, task.metric_names, list(cfg.task.steps_to)),
-        "wall_seconds": round(time.time() - started, 3),
-        "hardware": {"device": str(trainer.accelerator.device), "threads": torch.get_num_threads(),
-                     "host": socket.gethostname(), "processes": trainer.accelerator.num_processes,
-                     **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})},
-        "commit": outputs.git_commit(),
-    }
+    hardware = {"device": str(trainer.accelerator.device), "processes": trainer.accelerator.num_processes,
+                **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})}
+    summary = outputs.run_summary(
+        cfg, run_dir, task.metric_names, status=status, seeds=[seed], seed_status={str(seed): status},
+        diverged={} if logger.diverged_at is None else {str(seed): logger.diverged_at}, started=started,
+        hardware=hardware)
     if main:
         outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
         tracker.finish(summary)
