@@ -104,7 +104,7 @@ def main() -> None:
     speed_runs = [(f"terminal H=10 {a} {m}", [*TERMINAL, f"algorithm={a}", f"task.match={m}"])
                   for a in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg") for m in ("prompts", "interactions")
                   if m == "prompts" or a in ("ppo", "dg")]
-    speed_runs += [(f"terminal H=10 tpo dedup=true", [*TERMINAL, "algorithm=tpo", "task.dedup=true"])]
+    speed_runs += [("terminal H=10 tpo dedup=true", [*TERMINAL, "algorithm=tpo", "task.dedup=true"])]
     speed_runs += [(f"dense V={v} tpo_token", [*DENSE, f"task.V={v}"]) for v in (2, 16)]
     for name, overrides in speed_runs:
         seconds = seconds_per_episode(overrides, 20)

@@ -36,7 +36,7 @@ class FakeApi:
 def test_wandb_runs_convert_like_run_directories(tmp_path):
     rng = np.random.default_rng(0)
     steps = np.arange(0, 40, 10)
-    fake, expected = [], {}
+    fake = []
     for algorithm, eta in (("tpo", 0.5), ("tpo", 2.0), ("grpo", 1.0)):
         config = make_config("table5_eta_sweep", "token_reversal", algorithm, 3, 40, **{"algorithm.eta": eta})
         error, entropy = rng.random((3, len(steps))), rng.random((3, len(steps)))
