@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # as training does (flush_denormal=true)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}, "
           f"algorithm={args.algorithm}, {args.steps} steps")
     one = seconds_per_step([make_task(args.algorithm, 1)], args.steps)

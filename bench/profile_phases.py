@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -44,17 +45,28 @@ SETTINGS = {
 
 
 class PhaseTimer:
-    """Wraps a task's phase methods and accumulates CPU and wall seconds per phase; the rest of a step is
-    attributed to ``rest`` (the loss and its backward pass for the token tasks)."""
+    """Wraps a task's phase methods (and, for the MNIST bandit, its module's MLP forward and backward functions)
+    and accumulates CPU and wall seconds per phase; the rest of a step is attributed to ``rest`` (the loss's
+    backward pass, and for MNIST also sampling). ``close`` unwraps."""
 
     def __init__(self, task):
         self.cpu, self.wall = defaultdict(float), defaultdict(float)
+        module = sys.modules[type(task).__module__]
         phases = {"rollout": (task, "rollout_batch"), "forward": (task, "log_probs"),
-                  "optimizer": (task.optimizer, "step"), "draws": (task, "draws"), "evaluation": (task, "evaluate"),
-                  "diagnostics": (task, "diagnostics")}
+                  "optimizer": (task.optimizer, "step"), "data": (task, "batch"),
+                  "evaluation": (task, "evaluate"), "diagnostics": (task, "diagnostics"),
+                  "loss": (task, "loss"), "mlp forward": (module, "mlp_forward"),
+                  "mlp backward": (module, "mlp_backward")}
+        self.wrapped = []
         for phase, (owner, method) in phases.items():
             if hasattr(owner, method):
-                setattr(owner, method, self._timed(phase, getattr(owner, method)))
+                original = getattr(owner, method)
+                setattr(owner, method, self._timed(phase, original))
+                self.wrapped.append((owner, method, original))
+
+    def close(self) -> None:
+        for owner, method, original in self.wrapped:
+            setattr(owner, method, original)
 
     def _timed(self, phase, function):
         def timed(*args, **kwargs):
@@ -97,6 +109,7 @@ def profile(overrides: list[str], seeds: int, episodes: int, warm: int) -> dict:
     for step in range(warm + 1, warm + 1 + episodes):
         task.step(step)
     total_cpu, total_wall = time.process_time() - cpu, time.perf_counter() - wall
+    timer.close()
     phases = {phase: (timer.cpu[phase] / episodes, timer.wall[phase] / episodes) for phase in timer.cpu}
     phases["rest"] = (total_cpu / episodes - sum(c for c, _ in phases.values()),
                       total_wall / episodes - sum(w for _, w in phases.values()))
@@ -159,6 +172,7 @@ def main() -> None:
     parser.add_argument("--logging-only", action="store_true", help="only the logging-overhead runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # as training does (flush_denormal=true)
     peak = matmul_peak(args.threads)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  torch {torch.__version__}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, threads={args.threads}, "

@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--run-algorithms", default="tpo,grpo")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # as training does (flush_denormal=true)
     print(f"torch {torch.__version__}, {platform.machine()}, threads={args.threads}; token_reversal reward="
           f"{args.reward} H={args.H} V={args.V} K={args.K} B={args.batch_size}; {args.episodes} timed episodes")
     print(f"{'algorithm':<12}{'seeds':>6}{'chunk':>6}{'s/episode':>11}{'episodes/s':>12}{'CPU-s/episode/seed':>20}"

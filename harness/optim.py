@@ -189,3 +189,34 @@ def _per_seed(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _where_seed(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     return torch.where(_per_seed(active, new), new, old)
+
+
+
+class FusedAdam:
+    """Adam on a fixed list of tensors through torch's fused kernel: the arithmetic of
+    ``torch.optim.Adam(fused=True)`` (tested bit-equal) without ``torch.optim.Optimizer``'s per-step Python
+    bookkeeping (step hooks, grouping by device, ~100 µs: a tenth of a 1-seed MNIST step). Gradients are passed to
+    ``step`` rather than read from ``.grad``. Plain Adam: no amsgrad, weight decay or maximisation."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params = list(params)
+        self.lr, (self.beta1, self.beta2), self.eps = float(lr), betas, float(eps)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]  # as torch's
+
+    @torch.no_grad()
+    def step(self, grads: list[torch.Tensor]) -> None:
+        torch._foreach_add_(self.steps, 1)
+        torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], self.steps, amsgrad=False,
+                           lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps,
+                           maximize=False, grad_scale=None, found_inf=None)
+
+    def state_dict(self) -> dict[str, list[torch.Tensor]]:
+        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "step": self.steps}
+
+    def load_state_dict(self, state: dict[str, list[torch.Tensor]]) -> None:
+        with torch.no_grad():
+            for key, tensors in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("step", self.steps)):
+                for target, value in zip(tensors, state[key], strict=True):
+                    target.copy_(value)

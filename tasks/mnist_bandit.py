@@ -8,16 +8,16 @@ Greedy test error on the 10k test set every ``eval_every`` updates, plus the App
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from algorithms import Rollout, losses
 from algorithms.functional import log_softmax, softmax
 from algorithms.scores import zscore_advantages
 from harness import rng
+from harness.optim import FusedAdam
 from tasks.base import StepOutput, Task, check_choice
 from tasks.mnist_data import load_mnist
 from tasks.mnist_mechanism import mechanism_by_bin
-from tasks.models.mlp import init_mlp, mlp_logits
+from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
 
 MECHANISM_ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")
 MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
@@ -46,16 +46,16 @@ class MnistBandit(Task):
         self.mechanism = bool(cfg.mechanism) and self.algorithm.name in MECHANISM_ALGORITHMS
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
-        self.params = {k: v.to(self.device).requires_grad_(True) for k, v in init_mlp(self.seeds).items()}
+        self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
         self._block = None
-        self.optimizer = torch.optim.Adam(self.params.values(), lr=float(cfg.lr), fused=True)  # one kernel per step
+        self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
 
-    def _loss(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Per-seed loss for the configured algorithm, built from the shared library functions."""
         hp, name = self.algorithm_cfg, self.algorithm.name
         rewards = (actions == labels).to(log_probs.dtype)
         baseline = log_probs.detach().exp().pow(2).sum(-1)  # expected reward Σπ², constant w.r.t. θ
-        sampled = F.one_hot(actions, log_probs.shape[-1]).to(log_probs.dtype)
+        sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)  # one-hot of the action
         taken = log_probs.gather(-1, actions.unsqueeze(-1))  # (S, B, 1)
         if name == "tpo":  # group = the 10 classes; only the sampled class is scored (spec §2.5)
             scores = (rewards - baseline).unsqueeze(-1) * sampled
@@ -100,16 +100,23 @@ class MnistBandit(Task):
             self._block = block
         return self._index[:, step % RNG_BLOCK], self._uniforms[:, step % RNG_BLOCK]
 
-    def step(self, step: int) -> StepOutput:
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This step's images (S, B, 784), labels (S, B) and action uniforms (S, B)."""
         index, u = self.draws(step)
         images = self.train_images.index_select(0, index.flatten()).view(*index.shape, -1)  # 2–3× faster than [index]
         labels = self.train_labels.index_select(0, index.flatten()).view_as(index)
-        log_probs = log_softmax(mlp_logits(self.params, images))
+        return images, labels, u
+
+    def step(self, step: int) -> StepOutput:
+        images, labels, u = self.batch(step)
+        logits, layer_inputs = mlp_forward(self.params, images)
+        logits.requires_grad_(True)  # autograd runs from the logits; the MLP's backward is mlp_backward
+        log_probs = log_softmax(logits)
         actions = rng.sample_categorical(log_probs.detach(), u)
-        loss = self._loss(log_probs, actions, labels)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        self.optimizer.step()
+        loss = self.loss(log_probs, actions, labels)
+        (grad_logits,) = torch.autograd.grad(loss.sum(), logits)
+        grads = mlp_backward(self.params, layer_inputs, grad_logits)
+        self.optimizer.step([grads[name] for name in self.params])
         updates = step + 1
         if updates % self.eval_every:
             return StepOutput(loss=loss.detach())
@@ -122,7 +129,7 @@ class MnistBandit(Task):
         return (0, self.evaluate()) if self.step_label == "updates" else None
 
     def state_dict(self):
-        return {"params": {k: v.detach() for k, v in self.params.items()}, "optimizer": self.optimizer.state_dict()}
+        return {"params": dict(self.params), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state):
         with torch.no_grad():

@@ -189,3 +189,23 @@ def test_bucketed_update_equals_one_optimizer_per_parameter():
             optimizer.step()
     for name in together:
         torch.testing.assert_close(together[name], alone[name], atol=1e-6, rtol=1e-6)
+
+
+def test_fused_adam_is_bit_equal_to_torch_fused_adam_and_resumes():
+    shapes = [(2, 7, 5), (2, 5), (2, 3, 3)]
+    ours_params = [_randn(shape, i) for i, shape in enumerate(shapes)]
+    theirs_params = [p.clone().requires_grad_() for p in ours_params]
+    ours, theirs = optim.FusedAdam(ours_params, lr=1e-2), torch.optim.Adam(theirs_params, lr=1e-2, fused=True)
+    for step in range(6):
+        grads = [_randn(shape, 100 * step + i) * 10.0 ** (-3 * i) for i, shape in enumerate(shapes)]
+        for p, g in zip(theirs_params, grads):
+            p.grad = g.clone()
+        theirs.step()
+        ours.step(grads)
+        if step == 2:  # a resumed optimizer continues exactly
+            state = copy.deepcopy(ours.state_dict())
+            ours = optim.FusedAdam(ours_params, lr=1e-2)
+            ours.load_state_dict(state)
+        for mine, reference in zip(ours_params, theirs_params):
+            assert torch.equal(mine, reference.detach())
+    assert float(ours.steps[0]) == 6.0

@@ -26,6 +26,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from harness import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
+from harness.run import flush_denormals
 from harness.tracking import NullTracker, make_tracker
 from tasks.base import ConfigError, check_choice, check_positive_int
 
@@ -192,16 +193,15 @@ def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
     status = "completed"
-    # Near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass, which CPUs process ~10×
-    # slower; flushing them to zero costs no accuracy that matters. Restored afterwards (the process default is off).
-    flush_denormal = trainer.accelerator.device.type == "cpu" and torch.set_flush_denormal(True)
+    # near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass
+    flushing = flush_denormals(bool(cfg.flush_denormal) and trainer.accelerator.device.type == "cpu")
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     except KeyboardInterrupt:
         status = "interrupted"
         log.warning("interrupted; trainer.resume=true continues from the last TRL checkpoint in %s", run_dir)
     finally:
-        if flush_denormal:
+        if flushing:
             torch.set_flush_denormal(False)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
