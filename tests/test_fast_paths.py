@@ -221,3 +221,15 @@ def test_mlp_backward_equals_autograd():
     for (name, value), reference in zip(params.items(), expected):
         assert ours[name].shape == value.shape
         torch.testing.assert_close(ours[name], reference, atol=1e-5, rtol=1e-5)
+
+
+def test_mlp_on_inputs_shared_by_every_seed_equals_per_seed_inputs():
+    from tasks.models.mlp import init_mlp, mlp_logits
+
+    params = init_mlp(torch.arange(3))
+    for layer in range(3):  # nonzero biases, different per seed
+        params[f"b{layer}"] += torch.randn(params[f"b{layer}"].shape, generator=torch.Generator().manual_seed(layer))
+    images = torch.rand(40, 784, generator=torch.Generator().manual_seed(0))
+    shared = mlp_logits(params, images)
+    assert shared.shape == (3, 40, 10)
+    torch.testing.assert_close(shared, mlp_logits(params, images.expand(3, 40, 784)), atol=1e-6, rtol=1e-6)
