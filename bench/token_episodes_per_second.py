@@ -5,7 +5,9 @@
 
 Default setting: terminal reward, reverse copy, H = 10, V = 2, K = 8, B = 100 (Table 3 / Fig 1b). Each number is
 wall time per episode after one warm-up episode, with all epochs, from initialisation (where every sampled answer
-is distinct: the most expensive episodes); CPU seconds per episode and seed are printed beside it. At 20 seeds the
+is distinct: the most expensive episodes); CPU seconds per episode and seed are printed beside it. The 1-seed row
+is the mean over the same seeds run one by one (a seed's cost depends on its data: once its policy is confident,
+``task.dedup`` trains fewer distinct answers), so the per-seed throughput compares like with like. At 20 seeds the
 seeds are computed in chunks of ``task.seed_chunk`` (1 = one seed at a time, 20 = one batched program): each
 chunking is one row. ``--run-episodes N`` also trains N episodes at 1 seed and reports the average CPU-seconds per
 episode over the whole run, with the cost of its first and last tenth: late in training most of a group's answers
@@ -25,8 +27,9 @@ import torch
 from harness.run import build_task, compose_config
 
 
-def make_task(algorithm: str, seeds: int, args, chunk: int | str = "auto"):
-    overrides = ["task=token_reversal", f"algorithm={algorithm}", f"seeds={seeds}", "logger=none",
+def make_task(algorithm: str, seeds: int, args, chunk: int | str = "auto", seed_offset: int = 0):
+    overrides = ["task=token_reversal", f"algorithm={algorithm}", f"seeds={seeds}", f"seed_offset={seed_offset}",
+                 "logger=none",
                  f"task.reward={args.reward}", f"task.H={args.H}", f"task.V={args.V}", f"task.K={args.K}",
                  f"task.batch_size={args.batch_size}", f"task.seed_chunk={chunk}"]
     return build_task(compose_config(overrides))
@@ -69,16 +72,25 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # as training does (flush_denormal=true)
+    seed_counts = list(map(int, args.seeds.split(",")))
     print(f"torch {torch.__version__}, {platform.machine()}, threads={args.threads}; token_reversal reward="
           f"{args.reward} H={args.H} V={args.V} K={args.K} B={args.batch_size}; {args.episodes} timed episodes")
     print(f"{'algorithm':<12}{'seeds':>6}{'chunk':>6}{'s/episode':>11}{'episodes/s':>12}{'CPU-s/episode/seed':>20}"
           f"{'per-seed throughput vs 1 seed':>31}")
+    print(f"(1-seed rows: the mean over seeds 0–{max(seed_counts) - 1}, each run alone)")
     for algorithm in args.algorithms.split(","):
         single = None
-        for seeds in map(int, args.seeds.split(",")):
-            for chunk in [1] if seeds == 1 else [c for c in map(int, args.chunks.split(",")) if c <= seeds]:
+        for seeds in seed_counts:
+            if seeds == 1:  # each of the multi-seed rows' seeds alone: the cost depends on the seed's data (dedup)
+                runs = [time_episodes(make_task(algorithm, 1, args, 1, offset), args.episodes)
+                        for offset in range(max(seed_counts))]
+                wall, cpu = (sum(run[i] for run in runs) / len(runs) for i in range(2))
+                single = cpu
+                print(f"{algorithm:<12}{1:>6}{'-':>6}{wall:>11.3f}{1 / wall:>12.2f}{cpu:>20.3f}{1:>31.0%}", flush=True)
+                continue
+            for chunk in [c for c in map(int, args.chunks.split(",")) if c <= seeds]:
                 wall, cpu = time_episodes(make_task(algorithm, seeds, args, chunk), args.episodes)
-                single = single or cpu
+                single = single or cpu / seeds
                 print(f"{algorithm:<12}{seeds:>6}{chunk:>6}{wall:>11.3f}{1 / wall:>12.2f}{cpu / seeds:>20.3f}"
                       f"{single / (cpu / seeds):>31.0%}", flush=True)
     for algorithm in args.run_algorithms.split(",") if args.run_episodes else []:
