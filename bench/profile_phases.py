@@ -207,8 +207,8 @@ def main() -> None:
             per_step = (total - start) / steps
             projected = (start + per_step * full) / (spent["run"] / steps * full)
             print(f"    logging, {seeds} seeds, {steps} steps, CSV + W&B offline: {total:.2f} s of a "
-                  f"{spent['run']:.1f} s run ({total / spent['run']:.1%}; W&B run starts {start:.2f} s once per run, the rest "
-                  f"{per_step * 1e3:.2f} ms per step) → {projected:.1%} of a default {full:,}-step run; "
+                  f"{spent['run']:.1f} s run ({total / spent['run']:.1%}; W&B run starts {start:.2f} s once per run, "
+                  f"the rest {per_step * 1e3:.2f} ms per step) → {projected:.1%} of a default {full:,}-step run; "
                   + ", ".join(f"{k} {v:.2f} s" for k, v in spent.items() if k != "run"))
 
 
