@@ -263,11 +263,11 @@ class TokenReversal(Task):
             return Batch(prompts, actions, rewards.mean(-1), success, error, seeds=seeds, distinct=distinct)
         return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error, seeds=seeds)
 
-    def log_probs(self, batch: Batch) -> torch.Tensor:
+    def log_probs(self, batch: Batch, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Current log-probs of the batch's candidates: sequence sums (S, B, K), token candidates (S, B, H, K),
         or per-token (S, B, H) for single samples; one teacher-forced forward in every case (of the distinct
-        answers only, when ``task.dedup``)."""
-        params = self.chunk_params(batch.seeds)
+        answers only, when ``task.dedup``). ``params``: the chunk's parameters, by default ``chunk_params``."""
+        params = self.chunk_params(batch.seeds) if params is None else params
         if self.rollout is Rollout.TOKEN_CANDIDATES:
             return answer_log_probs(params, batch.prompts, batch.actions).gather(-1, batch.candidates)
         S, B, K, H = batch.actions.shape
@@ -320,12 +320,16 @@ class TokenReversal(Task):
         for epoch in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             chunk_losses = []
-            for batch in batches:  # gradients of the chunks land in disjoint seed slices of the same leaves
-                logp = self.log_probs(batch)
+            for batch in batches:
+                params = self.chunk_params(batch.seeds)
+                logp = self.log_probs(batch, params)
                 if epoch == 0:
                     batch.logp_old = logp.detach()  # = the rollout policy: no parameter has moved since sampling
                 loss = self.loss(logp, batch.logp_old, batch)
-                loss.sum().backward()
+                if len(batches) == 1:
+                    loss.sum().backward()
+                else:
+                    self._backward_into_slices(loss.sum(), params, batch.seeds)
                 chunk_losses.append(loss.detach())
             if epoch == 0:
                 first_loss, grad_norm = torch.cat(chunk_losses), self.grad_norm()
@@ -335,6 +339,17 @@ class TokenReversal(Task):
         metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,
                    **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]}}
         return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
+
+    def _backward_into_slices(self, loss: torch.Tensor, params: dict[str, torch.Tensor], seeds: slice) -> None:
+        """Write a chunk's gradients into its seed slice of each leaf's ``.grad``. Backpropagating through the slice
+        views instead would build a full-size (all seeds) gradient per chunk and parameter and add it to ``.grad``:
+        work growing with the square of the seed count."""
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        for leaf, grad in zip(self.params.values(), grads):
+            if grad is not None:
+                if leaf.grad is None:
+                    leaf.grad = torch.zeros_like(leaf)
+                leaf.grad[seeds] = grad
 
     def grad_norm(self) -> torch.Tensor:
         """Global L2 norm of each seed's raw loss gradient over all parameters, (S,)."""
