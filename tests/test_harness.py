@@ -202,3 +202,19 @@ def test_mnist_bandit_learns(tmp_path):
     initial = frame[frame.step == 0]["error"].mean()
     assert initial > 0.7  # an untrained 10-way policy
     assert summary["final"]["error"]["mean"] < 0.25
+
+
+def _subnormals_flushed() -> bool:
+    return bool((torch.tensor([1e-39]) * 1.0 == 0).item())  # 1e-39 is subnormal in float32
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_subnormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush):
+    from tasks.tabular import TabularSingle
+
+    seen, step = [], TabularSingle.step
+    monkeypatch.setattr(TabularSingle, "step", lambda self, i: (seen.append(_subnormals_flushed()), step(self, i))[1])
+    run_config(["task=tabular_single", "algorithm=tpo", "trainer.steps=3", "logger=none",
+                f"flush_denormal={str(flush).lower()}"], tmp_path)
+    assert seen == [flush] * 3
+    assert not _subnormals_flushed()  # the process default is restored
