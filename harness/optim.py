@@ -191,7 +191,6 @@ def _where_seed(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> t
     return torch.where(_per_seed(active, new), new, old)
 
 
-
 class FusedAdam:
     """Adam on a fixed list of tensors through torch's fused kernel: the arithmetic of
     ``torch.optim.Adam(fused=True)`` (tested bit-equal) without ``torch.optim.Optimizer``'s per-step Python
