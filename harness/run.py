@@ -20,6 +20,7 @@ from harness import outputs
 from harness.tracking import make_tracker
 from tasks import get_task
 from tasks.base import ConfigError, Task, check_choice, check_positive_int
+from tasks.models import linear
 
 log = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -46,6 +47,7 @@ def build_task(cfg: DictConfig) -> Task:
     if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
         raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
+    linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
     device = torch.device(cfg.device)

@@ -4,10 +4,9 @@ Every parameter has a leading seed axis, so S seeds train as one batched computa
 truncated LeCun-normal, biases zero. 42,310 parameters per seed.
 
 Kernels are stored (out, in) like ``torch.nn.Linear`` (the reference's Flax kernels are (in, out); the values are
-the same, transposed), so the weight gradient gᵀx is computed in its storage layout: 1.4× faster than xᵀg at 20
-seeds on CPU. ``mlp_forward`` + ``mlp_backward`` are the training step's hand-written backpropagation (the same
-products autograd would form, without its per-op bookkeeping, which dominates a 1-seed step); ``mlp_logits`` is the
-plain differentiable forward.
+the same, transposed); matrix products go through ``tasks.models.linear`` (oneDNN on CPU). ``mlp_forward`` +
+``mlp_backward`` are the training step's hand-written backpropagation (the same products autograd would form,
+without its per-op bookkeeping, which dominates a 1-seed step); ``mlp_logits`` is the plain differentiable forward.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from harness import rng
+from tasks.models.linear import linear, seed_linear
 
 
 def init_mlp(seeds: torch.Tensor, sizes: tuple[int, ...] = (784, 50, 50, 10)) -> dict[str, torch.Tensor]:
@@ -27,18 +27,16 @@ def init_mlp(seeds: torch.Tensor, sizes: tuple[int, ...] = (784, 50, 50, 10)) ->
 
 
 def mlp_logits(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """x: (S, B, fan_in) or (B, fan_in) shared by every seed → logits (S, B, classes)."""
+    """x: (S, B, fan_in) or (B, fan_in) shared by every seed → logits (S, B, classes). Differentiable."""
     layers = len(params) // 2
     h = x
     for layer in range(layers):
-        weight, bias = params[f"w{layer}"], params[f"b{layer}"]
+        weight, bias, relu = params[f"w{layer}"], params[f"b{layer}"], layer < layers - 1
         if h.dim() == 3:
-            h = torch.baddbmm(bias.unsqueeze(1), h, weight.mT)
+            h = seed_linear(h, weight, bias, relu)
         else:  # inputs shared by every seed: one matmul against all seeds' kernels (evaluation: 1.2× faster)
             S, fan_out, _ = weight.shape
-            h = torch.addmm(bias.flatten(), h, weight.flatten(0, 1).T).view(len(h), S, fan_out).transpose(0, 1)
-        if layer < layers - 1:
-            h = torch.relu(h)
+            h = linear(h, weight.flatten(0, 1), bias.flatten(), relu).view(len(h), S, fan_out).transpose(0, 1)
     return h
 
 
@@ -48,10 +46,11 @@ def mlp_forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> tuple[torch
     layers = len(params) // 2
     inputs = [x]
     for layer in range(layers):
-        h = torch.baddbmm(params[f"b{layer}"].unsqueeze(1), inputs[-1], params[f"w{layer}"].mT)
-        if layer == layers - 1:
+        last = layer == layers - 1
+        h = seed_linear(inputs[-1], params[f"w{layer}"], params[f"b{layer}"], relu=not last)
+        if last:
             return h, inputs
-        inputs.append(h.relu_())
+        inputs.append(h)
 
 
 @torch.no_grad()
@@ -60,9 +59,9 @@ def mlp_backward(params: dict[str, torch.Tensor], inputs: list[torch.Tensor], gr
     """Gradients of every parameter given ∂loss/∂logits (S, B, classes), by backpropagation through ``inputs``."""
     grads, g = {}, grad_logits
     for layer in reversed(range(len(inputs))):
-        grads[f"w{layer}"] = torch.bmm(g.mT, inputs[layer])  # (S, out, in), the kernel's layout
+        grads[f"w{layer}"] = seed_linear(g.mT, inputs[layer].mT)  # gᵀx (S, out, in), the kernel's layout
         grads[f"b{layer}"] = g.sum(1)
         if layer:  # ReLU passes the gradient where its output is positive: the kernel autograd uses for ReLU
             # (18× faster than masked_fill at 20 seeds)
-            g = torch.ops.aten.threshold_backward(torch.bmm(g, params[f"w{layer}"]), inputs[layer], 0)
+            g = torch.ops.aten.threshold_backward(seed_linear(g, params[f"w{layer}"].mT), inputs[layer], 0)
     return grads
