@@ -202,20 +202,23 @@ class FusedAdam:
         self.lr, (self.beta1, self.beta2), self.eps = float(lr), betas, float(eps)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]  # as torch's
+        # every tensor takes the same number of steps: one float32 counter on the device (as torch keeps it), passed
+        # to the kernel once per tensor, so a step increments one scalar instead of one per tensor
+        self.step_count = torch.zeros((), dtype=torch.float32, device=self.params[0].device)
 
     @torch.no_grad()
     def step(self, grads: list[torch.Tensor]) -> None:
-        torch._foreach_add_(self.steps, 1)
-        torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], self.steps, amsgrad=False,
-                           lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0, eps=self.eps,
-                           maximize=False, grad_scale=None, found_inf=None)
+        self.step_count.add_(1)
+        torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [], [self.step_count] * len(self.params),
+                           amsgrad=False, lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0,
+                           eps=self.eps, maximize=False, grad_scale=None, found_inf=None)
 
-    def state_dict(self) -> dict[str, list[torch.Tensor]]:
-        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "step": self.steps}
+    def state_dict(self) -> dict[str, list[torch.Tensor] | torch.Tensor]:
+        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "step": self.step_count}
 
-    def load_state_dict(self, state: dict[str, list[torch.Tensor]]) -> None:
+    def load_state_dict(self, state: dict[str, list[torch.Tensor] | torch.Tensor]) -> None:
         with torch.no_grad():
-            for key, tensors in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("step", self.steps)):
+            for key, tensors in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
                 for target, value in zip(tensors, state[key], strict=True):
                     target.copy_(value)
+            self.step_count.copy_(state["step"])

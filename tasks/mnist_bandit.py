@@ -50,19 +50,23 @@ class MnistBandit(Task):
         self._block = None
         self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
 
-    def loss(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Per-seed loss for the configured algorithm, built from the shared library functions."""
+    def loss(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
+             ) -> torch.Tensor:
+        """Per-seed loss for the configured algorithm, built from the shared library functions.
+
+        ``log_probs`` = log softmax(``logits``), differentiable. TPO's cross-entropy takes the logits themselves (its
+        group softmax is the policy), so its gradient on them is p_θ − q as written."""
         hp, name = self.algorithm_cfg, self.algorithm.name
+        if name == "tpo":  # group = the 10 classes; only the sampled class is scored (spec §2.5)
+            scores = self.class_scores(log_probs, actions, labels)
+            return losses.tpo_loss(logits, log_probs.detach(), scores, float(hp.eta), zero_variance=hp.zero_variance)
+        if name == "group_pg":  # weight u at the sampled class: ±3 for one-hot scores (spec §2.16)
+            sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
+            return losses.group_pg_loss(log_probs, self.class_scores(log_probs, actions, labels), float(hp.eta),
+                                        hp.zero_variance, sampled=sampled)
         rewards = (actions == labels).to(log_probs.dtype)
         baseline = log_probs.detach().exp().pow(2).sum(-1)  # expected reward Σπ², constant w.r.t. θ
-        sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)  # one-hot of the action
         taken = log_probs.gather(-1, actions.unsqueeze(-1))  # (S, B, 1)
-        if name == "tpo":  # group = the 10 classes; only the sampled class is scored (spec §2.5)
-            scores = (rewards - baseline).unsqueeze(-1) * sampled
-            return losses.tpo_loss(log_probs, log_probs.detach(), scores, float(hp.eta), zero_variance=hp.zero_variance)
-        if name == "group_pg":  # weight u at the sampled class: ±3 for one-hot scores (spec §2.16)
-            scores = (rewards - baseline).unsqueeze(-1) * sampled
-            return losses.group_pg_loss(log_probs, scores, float(hp.eta), hp.zero_variance, sampled=sampled)
         if name == "grpo":  # single-sample GRPO: advantages z-scored over the batch (spec §2.11)
             advantages = zscore_advantages(rewards, dim=-1, guard=bool(hp.zero_variance_guard)).unsqueeze(-1)
             return losses.grpo_loss(taken, taken.detach(), advantages, float(hp.clip_eps), float(hp.beta),
@@ -74,6 +78,13 @@ class MnistBandit(Task):
         if name == "pg":
             return losses.pg_loss(taken, (rewards - baseline).unsqueeze(-1))
         return losses.ce_loss(log_probs.gather(-1, labels.unsqueeze(-1)))
+
+    @staticmethod
+    def class_scores(log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Scores over the group of 10 classes: r − Σπ² at the sampled class, 0 elsewhere (spec §2.5, §2.16)."""
+        log_probs = log_probs.detach()
+        advantage = (actions == labels).to(log_probs.dtype) - log_probs.exp().pow(2).sum(-1)
+        return torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), advantage.unsqueeze(-1))
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, torch.Tensor]:
@@ -110,11 +121,18 @@ class MnistBandit(Task):
     def step(self, step: int) -> StepOutput:
         images, labels, u = self.batch(step)
         logits, layer_inputs = mlp_forward(self.params, images)
-        logits.requires_grad_(True)  # autograd runs from the logits; the MLP's backward is mlp_backward
+        closed_form = self.algorithm.name == "tpo"  # ∂loss/∂logits = p_θ − q, no autograd (1 seed: 0.59 → 0.47 ms)
+        logits.requires_grad_(not closed_form)  # otherwise autograd runs from the logits, the MLP's by mlp_backward
         log_probs = log_softmax(logits)
         actions = rng.sample_categorical(log_probs.detach(), u)
-        loss = self.loss(log_probs, actions, labels)
-        (grad_logits,) = torch.autograd.grad(loss.sum(), logits)
+        if closed_form:
+            hp = self.algorithm_cfg
+            loss, grad_logits = losses.tpo_loss_and_logit_grad(
+                log_probs, log_probs, self.class_scores(log_probs, actions, labels), float(hp.eta),
+                zero_variance=hp.zero_variance)
+        else:
+            loss = self.loss(logits, log_probs, actions, labels)
+            (grad_logits,) = torch.autograd.grad(loss.sum(), logits)
         grads = mlp_backward(self.params, layer_inputs, grad_logits)
         self.optimizer.step([grads[name] for name in self.params])
         updates = step + 1

@@ -155,6 +155,19 @@ def test_softmax_primitives_equal_torch_values_and_gradients(shape):
         torch.testing.assert_close(grad_ours, grad_theirs, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 2e-6), (torch.float64, 1e-14)])
+def test_gelu_through_the_logistic_function_equals_torchs_tanh_gelu(dtype, tolerance):
+    x = torch.linspace(-12.0, 12.0, 20001, dtype=dtype).requires_grad_()
+    upstream = torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    ours, theirs = functional.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh")
+    torch.testing.assert_close(ours, theirs, atol=tolerance, rtol=0)
+    (grad_ours,) = torch.autograd.grad((ours * upstream).sum(), x)
+    (grad_theirs,) = torch.autograd.grad((theirs * upstream).sum(), x)
+    torch.testing.assert_close(grad_ours, grad_theirs, atol=tolerance, rtol=2 * tolerance)
+    with torch.no_grad():  # sampling's forward skips the derivative
+        torch.testing.assert_close(functional.gelu_tanh(x), theirs.detach(), atol=tolerance, rtol=0)
+
+
 @pytest.mark.parametrize("algorithm", ["tpo", "grpo", "dg", "pg", "group_pg", "ce"])
 def test_mnist_steps_equal_the_plain_path(algorithm):
     """Three steps of the task (block draws, float images gathered by index_select, our log-softmax, hand-written
@@ -170,9 +183,10 @@ def test_mnist_steps_equal_the_plain_path(algorithm):
         out = task.step(step)
         index = rng.randint(task.seeds, "contexts", step, (task.batch_size,), len(task.train_labels))
         images = images_u8[index].float().div_(255.0)
-        log_probs = torch.log_softmax(mlp_logits(params, images), -1)
+        logits = mlp_logits(params, images)
+        log_probs = torch.log_softmax(logits, -1)
         u = rng.uniform(task.seeds, "actions", step, (task.batch_size,))
-        loss = task.loss(log_probs, rng.sample_categorical(log_probs.detach(), u), task.train_labels[index])
+        loss = task.loss(logits, log_probs, rng.sample_categorical(log_probs.detach(), u), task.train_labels[index])
         adam.zero_grad()
         loss.sum().backward()
         adam.step()

@@ -208,4 +208,4 @@ def test_fused_adam_is_bit_equal_to_torch_fused_adam_and_resumes():
             ours.load_state_dict(state)
         for mine, reference in zip(ours_params, theirs_params):
             assert torch.equal(mine, reference.detach())
-    assert float(ours.steps[0]) == 6.0
+    assert float(ours.step_count) == 6.0
