@@ -15,7 +15,8 @@ from algorithms.scores import standardize
 
 
 def _one_hot_like(probs: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.one_hot(correct, probs.shape[-1]).to(probs.dtype)
+    """e_y in probs' shape and dtype (a scatter: F.one_hot reads the labels back to validate them on CPU)."""
+    return torch.zeros_like(probs).scatter_(-1, correct.unsqueeze(-1), 1.0)
 
 
 def _p_and_v(probs: torch.Tensor, correct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

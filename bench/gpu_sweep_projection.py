@@ -37,7 +37,8 @@ CHECKS = [
     ["task=tabular_multi", "algorithm=tpo"],
     ["task=mnist_bandit", "algorithm=tpo"],
     ["task=mnist_bandit", "algorithm=dg"],
-    *[["task=token_reversal", "task.reward=terminal", "task.H=6", f"algorithm={a}"] for a in ("tpo", "grpo", "ppo", "dg")],
+    *[["task=token_reversal", "task.reward=terminal", "task.H=6", f"algorithm={a}"]
+      for a in ("tpo", "grpo", "ppo", "dg")],
     ["task=token_reversal", "task.reward=sequential", "task.H=6", "algorithm=tpo_token"],
 ]
 TERMINAL = ["task=token_reversal", "task.reward=terminal", "task.H=10", "task.V=2", "task.K=8", "task.batch_size=100"]
@@ -94,7 +95,8 @@ def main() -> None:
         print("no CUDA device is visible: this script measures the GPU path; run it on a GPU machine", file=sys.stderr)
         sys.exit(2)
     torch.backends.cuda.matmul.allow_tf32 = False
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "python": platform.python_version(),
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
+              "python": platform.python_version(),
               "gpu": torch.cuda.get_device_name(), "checks": [], "speed": [], "tables": {}}
     print(f"{report['gpu']}, torch {report['torch']}", flush=True)
     if not args.skip_checks:

@@ -30,7 +30,8 @@ def main(cfg: DictConfig) -> float | None:
         raise
     except Exception as error:  # recorded in the run directory; a sweep goes on with its other jobs
         outputs.write_json(run_dir / outputs.SUMMARY_FILE, {
-            "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name, "algorithm": cfg.algorithm.name,
+            "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
+            "algorithm": cfg.algorithm.name,
             "error": f"{type(error).__name__}: {error}"})
         (run_dir / outputs.ERROR_FILE).write_text(traceback.format_exc())
         if isinstance(error, ConfigError):

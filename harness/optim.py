@@ -24,6 +24,7 @@ reference's Muon update of the (heads, head_dim) q/k/v biases needs custom code)
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -126,8 +127,9 @@ class MuonAdam(torch.optim.Optimizer):
         sizes = [p[0].numel() for p in params]
         flat = lambda tensors: torch.cat([t.flatten(1) for t in tensors], 1)  # noqa: E731  (S, N)
         t = torch.stack([state["count"] for _, state, _ in members], 1) + 1  # per-seed step counts (S, members)
-        repeats = torch.tensor(sizes, device=t.device)
-        spread = lambda per_member: per_member.repeat_interleave(repeats, dim=1)  # noqa: E731  (S, members) → (S, N)
+        repeats = _member_sizes(tuple(sizes), t.device)
+        spread = lambda per_member: per_member.repeat_interleave(  # noqa: E731  (S, members) → (S, N)
+            repeats, dim=1, output_size=sum(sizes))  # a known output size: no device-to-host read on a GPU
         g = flat([p.grad for p in params])
         if muon:
             beta = group["muon_beta"]
@@ -155,6 +157,12 @@ class MuonAdam(torch.optim.Optimizer):
                 parts = [part.view_as(target) for part, target in zip(value.split(sizes, 1), targets)]
             for target, part in zip(targets, parts):
                 target.copy_(part if active is None else _where_seed(active, part, target))
+
+
+@functools.cache
+def _member_sizes(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The bucket's element counts on ``device``, made once (a tensor from a list is a blocking copy on a GPU)."""
+    return torch.tensor(sizes, device=device)
 
 
 def _newton_schulz_by_shape(matrices: list[tuple[torch.Tensor, tuple[int, int]]], steps: int) -> list[torch.Tensor]:

@@ -37,8 +37,8 @@ def check_positive_int(key: str, value: Any) -> int:
 class StepOutput:
     """What one training step (an episode, for sequence tasks) reports.
 
-    ``loss`` is the per-seed loss (S,); a non-finite value marks that seed diverged; ``metrics`` maps names to per-seed values (S,)
-    to be logged at ``log_step`` (None: nothing logged this step).
+    ``loss`` is the per-seed loss (S,); a non-finite value marks that seed diverged; ``metrics`` maps names to
+    per-seed values (S,) to be logged at ``log_step`` (None: nothing logged this step).
     """
 
     loss: torch.Tensor | None = None

@@ -71,7 +71,9 @@ class TabularSingle(Task):
     def step(self, step: int) -> StepOutput:
         probs = softmax(self.logits)
         p = probs[:, :1]
-        oracle = p * (torch.nn.functional.one_hot(torch.zeros_like(p[:, 0], dtype=torch.long), probs.shape[1]) - probs)
+        first_arm = torch.zeros_like(probs)
+        first_arm[:, 0] = 1.0
+        oracle = p * (first_arm - probs)
         direction = self._direction(step)
         metrics = {"error": 1.0 - p[:, 0], "misalignment": misalignment(direction, oracle)}
         self.logits = normalised_step(self.logits, direction, self.alpha)

@@ -183,7 +183,8 @@ class Batch:
     scores: torch.Tensor
     success: torch.Tensor  # per candidate (group / token) or per rollout (single)
     error: torch.Tensor  # (S,)
-    seeds: slice = field(default_factory=lambda: slice(None))  # the seeds this batch belongs to (a chunk, when seeds are computed in chunks)
+    # the seeds this batch belongs to (a chunk, when seeds are computed in chunks)
+    seeds: slice = field(default_factory=lambda: slice(None))
     candidates: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     distinct: tuple[torch.Tensor, torch.Tensor] | None = None  # (keep, inverse) of ``distinct_answers``

@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from algorithms import functional
 from conftest import compose_config
@@ -247,3 +248,42 @@ def test_mlp_on_inputs_shared_by_every_seed_equals_per_seed_inputs():
     shared = mlp_logits(params, images)
     assert shared.shape == (3, 40, 10)
     torch.testing.assert_close(shared, mlp_logits(params, images.expand(3, 40, 784)), atol=1e-6, rtol=1e-6)
+
+
+class _HostReads(TorchDispatchMode):
+    """Records ops that make a CUDA device wait for the host to read a value back: scalar reads (.item(), int(),
+    bool()), outputs whose size depends on the data (nonzero, masked_select, unique, boolean indexing), and
+    repeat_interleave without a known output size."""
+
+    DATA_DEPENDENT = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
+                      "aten._unique2.default", "aten.unique_consecutive.default", "aten.unique_dim.default"}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func)
+        if (name in self.DATA_DEPENDENT
+                or name == "aten.repeat_interleave.Tensor" and kwargs.get("output_size") is None
+                or name == "aten.index.Tensor" and any(i is not None and i.dtype == torch.bool for i in args[1])):
+            self.reads.append(name)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("overrides", [
+    *[["task=token_reversal", f"algorithm={a}"] for a in ("tpo", "grpo", "ppo", "dg")],
+    ["task=token_reversal", "algorithm=tpo_token", "task.reward=bag_of_tokens"],
+    ["task=mnist_bandit", "algorithm=tpo"], ["task=mnist_bandit", "algorithm=grpo"],
+    ["task=tabular_single", "algorithm=tpo"], ["task=tabular_multi", "algorithm=grpo"]])
+def test_gpu_settings_read_nothing_back_from_the_device_during_a_step(overrides):
+    """The GPU path (issue: no host round-trips per token), checked on CPU: with the settings ``auto`` picks on a
+    GPU (no dedup, all seeds in one program) a training step issues no op that would wait for the device."""
+    token = overrides[0] == "task=token_reversal"
+    gpu_like = ["task.dedup=false", "task.seed_chunk=3", "task.H=4", "task.batch_size=8"] if token else []
+    task = build_task(compose_config([*overrides, *gpu_like, "seeds=3", "logger=none"]))
+    task.step(0)
+    with _HostReads() as mode:
+        task.step(1)
+    assert mode.reads == []

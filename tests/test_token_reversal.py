@@ -186,7 +186,8 @@ def test_model_and_optim_nodes_are_top_level():
 @pytest.mark.parametrize("override,key", [
     ("task.target=mirror", "task.target"), ("task.reward=dense", "task.reward"), ("task.match=both", "task.match"),
     ("task.K=0", "task.K"), ("optim.muon_split=all", "optim.muon_split"), ("model.heads=3", "model.heads"),
-    ("algorithm.epochs=0", "algorithm.epochs"), ("task.seed_chunk=0", "task.seed_chunk"), ("task.dedup=maybe", "task.dedup")])
+    ("algorithm.epochs=0", "algorithm.epochs"), ("task.seed_chunk=0", "task.seed_chunk"),
+    ("task.dedup=maybe", "task.dedup")])
 def test_bad_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         make_task("algorithm=tpo", override)
