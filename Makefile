@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 SWEEPS := multirun/demo
 JOBS ?= 2
 
-.PHONY: install demo demo-llm test bench report gpu-site clean
+.PHONY: install demo demo-llm test bench bench-jax report gpu-site clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ bench: install
 	$(PY) bench/aggregate_runs.py
 	$(PY) bench/profile_phases.py
 	$(PY) bench/threads.py
+
+## The JAX reference's cost on this machine (bench/jax_reference.py): its own venv with the versions the reference pins
+bench-jax:
+	test -x .venv-jax/bin/python || $(PYTHON) -m venv .venv-jax
+	.venv-jax/bin/python -m pip install --quiet jax==0.9.2 jaxlib==0.9.2 optax==0.2.8
+	.venv-jax/bin/python bench/jax_reference.py
 
 ## Pure-Python packages and the MNIST cache a lent GPU machine lacks (its image has CUDA torch, not Hydra), carried
 ## there as .gpu-site: PYTHONPATH=.:.gpu-site TPO_BENCH_CACHE=.gpu-site/cache python bench/gpu_sweep_projection.py
