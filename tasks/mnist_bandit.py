@@ -38,8 +38,9 @@ class MnistBandit(Task):
         self.eval_every, self.batch_size = int(cfg.eval_every), int(cfg.batch_size)
         data = load_mnist(cfg.data_dir, cfg.source)
         as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
-        # float once (157 MB) instead of converting each step's batch: the per-step gather is then a plain copy
-        self.train_images = as_tensor("train_images").float().div_(255.0)
+        # uint8 (47 MB), converted after each step's gather: a quarter of the bytes to fetch from random rows
+        # (2,000 rows: 0.85 → 0.67 ms against gathering a float copy of the table; the same float32 values)
+        self.train_images = as_tensor("train_images")
         self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
@@ -114,7 +115,8 @@ class MnistBandit(Task):
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This step's images (S, B, 784), labels (S, B) and action uniforms (S, B)."""
         index, u = self.draws(step)
-        images = self.train_images.index_select(0, index.flatten()).view(*index.shape, -1)  # 2–3× faster than [index]
+        images = self.train_images.index_select(0, index.flatten()).float().div_(255.0)  # index_select: 2–3× [index]
+        images = images.view(*index.shape, -1)
         labels = self.train_labels.index_select(0, index.flatten()).view_as(index)
         return images, labels, u
 

@@ -171,15 +171,15 @@ def test_gelu_through_the_logistic_function_equals_torchs_tanh_gelu(dtype, toler
 
 @pytest.mark.parametrize("algorithm", ["tpo", "grpo", "dg", "pg", "group_pg", "ce"])
 def test_mnist_steps_equal_the_plain_path(algorithm):
-    """Three steps of the task (block draws, float images gathered by index_select, our log-softmax, hand-written
-    MLP backward, direct fused Adam) against the same steps written plainly (per-step draws, uint8 images indexed
-    then scaled, torch's log_softmax, autograd through the whole MLP, torch's default Adam)."""
+    """Three steps of the task (block draws, images gathered by index_select, our log-softmax, closed-form TPO
+    gradient, hand-written MLP backward through oneDNN, direct fused Adam) against the same steps written plainly
+    (per-step draws, advanced indexing, torch's log_softmax, autograd through the whole MLP, torch's Adam)."""
     from tasks.models.mlp import mlp_logits
 
     task = build_task(compose_config(["task=mnist_bandit", f"algorithm={algorithm}", "seeds=2"]))
     params = {k: v.detach().clone().requires_grad_() for k, v in task.params.items()}
     adam = torch.optim.Adam(params.values(), lr=1e-3)
-    images_u8 = (task.train_images * 255).round().to(torch.uint8)
+    images_u8 = task.train_images
     for step in range(3):
         out = task.step(step)
         index = rng.randint(task.seeds, "contexts", step, (task.batch_size,), len(task.train_labels))
