@@ -20,16 +20,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def launch(threads: int, episodes: int) -> subprocess.Popen:
+def launch(threads: int, episodes: int, setting: tuple[str, ...] = ()) -> subprocess.Popen:
+    """token_episodes_per_second.py for TPO at 1 seed (``setting``: its --H/--K/... options; default H = 10)."""
     command = [sys.executable, str(ROOT / "bench" / "token_episodes_per_second.py"), "--seeds", "1", "--algorithms",
-               "tpo", "--episodes", str(episodes), "--threads", str(threads)]
+               "tpo", "--episodes", str(episodes), "--threads", str(threads), *setting]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
 
 
 def seconds_per_episode(process: subprocess.Popen) -> float:
+    """Wall seconds per episode from the 1-seed row ("tpo  1  -  <s/episode> ...")."""
     out, _ = process.communicate()
-    return float(re.search(r"^tpo\s+1\s+1\s+([\d.]+)", out, re.M).group(1))
+    row = re.search(r"^tpo\s+1\s+-\s+([\d.]+)", out, re.M)
+    if process.returncode or row is None:
+        raise RuntimeError(f"token_episodes_per_second.py failed or printed no 1-seed row:\n{out}")
+    return float(row.group(1))
 
 
 def main() -> None:

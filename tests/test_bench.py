@@ -1,5 +1,5 @@
 """The bench scripts' own logic: the GPU projection expands presets as Hydra does and refuses to run without CUDA;
-the phase profiler attributes a step's time to its phases."""
+the phase profiler attributes a step's time to its phases; the thread comparison reads the token bench's output."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_sweep_projection  # noqa: E402
 import profile_phases  # noqa: E402
+import threads  # noqa: E402
 
 
 @pytest.mark.parametrize("preset,jobs,seeds,episodes", [("table3_terminal", 40, 20, 2000),
@@ -42,3 +43,8 @@ def test_phase_profile_of_a_token_episode_adds_up():
     assert sum(cpu for cpu, _ in phases.values()) == pytest.approx(result["cpu"], rel=1e-6)
     assert all(cpu >= 0 for name, (cpu, _) in phases.items() if name != "rest")
     assert result["flops"] > 0
+
+
+def test_thread_comparison_reads_the_token_benchs_one_seed_row():
+    job = threads.launch(1, 1, ("--H", "2", "--K", "2", "--batch-size", "4"))
+    assert 0 < threads.seconds_per_episode(job) < 60
