@@ -1,16 +1,16 @@
 """Dense layers x @ Wᵀ + b with the CPU's matrix products through oneDNN instead of the BLAS (MKL).
 
 torch computes fp32 CPU matmuls with MKL, which takes slow code paths on non-Intel CPUs: on this project's AMD EPYC
-host (1 thread) MKL's 1024² sgemm reaches 108 GFLOP/s where oneDNN, which torch also bundles, reaches 243 (XLA,
-under the JAX reference, 246), and the layer shapes of this project (100–8,000 rows × 50–784) run 1.6–1.8× faster.
-Both are fp32 throughout; only the summation order differs, so results agree to float rounding.
+host (1 thread) MKL's 1024² sgemm reaches 107–110 GFLOP/s where oneDNN, which torch also bundles, reaches 231–243
+(XLA, under the JAX reference, 246), and the products of this project's layers (100–8,000 rows × 50–784) run
+1.6–2.4× faster. Both are fp32 throughout; only the summation order differs, so results agree to float rounding.
 
-oneDNN costs ~12 µs per call where MKL's small products cost ~4, and interleaved with MKL and small ops its calls
-ran slower than alone (the 1-seed MNIST step, 3.9M multiply-adds per product, was 5% slower with it, 20 seeds 13%
-faster), so it takes calls of at least ``ONEDNN_MIN_MACS`` multiply-adds (all seeds together) computed without an
-autograd graph on CPU float32 tensors; everything else (small products, GPU, other dtypes, a graph to record) goes
-through torch as before.
-``set_backend("blas")`` (config key ``cpu_matmul``) restores torch's default everywhere.
+oneDNN costs ~12 µs per call where MKL's small products cost ~4, and between many small ops its calls ran slower
+than alone (the 1-seed MNIST step, 3.9M multiply-adds per product, was 5% slower with it; 20 seeds were faster), so
+it takes calls of at least ``ONEDNN_MIN_MACS`` multiply-adds (all seeds together) computed without an autograd graph
+(or inside ``seed_dense``'s own backward) on CPU float32 tensors; everything else (small products, GPU, other dtypes,
+a graph to record) goes through torch as before. ``set_backend("blas")`` (config key ``cpu_matmul``) restores
+torch's default everywhere. ``torch.ops.mkldnn._linear_pointwise`` is a private op of the pinned torch 2.13.
 """
 
 from __future__ import annotations
