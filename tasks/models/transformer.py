@@ -124,8 +124,13 @@ def repeat_rows(S: int, N: int, k: int, device: torch.device | None = None) -> t
 
 
 def _select_rows(cached: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """cached (S, N_cache, ...) → (S, N, ...) with row n = cached[s, rows[s, n]]."""
-    return cached[torch.arange(cached.shape[0], device=rows.device)[:, None], rows]
+    """cached (S, N_cache, ...) → (S, N, ...) with row n = cached[s, rows[s, n]].
+
+    One ``index_select`` over the flattened (seed, row) axis: 4× faster than advanced indexing forward, and its
+    backward is an index_add where advanced indexing's sorts the indices (fwd + bwd 0.46 → 0.19 ms, 795 rows)."""
+    S, N_cache = cached.shape[:2]
+    flat = (rows + torch.arange(S, device=rows.device)[:, None] * N_cache).flatten()
+    return cached.flatten(0, 1).index_select(0, flat).view(S, rows.shape[1], *cached.shape[2:])
 
 
 def _forward(
