@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import signal
 import subprocess
 import sys
@@ -202,6 +203,38 @@ def test_mnist_bandit_learns(tmp_path):
     initial = frame[frame.step == 0]["error"].mean()
     assert initial > 0.7  # an untrained 10-way policy
     assert summary["final"]["error"]["mean"] < 0.25
+
+
+REUSE_PROBE = """
+import ctypes, resource, harness
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+def faults_of_one_round():  # a training step in miniature: 3 blocks of 8 MB live together, then freed together
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [libc.malloc(8 * 2**20) for _ in range(3)]
+    for block in blocks:
+        ctypes.memset(block, 1, 8 * 2**20)
+    for block in blocks:
+        libc.free(block)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(harness.KEEPS_FREED_MEMORY, *[faults_of_one_round() for _ in range(6)])
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's allocator")
+@pytest.mark.parametrize("keep", ["1", "0"])
+def test_freed_memory_is_kept_for_reuse_without_page_faults(keep):
+    """The allocator under every CPU tensor keeps freed blocks mapped (the probe calls it directly: torch's
+    aligned allocations add fragmentation that makes a tensor-level probe depend on allocation history)."""
+    env = {"TPO_BENCH_KEEP_FREED_MEMORY": keep, "THP_MEM_ALLOC_ENABLE": "0", "PATH": "", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", REUSE_PROBE], env=env, capture_output=True, text=True, check=True)
+    kept, *faults = out.stdout.split()
+    faults = [int(count) for count in faults]
+    assert faults[0] > 6000  # 6,144 pages of 4 KB touched for the first time
+    if keep == "1":
+        assert kept == "True" and sum(faults[-3:]) < 64  # the heap keeps the blocks, handed out again mapped
+    else:
+        assert kept == "False" and min(faults[-3:]) > 2000  # glibc returned them to the system: pages fault again
 
 
 def _subnormals_flushed() -> bool:
