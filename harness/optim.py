@@ -126,37 +126,42 @@ class MuonAdam(torch.optim.Optimizer):
         group = members[0][2]
         sizes = [p[0].numel() for p in params]
         flat = lambda tensors: torch.cat([t.flatten(1) for t in tensors], 1)  # noqa: E731  (S, N)
-        t = torch.stack([state["count"] for _, state, _ in members], 1) + 1  # per-seed step counts (S, members)
+        count = torch.stack([state["count"] for _, state, _ in members], 1)  # per-seed step counts (S, members)
+        t = count + 1
         repeats = _member_sizes(tuple(sizes), t.device)
         spread = lambda per_member: per_member.repeat_interleave(  # noqa: E731  (S, members) → (S, N)
             repeats, dim=1, output_size=sum(sizes))  # a known output size: no device-to-host read on a GPU
         g = flat([p.grad for p in params])
+        state_keys = ("mu",) if muon else ("mu", "nu")
+        old = {"param": flat(params), **{key: flat([state[key] for _, state, _ in members]) for key in state_keys},
+               "count": count}
         if muon:
             beta = group["muon_beta"]
-            mu = (1 - beta) * g + beta * flat([state["mu"] for _, state, _ in members])
+            mu = (1 - beta) * g + beta * old["mu"]
             m_hat = beta * (mu / spread(1 - beta ** (t + 1))) + (1 - beta) * (g / spread(1 - beta**t))
             blocks = [(block, member_group["matrix"]) for block, (_, _, member_group) in zip(m_hat.split(sizes, 1),
                                                                                             members)]
             updates = _newton_schulz_by_shape(blocks, group["ns_steps"])
             scale = torch.cat([g.new_full((size,), -group["lr"] * muon_scale(member[2]["matrix"]))
                                for size, member in zip(sizes, members)])
-            new = {"param": flat(params) + scale * torch.cat(updates, 1), "mu": mu}
+            new = {"param": old["param"] + scale * torch.cat(updates, 1), "mu": mu}
         else:
             b1, b2 = group["adam_betas"]
-            mu = (1 - b1) * g + b1 * flat([state["mu"] for _, state, _ in members])
-            nu = (1 - b2) * g * g + b2 * flat([state["nu"] for _, state, _ in members])
+            mu = (1 - b1) * g + b1 * old["mu"]
+            nu = (1 - b2) * g * g + b2 * old["nu"]
             m_hat = b1 * (mu / spread(1 - b1 ** (t + 1))) + (1 - b1) * (g / spread(1 - b1**t))
             v_hat = nu / spread(1 - b2**t)
-            new = {"param": flat(params) - group["lr"] * m_hat / (v_hat.sqrt() + group["eps"]), "mu": mu, "nu": nu}
+            new = {"param": old["param"] - group["lr"] * m_hat / (v_hat.sqrt() + group["eps"]), "mu": mu, "nu": nu}
         new["count"] = t
-        for key, value in new.items():
+        for key, value in new.items():  # inactive seeds keep their old values; one where and one copy per key
+            if active is not None:
+                value = torch.where(active.unsqueeze(1), value, old[key])
             targets = [p if key == "param" else state[key] for p, state, _ in members]
             if key == "count":
                 parts = value.unbind(1)
             else:
                 parts = [part.view_as(target) for part, target in zip(value.split(sizes, 1), targets)]
-            for target, part in zip(targets, parts):
-                target.copy_(part if active is None else _where_seed(active, part, target))
+            torch._foreach_copy_(targets, parts)
 
 
 @functools.cache
@@ -188,15 +193,6 @@ def _newton_schulz_by_shape(matrices: list[tuple[torch.Tensor, tuple[int, int]]]
 def transformer_optimizer(params: dict[str, torch.Tensor], muon_split: str = "reference", lr: float = 1e-3) -> MuonAdam:
     """The reference optimizer for the transformer: Muon + Nesterov-Adam at one learning rate (1e-3 in the paper)."""
     return MuonAdam(transformer_param_groups(params, muon_split), lr=lr)
-
-
-def _per_seed(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """(S,) → (S, 1, ..., 1) to broadcast against ``like``."""
-    return values.view(-1, *[1] * (like.dim() - 1))
-
-
-def _where_seed(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    return torch.where(_per_seed(active, new), new, old)
 
 
 class FusedAdam:
