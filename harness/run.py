@@ -32,8 +32,12 @@ def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig
         return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
-def build_task(cfg: DictConfig) -> Task:
-    """Validate the composition and construct the task; every error here comes before any training work."""
+def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
+    """Validate the composition and construct the task; every error here comes before any training work.
+
+    ``device`` overrides ``cfg.device`` without its checks: the tests build tasks on PyTorch's ``meta`` device,
+    where any tensor made on the host fails, to check on a CPU-only machine that the GPU path makes every tensor on
+    the task's device."""
     algorithm = get_algorithm_or_config_error(cfg.algorithm.name)
     task_cls = get_task(cfg.task.name)
     rollout = algorithm.rollout_for(task_cls.rollouts)
@@ -50,7 +54,7 @@ def build_task(cfg: DictConfig) -> Task:
     linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
-    device = torch.device(cfg.device)
+    device = torch.device(cfg.device) if device is None else device
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
     return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
                     optim=cfg.get("optim"))

@@ -9,11 +9,13 @@ import copy
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from algorithms import functional
 from conftest import compose_config
 from harness import rng
 from harness.run import build_task
+from tasks import get_task
 from tasks import token_reversal as tr
 from tasks.models import transformer
 from test_token_reversal import naive_log_probs
@@ -287,3 +289,40 @@ def test_gpu_settings_read_nothing_back_from_the_device_during_a_step(overrides)
     with _HostReads() as mode:
         task.step(1)
     assert mode.reads == []
+
+
+class _HostTensors(TorchDispatchMode):
+    """Records every op that receives a tensor stored on the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in tree_leaves((args, kwargs))):
+            self.ops.append(str(func))
+        return func(*args, **kwargs)
+
+
+NON_LLM_TASKS = ("tabular_single", "tabular_multi", "mnist_bandit", "token_reversal")
+
+
+@pytest.mark.parametrize("task_name, algorithm", [
+    (task_name, algorithm) for task_name in NON_LLM_TASKS for algorithm in get_task(task_name).supported_algorithms()])
+def test_gpu_path_makes_every_tensor_on_the_device(task_name, algorithm):
+    """``device=cuda`` with tensors born on the device, checked without a GPU: the task is built on the ``meta``
+    device (shapes without data; ``auto`` settings as on a GPU) and trained for two steps with evaluation. An op
+    mixing a host tensor into device tensors, or reading a value back, fails there, and no op may receive a host
+    tensor at all (on a GPU each would be a copy from the host every step)."""
+    overrides = [f"task={task_name}", f"algorithm={algorithm}", "seeds=2", "logger=none"]
+    if task_name == "mnist_bandit":
+        overrides.append("task.eval_every=1")
+    if algorithm.endswith("_token"):
+        overrides.append("task.reward=bag_of_tokens")
+    task = build_task(compose_config(overrides), device=torch.device("meta"))
+    task.step(0)
+    with _HostTensors() as mode:
+        out = task.step(1)
+    assert mode.ops == []
+    assert all(value.device.type == "meta" for value in [out.loss, *(out.metrics or {}).values()])
