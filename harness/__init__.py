@@ -8,8 +8,9 @@ Importing it tunes two process-wide memory settings for CPU training; neither ch
 - glibc keeps freed memory for reuse (``mallopt``: blocks up to 32 MB come from the heap, whose free top is not
   returned to the system): by default glibc hands each block over a few MB back to the kernel when freed, so every
   training step page-faults its activations in again (token reversal from initialisation: ~15,000 faults per
-  episode; 5–6% of a TPO episode, 2–3% of GRPO's, 5% of the dense task's; none measurable on the MNIST bandit).
-  The cost is that the process keeps its peak heap. ``TPO_BENCH_KEEP_FREED_MEMORY=0`` opts out.
+  episode, 5–6% of a TPO episode, 2–3% of GRPO's, 5% of the dense task's; within noise over a whole run, whose late
+  episodes are small, and on the MNIST bandit). The process keeps its peak heap until it exits (the peak itself is
+  unchanged). ``TPO_BENCH_KEEP_FREED_MEMORY=0`` opts out.
 """
 
 import ctypes
