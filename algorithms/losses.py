@@ -64,23 +64,6 @@ def tpo_loss(
     return _mean_over_batch(_CrossEntropyToTarget.apply(logp_new, q))
 
 
-def tpo_loss_and_logit_grad(
-    logp_new: torch.Tensor,
-    logp_old: torch.Tensor,
-    scores: torch.Tensor,
-    eta: float = 1.0,
-    anchor: bool = True,
-    zero_variance: str = "centered",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tpo_loss`` and its gradient on the group logits in closed form, (p_θ − q) / groups, without autograd: the
-    whole backward pass of the loss when the group's logits come straight from the model (MNIST bandit).
-    ``logp_new`` must be normalised over the group (log softmax of the logits)."""
-    q = tpo_target(logp_old, scores, eta, anchor, zero_variance)
-    logp_new = logp_new.detach()
-    groups = logp_new[0].numel() // logp_new.shape[-1]
-    return _mean_over_batch(-(q * logp_new).sum(-1)), (logp_new.exp() - q) / groups
-
-
 def tpo_no_anchor_loss(logp_new, logp_old, scores, eta: float = 1.0, zero_variance: str = "centered"):
     """Ablation: TPO with q = softmax(u/η), i.e. without the p_old factor (Fig 8)."""
     return tpo_loss(logp_new, logp_old, scores, eta, anchor=False, zero_variance=zero_variance)

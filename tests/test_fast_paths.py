@@ -171,9 +171,34 @@ def test_gelu_through_the_logistic_function_equals_torchs_tanh_gelu(dtype, toler
         torch.testing.assert_close(functional.gelu_tanh(x), theirs.detach(), atol=tolerance, rtol=0)
 
 
+@pytest.mark.parametrize("overrides", [["algorithm=tpo"], ["algorithm=tpo", "algorithm.zero_variance=zero"],
+                                       ["algorithm=group_pg"], ["algorithm=grpo"], ["algorithm=dg"],
+                                       ["algorithm=dg", "algorithm.surprisal_clip=0.5"], ["algorithm=pg"],
+                                       ["algorithm=ce"]])
+def test_mnist_closed_form_loss_and_gradient_equal_the_library_loss(overrides):
+    """The MNIST step's loss and gradient on the logits (no autograd) against the algorithm's library loss and its
+    autograd at the rollout policy, for sampled actions (five of them forced to one class) and for a batch where
+    every answer is right (GRPO's advantages then have zero variance)."""
+    from tasks.models.mlp import mlp_forward
+
+    task = build_task(compose_config(["task=mnist_bandit", *overrides, "seeds=2"]))
+    images, labels, u = task.batch(0)
+    logits = mlp_forward(task.params, images)[0].double().requires_grad_()
+    sampled = rng.sample_categorical(torch.log_softmax(logits.detach(), -1), u)
+    sampled[:, :5] = 3
+    for actions in (sampled, labels):
+        log_probs = torch.log_softmax(logits, -1)
+        expected_loss = task.loss(logits, log_probs, actions, labels)
+        (expected,) = torch.autograd.grad(expected_loss.sum(), logits)
+        loss, grad = task.loss_and_logit_grad(log_probs.detach(), actions, labels)
+        torch.testing.assert_close(loss, expected_loss.detach(), rtol=0, atol=1e-15)
+        torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)
+        assert expected.abs().max() > (1e-4 if actions is sampled else -1)  # not a comparison of two zeros
+
+
 @pytest.mark.parametrize("algorithm", ["tpo", "grpo", "dg", "pg", "group_pg", "ce"])
 def test_mnist_steps_equal_the_plain_path(algorithm):
-    """Three steps of the task (block draws, images gathered by index_select, our log-softmax, closed-form TPO
+    """Three steps of the task (block draws, images gathered by index_select, our log-softmax, closed-form loss
     gradient, hand-written MLP backward through oneDNN, direct fused Adam) against the same steps written plainly
     (per-step draws, advanced indexing, torch's log_softmax, autograd through the whole MLP, torch's Adam)."""
     from tasks.models.mlp import mlp_logits
