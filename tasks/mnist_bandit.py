@@ -89,9 +89,9 @@ class MnistBandit(Task):
         w_bk log π_bk with constant weights w: TPO the target q (Eq. 3); Group PG u/η at the sampled class; DG the
         gate σ(A·ℓ/η)·A; PG r − Σπ²; CE 1 at the label; GRPO its advantage at the sampled class, in the gradient
         only: its ratio is exactly 1, so the clip is inactive, the k3 KL has zero gradient and the loss is −mean A.
-        Through log softmax the gradient on the logits is (π Σ_k w − w) / B (TPO: Σ_k q = 1 gives the paper's
-        (π − q) / B). Autograd through the losses' small ops cost 0.03–0.25 ms of a 1-seed step; tests check both
-        against ``loss`` and autograd."""
+        Through log softmax the gradient on the logits is (π Σ_k w − w) / B; for TPO, Σ_k q = 1 and it is written
+        as the paper's (π − q) / B. Autograd through the losses' small ops cost 0.03–0.25 ms of a 1-seed step;
+        tests check value and gradient against ``loss`` and its autograd."""
         hp, name = self.algorithm_cfg, self.algorithm.name
         if name in ("tpo", "group_pg"):
             scores = self.class_scores(log_probs, actions, labels)
@@ -115,7 +115,8 @@ class MnistBandit(Task):
                 weight, actions = torch.ones_like(rewards), labels
             weights = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), weight.unsqueeze(-1))
         loss = -(weights.sum(-1) if name == "grpo" else (weights * log_probs).sum(-1)).mean(-1)
-        return loss, (log_probs.exp() * weights.sum(-1, keepdim=True) - weights) / log_probs.shape[1]
+        mass = 1.0 if name == "tpo" else weights.sum(-1, keepdim=True)  # Σq = 1: exactly the paper's π − q
+        return loss, (log_probs.exp() * mass - weights) / log_probs.shape[1]
 
     @staticmethod
     def class_scores(log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
