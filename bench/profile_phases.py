@@ -48,7 +48,7 @@ SETTINGS = {
 class PhaseTimer:
     """Wraps a task's phase methods (and, for the MNIST bandit, its module's MLP forward and backward functions)
     and accumulates CPU and wall seconds per phase; the rest of a step is attributed to ``rest`` (the loss's
-    backward pass, and for MNIST also sampling). ``close`` unwraps."""
+    backward pass; for MNIST the log-softmax and sampling). ``close`` unwraps."""
 
     def __init__(self, task):
         self.cpu, self.wall = defaultdict(float), defaultdict(float)
@@ -56,7 +56,8 @@ class PhaseTimer:
         phases = {"rollout": (task, "rollout_batch"), "forward": (task, "log_probs"),
                   "optimizer": (task.optimizer, "step"), "data": (task, "batch"),
                   "evaluation": (task, "evaluate"), "diagnostics": (task, "diagnostics"),
-                  "loss": (task, "loss"), "mlp forward": (module, "mlp_forward"),
+                  "loss": (task, "loss"), "loss+grad": (task, "loss_and_logit_grad"),
+                  "mlp forward": (module, "mlp_forward"),
                   "mlp backward": (module, "mlp_backward")}
         self.wrapped = []
         for phase, (owner, method) in phases.items():
