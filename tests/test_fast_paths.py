@@ -15,7 +15,7 @@ from algorithms import functional
 from conftest import compose_config
 from harness import rng
 from harness.run import build_task
-from tasks import get_task
+from tasks import TASKS, get_task
 from tasks import token_reversal as tr
 from tasks.models import transformer
 from test_token_reversal import naive_log_probs
@@ -330,7 +330,7 @@ class _HostTensors(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-NON_LLM_TASKS = ("tabular_single", "tabular_multi", "mnist_bandit", "token_reversal")
+NON_LLM_TASKS = [name for name, target in TASKS.items() if not target.startswith("tasks.llm.")]
 
 
 @pytest.mark.parametrize("task_name, algorithm", [
