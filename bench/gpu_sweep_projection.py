@@ -35,8 +35,8 @@ from harness.run import build_task, compose_config
 CHECKS = [
     ["task=tabular_single", "algorithm=tpo"],
     ["task=tabular_multi", "algorithm=tpo"],
-    ["task=mnist_bandit", "algorithm=tpo"],
-    ["task=mnist_bandit", "algorithm=dg"],
+    ["task=mnist_bandit", "algorithm=tpo", "task.eval_every=1"],  # evaluated every step: metrics to compare
+    ["task=mnist_bandit", "algorithm=dg", "task.eval_every=1"],
     *[["task=token_reversal", "task.reward=terminal", "task.H=6", f"algorithm={a}"]
       for a in ("tpo", "grpo", "ppo", "dg")],
     ["task=token_reversal", "task.reward=sequential", "task.H=6", "algorithm=tpo_token"],
@@ -51,19 +51,17 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def check(overrides: list[str], steps: int = 3) -> dict:
-    metrics = {}
-    for device in ("cpu", "cuda"):
+def check(overrides: list[str], steps: int = 3, devices: tuple[str, str] = ("cpu", "cuda")) -> dict:
+    """The largest difference of every logged metric over ``steps`` steps of the same seeds on the two devices."""
+    logged = []
+    for device in devices:
         task = build_task(compose_config([*overrides, "seeds=4", "logger=none", f"device={device}"]))
-        logged = []
-        for step in range(steps):
-            out = task.step(step)
-            if out.metrics is not None:
-                logged.append({k: v.detach().double().cpu() for k, v in out.metrics.items()})
-        metrics[device] = logged
-    diffs = {name: max(float((c[name] - g[name]).abs().nan_to_num().max()) for c, g in zip(metrics["cpu"],
-                                                                                       metrics["cuda"]))
-             for name in (metrics["cpu"][0] if metrics["cpu"] else {})}
+        outputs = [task.step(step) for step in range(steps)]
+        logged.append([{k: v.detach().double().cpu() for k, v in out.metrics.items()}
+                       for out in outputs if out.metrics is not None])
+    first, second = logged
+    diffs = {name: max(float((a[name] - b[name]).abs().nan_to_num().max()) for a, b in zip(first, second))
+             for name in (first[0] if first else {})}
     return {"config": " ".join(overrides), "max_abs_diff": diffs}
 
 

@@ -1,5 +1,6 @@
-"""The bench scripts' own logic: the GPU projection expands presets as Hydra does and refuses to run without CUDA;
-the phase profiler attributes a step's time to its phases; the thread comparison reads the token bench's output."""
+"""The bench scripts' own logic: the GPU projection expands presets as Hydra does, its agreement check compares
+every task's metrics, and it refuses to run without CUDA; the phase profiler attributes a step's time to its phases;
+the thread comparison reads the token bench's output."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def test_projection_expands_every_job_of_a_preset(preset, jobs, seeds, episodes)
     assert (len(expanded), n_seeds, n_episodes) == (jobs, seeds, episodes)
     assert len({tuple(job) for job in expanded}) == jobs
     assert all(job[0] == f"experiment={preset}" for job in expanded)
+
+
+@pytest.mark.parametrize("overrides", gpu_sweep_projection.CHECKS, ids=" ".join)
+def test_projection_checks_compare_logged_metrics_of_every_task(overrides):
+    """The GPU run's CPU-vs-GPU agreement check, run CPU against CPU: it compares metrics for every checked
+    configuration (not an empty set), and the same seeds repeat exactly."""
+    diffs = gpu_sweep_projection.check(overrides, steps=2, devices=("cpu", "cpu"))["max_abs_diff"]
+    assert "error" in diffs and all(diff == 0 for diff in diffs.values())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
