@@ -4,6 +4,7 @@ the thread comparison reads the token bench's output."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,24 @@ def test_projection_checks_compare_logged_metrics_of_every_task(overrides):
     configuration (not an empty set), and the same seeds repeat exactly."""
     diffs = gpu_sweep_projection.check(overrides, steps=2, devices=("cpu", "cpu"))["max_abs_diff"]
     assert "error" in diffs and all(diff == 0 for diff in diffs.values())
+
+
+def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
+    """The GPU run's flow without a GPU: episode timings stubbed at 0.5 s, every speed setting and the projected
+    hours of a table (40 jobs × 2,000 episodes) reach the JSON report."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 0)
+    monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode", lambda overrides, seeds, episodes=2: 0.5)
+    monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--skip-checks",
+                                      "--tables", "table3_terminal"])
+    gpu_sweep_projection.main()
+    report = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())
+    # speed settings: the 5 Table 3 methods, PPO and DG matched by interactions, TPO with dedup, dense V = 2 and 16
+    assert report["gpu"] == "stub" and len(report["speed"]) == 5 + 2 + 1 + 2
+    assert all(row["episodes_per_s"] == 2.0 for row in report["speed"])
+    table = report["tables"]["table3_terminal"]
+    assert table["jobs"] == 40 and table["projected_hours"] == pytest.approx(40 * 2000 * 0.5 / 3600)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
