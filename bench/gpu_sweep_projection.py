@@ -66,6 +66,8 @@ def check(overrides: list[str], steps: int = 3, devices: tuple[str, str] = ("cpu
 
 
 def seconds_per_episode(overrides: list[str], seeds: int, episodes: int = 2) -> float:
+    """Wall seconds per episode on the GPU after one warm-up episode; the peak memory statistic restarts here."""
+    torch.cuda.reset_peak_memory_stats()
     task = build_task(compose_config([*overrides, f"seeds={seeds}", "logger=none", "device=cuda"]))
     task.step(0)
     synchronize()
