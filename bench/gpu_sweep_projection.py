@@ -13,7 +13,8 @@
    the sum is the projected wall time of the whole table run job after job on this GPU (an upper bound: episodes
    from initialisation are the most expensive; the target is Table 3 under one hour on an H100/H200-class GPU).
 
-Writes gpu_sweep_projection.json (and prints a summary) into --out (default $OUT, else results/bench).
+Writes gpu_sweep_projection.json (and prints a summary) into --out (default $OUT, else results/bench), rewritten
+after every measurement so that a run stopped at its time limit keeps what it measured ("complete": false).
 Exits with a clear message and status 2 when no CUDA device is visible.
 """
 
@@ -99,10 +100,18 @@ def main() -> None:
               "python": platform.python_version(),
               "gpu": torch.cuda.get_device_name(), "checks": [], "speed": [], "tables": {}}
     print(f"{report['gpu']}, torch {report['torch']}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "gpu_sweep_projection.json"
+
+    def save(complete: bool = False) -> None:  # after every measurement: a run stopped at a time limit keeps them
+        path.write_text(json.dumps({**report, "complete": complete}, indent=2) + "\n")
+
     if not args.skip_checks:
         for overrides in CHECKS:
             report["checks"].append(result := check(overrides))
             print(f"check {result['config']}: {result['max_abs_diff']}", flush=True)
+            save()
     speed_runs = [(f"terminal H=10 {a} {m}", [*TERMINAL, f"algorithm={a}", f"task.match={m}"])
                   for a in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg") for m in ("prompts", "interactions")
                   if m == "prompts" or a in ("ppo", "dg")]
@@ -113,6 +122,7 @@ def main() -> None:
         report["speed"].append({"setting": name, "seeds": 20, "s_per_episode": seconds, "episodes_per_s": 1 / seconds,
                                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30})
         print(f"{name:<36} 20 seeds: {1 / seconds:7.2f} episodes/s ({seconds * 1e3:.1f} ms)", flush=True)
+        save()
     for preset in args.tables.split(","):
         jobs, seeds, episodes = preset_jobs(preset)
         timed = [(job, seconds_per_episode(job, seeds)) for job in jobs]
@@ -121,10 +131,9 @@ def main() -> None:
                                     "per_job_s_per_episode": {" ".join(job[1:]): s for job, s in timed}}
         print(f"{preset}: {len(jobs)} jobs × {seeds} seeds × {episodes} episodes → projected {hours:.2f} h "
               f"on this GPU, one job after another", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_sweep_projection.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out / 'gpu_sweep_projection.json'}")
+        save()
+    save(complete=True)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
     gpu_sweep_projection.main()
     report = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())
     # speed settings: the 5 Table 3 methods, PPO and DG matched by interactions, TPO with dedup, dense V = 2 and 16
-    assert report["gpu"] == "stub" and len(report["speed"]) == 5 + 2 + 1 + 2
+    assert report["gpu"] == "stub" and report["complete"] and len(report["speed"]) == 5 + 2 + 1 + 2
     assert all(row["episodes_per_s"] == 2.0 for row in report["speed"])
     table = report["tables"]["table3_terminal"]
     assert table["jobs"] == 40 and table["projected_hours"] == pytest.approx(40 * 2000 * 0.5 / 3600)
