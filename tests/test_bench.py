@@ -56,6 +56,26 @@ def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
     assert table["jobs"] == 40 and table["projected_hours"] == pytest.approx(40 * 2000 * 0.5 / 3600)
 
 
+def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch):
+    calls = []
+
+    def timing(overrides, seeds, episodes=2):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as a run reaching its time limit
+        calls.append(overrides)
+        return 0.5
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 0)
+    monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode", timing)
+    monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--skip-checks"])
+    with pytest.raises(KeyboardInterrupt):
+        gpu_sweep_projection.main()
+    report = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())
+    assert not report["complete"] and len(report["speed"]) == 3
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_projection_refuses_without_cuda():
     result = subprocess.run([sys.executable, "bench/gpu_sweep_projection.py"], cwd=ROOT, capture_output=True, text=True,
