@@ -93,27 +93,29 @@ class MnistBandit(Task):
         as the paper's (π − q) / B. Autograd through the losses' small ops cost 0.03–0.25 ms of a 1-seed step;
         tests check value and gradient against ``loss`` and its autograd."""
         hp, name = self.algorithm_cfg, self.algorithm.name
-        if name in ("tpo", "group_pg"):
-            scores = self.class_scores(log_probs, actions, labels)
-            if name == "tpo":
-                weights = losses.tpo_target(log_probs, scores, float(hp.eta), zero_variance=hp.zero_variance)
-            else:
-                sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
-                weights = standardize(scores, zero_variance=hp.zero_variance) / float(hp.eta) * sampled
-        else:
+        if name in ("grpo", "ce"):  # a weight at one class: GRPO's z-scored reward, CE's 1 at the label
             rewards = (actions == labels).to(log_probs.dtype)
             if name == "grpo":
                 weight = zscore_advantages(rewards, dim=-1, guard=bool(hp.zero_variance_guard))
-            elif name in ("dg", "pg"):
-                weight = rewards - log_probs.exp().pow(2).sum(-1)
-                if name == "dg":
-                    surprisal = -log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-                    if (clip := hp.get("surprisal_clip")) is not None:
-                        surprisal = surprisal.clamp(-float(clip), float(clip))
-                    weight = torch.sigmoid(weight * surprisal / float(hp.eta)) * weight
-            else:  # ce
+            else:
                 weight, actions = torch.ones_like(rewards), labels
             weights = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), weight.unsqueeze(-1))
+        else:  # from the class scores (r − Σπ² at the sampled class, 0 elsewhere), as the library losses use them
+            scores = self.class_scores(log_probs, actions, labels)
+            if name == "tpo":
+                weights = losses.tpo_target(log_probs, scores, float(hp.eta), zero_variance=hp.zero_variance)
+            elif name == "group_pg":
+                sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
+                weights = standardize(scores, zero_variance=hp.zero_variance) / float(hp.eta) * sampled
+            elif name == "dg":  # the gate σ(A·ℓ/η)·A at the sampled class, A its score
+                sampled = actions.unsqueeze(-1)
+                surprisal, advantage = -log_probs.gather(-1, sampled), scores.gather(-1, sampled)
+                if (clip := hp.get("surprisal_clip")) is not None:
+                    surprisal = surprisal.clamp(-float(clip), float(clip))
+                gated = torch.sigmoid(advantage * surprisal / float(hp.eta)) * advantage
+                weights = torch.zeros_like(scores).scatter_(-1, sampled, gated)
+            else:  # pg
+                weights = scores
         loss = -(weights.sum(-1) if name == "grpo" else (weights * log_probs).sum(-1)).mean(-1)
         mass = 1.0 if name == "tpo" else weights.sum(-1, keepdim=True)  # Σq = 1: exactly the paper's π − q
         return loss, (log_probs.exp() * mass - weights) / log_probs.shape[1]
