@@ -38,12 +38,18 @@ def test_projection_checks_compare_logged_metrics_of_every_task(overrides):
     assert "error" in diffs and all(diff == 0 for diff in diffs.values())
 
 
-def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
-    """The GPU run's flow without a GPU: episode timings stubbed at 0.5 s, every speed setting and the projected
-    hours of a table (40 jobs × 2,000 episodes) reach the JSON report."""
+@pytest.fixture
+def stub_cuda(monkeypatch):
+    """A visible "GPU" for the projection's flow; its episode timings are stubbed by each test."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 0)
+
+
+@pytest.mark.usefixtures("stub_cuda")
+def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
+    """The GPU run's flow without a GPU: episode timings stubbed at 0.5 s, every speed setting and the projected
+    hours of a table (40 jobs × 2,000 episodes) reach the JSON report."""
     monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode", lambda overrides, seeds, episodes=2: 0.5)
     monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--skip-checks",
                                       "--tables", "table3_terminal"])
@@ -56,6 +62,7 @@ def test_projection_writes_every_section_of_its_report(tmp_path, monkeypatch):
     assert table["jobs"] == 40 and table["projected_hours"] == pytest.approx(40 * 2000 * 0.5 / 3600)
 
 
+@pytest.mark.usefixtures("stub_cuda")
 def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch):
     calls = []
 
@@ -65,9 +72,6 @@ def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch)
         calls.append(overrides)
         return 0.5
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "stub")
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 0)
     monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode", timing)
     monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--skip-checks"])
     with pytest.raises(KeyboardInterrupt):
