@@ -1,7 +1,8 @@
 """Algorithm id → loss, the rollout shapes it can run on, its advantage estimator and default epochs.
 
 A task offers some rollout shapes; an algorithm runs on the first of its shapes that the task offers. Adding an
-algorithm means one loss function in ``losses.py``, one entry here and one ``conf/algorithm/<id>.yaml``.
+algorithm means one loss function in ``losses.py``, one entry here and one ``conf/algorithm/<id>.yaml`` (and, for
+a hyperparameter no other algorithm has, its valid range in ``HYPERPARAMETERS``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from algorithms import losses
+from algorithms.scores import ZERO_VARIANCE_MODES
 
 
 class Rollout(str, Enum):
@@ -65,6 +67,36 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         AlgorithmSpec("ce", losses.ce_loss, (Rollout.SUPERVISED, _E), Advantage.NONE, 1, "cross-entropy oracle"),
     )
 }
+
+
+# The valid values of every hyperparameter a conf/algorithm/*.yaml sets, whichever task reads it: a range (the
+# keywords of tasks.base.check_number), a tuple of choices, or bool. tests/test_validation.py checks that every key
+# of every conf/algorithm/*.yaml has an entry.
+HYPERPARAMETERS: dict[str, dict | tuple | type] = {
+    "epochs": dict(low=1, integer=True, optional=True),  # updates per rollout batch; null = the registry default
+    "eta": dict(low=0, low_open=True),  # η > 0: TPO's q ∝ p_old·exp(u/η), Group PG's u/η, DG's gate σ(A·ℓ/η)
+    "clip_eps": dict(low=0, low_open=True),  # ε of clip(ρ, 1 − ε, 1 + ε); ε = 0 pins the ratio at 1
+    "beta": dict(low=0),  # weight of the k3 KL to π_old; 0 = none
+    "log_ratio_clip": dict(low=0, low_open=True, allow_inf=True),  # |log ρ| ≤ c before exp; inf = no clip
+    "surprisal_clip": dict(low=0, low_open=True, optional=True, allow_inf=True),  # ℓ ∈ [−c, c]; null = never
+    "zero_variance": ZERO_VARIANCE_MODES,
+    "zero_variance_guard": bool,
+}
+
+
+def check_hyperparameters(cfg) -> None:
+    """Raise a ConfigError naming the key, the value and its valid range for any hyperparameter of the
+    ``algorithm`` config node outside ``HYPERPARAMETERS``."""
+    from tasks.base import check_bool, check_choice, check_number  # tasks.base imports this package
+
+    for name, value in cfg.items():
+        valid, key = HYPERPARAMETERS.get(name), f"algorithm.{name}"
+        if isinstance(valid, dict):
+            check_number(key, value, **valid)
+        elif isinstance(valid, tuple):
+            check_choice(key, value, valid)
+        elif valid is bool:
+            check_bool(key, value)
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -12,43 +13,98 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from harness import outputs
+from harness import outputs, rundir, sweep
 from harness.run import CONFIG_DIR, train
 from tasks.base import ConfigError
 
 log = logging.getLogger("harness")
+REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the run directory is left as it was
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    """Train one configuration; return the final mean error (for Hydra sweepers that optimise it)."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    """Train one configuration; return the final mean error (for Hydra sweepers that optimise it).
+
+    A single run that fails exits non-zero (2 when refused before any work: bad value, a run directory that holds
+    another run, a damaged checkpoint; such a refusal leaves no file behind and never touches an earlier run). A sweep
+    job that fails is recorded, in its folder and for the sweep's closing report, and the sweep goes on."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    had_results = rundir.has_results(run_dir)
     try:
         summary = train(cfg, run_dir)
     except KeyboardInterrupt:
         raise
-    except Exception as error:  # recorded in the run directory; a sweep goes on with its other jobs
-        outputs.write_json(run_dir / outputs.SUMMARY_FILE, {
-            "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
-            "algorithm": cfg.algorithm.name,
-            "error": f"{type(error).__name__}: {error}"})
-        (run_dir / outputs.ERROR_FILE).write_text(traceback.format_exc())
-        if isinstance(error, ConfigError):
-            log.error("configuration error: %s", error)
+    except Exception as error:
+        refused = isinstance(error, REFUSED)
+        message = str(error) if refused else f"{type(error).__name__}: {error}"
+        if multirun:
+            sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
+        if refused and had_results:  # a refusal never touches the run it refused to overwrite
+            rundir.restore_hydra_files(run_dir)
+        elif refused and not multirun:  # nor leaves a folder behind for a single run
+            _remove_hydra_files(run_dir, hydra_cfg.job.name)
+        else:  # the folder is this launch's: it keeps the record of why it failed
+            outputs.write_json(run_dir / outputs.SUMMARY_FILE, {
+                "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
+                "algorithm": cfg.algorithm.name, "error": message})
+            (run_dir / outputs.ERROR_FILE).write_text(message + "\n" if refused else traceback.format_exc())
+        if refused:
             if not multirun:
-                print(f"Error: {error}", file=sys.stderr)
+                print(f"Error: {message}", file=sys.stderr)
                 sys.exit(2)
+            log.error("refused: %s", message)
         else:
             log.exception("run failed; traceback in %s", run_dir / outputs.ERROR_FILE)
             if not multirun:
                 raise
         return None
+    if multirun:
+        sweep.record_job(hydra_cfg.job.num, run_dir, summary["status"], summary.get("error"))
     final = summary["final"].get("error", {}).get("mean")
     log.info("%s/%s: status=%s final error=%s steps_to=%s (%.1fs) → %s", cfg.task.name, cfg.algorithm.name,
              summary["status"], final, summary["steps_to"].get("error"), summary["wall_seconds"], run_dir)
     return final
 
 
+def _remove_hydra_files(run_dir: Path, job_name: str) -> None:
+    """A refused single run leaves nothing behind: remove what Hydra made for it, and the folder if then empty."""
+    shutil.rmtree(run_dir / rundir.HYDRA_DIR, ignore_errors=True)
+    (run_dir / f"{job_name}.log").unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
+
+
+# another primary config, config dir or search path may hold other presets: Hydra's own composition checks then
+_OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
+                       "--shell-completion", "-sc", "--version")
+
+
+def refuse_unknown_presets(argv: list[str]) -> None:
+    """Before Hydra composes or launches anything: an ``experiment=`` override (every value of a sweep) that names
+    no conf/experiment/*.yaml prints one ``Error:`` line naming it and listing the presets, and exits 2."""
+    from hydra._internal.utils import get_args_parser
+
+    from harness.run import check_experiment_overrides
+
+    if any(arg.split("=", 1)[0] in _OTHER_CONFIG_FLAGS or arg.startswith("hydra.searchpath") for arg in argv):
+        return
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        overrides = parser.parse_known_args(argv)[0].overrides
+    except Exception:  # noqa: BLE001 - Hydra reports bad arguments itself
+        return
+    try:
+        check_experiment_overrides(overrides)
+    except ConfigError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    refuse_unknown_presets(sys.argv[1:])
     main()

@@ -2,14 +2,20 @@
 
 ``metrics.csv``: columns ``step, seed`` then one per metric (``error`` first).
 ``summary.json``: status, final values (mean, s.e. with population std, per seed), steps-to thresholds.
-``checkpoint.pt``: everything needed to resume; written atomically so a kill never leaves a torn file.
+``checkpoint.pt``: everything needed to resume, with a checksum and the run's fingerprint.
+
+Every file is replaced whole (written to a temporary file, then renamed), never rewritten or appended in place: a
+concurrent reader (the report, a notebook, a dashboard) and a run killed at any moment only ever see complete files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import os
+import pickle
 import socket
 import subprocess
 import time
@@ -24,11 +30,20 @@ METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, ERROR_FILE = "metrics.csv", "summar
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` whole and durably (temporary file, fsync, rename)."""
+    atomic_write_text(path, [data], durable=True)
+
+
+def atomic_write_text(path: Path, chunks: list[str] | list[bytes], durable: bool = True) -> None:
+    """Replace ``path`` by the concatenated ``chunks``: readers see the old file or the new one, never a mix.
+    ``durable`` also fsyncs before the rename, so a machine crash cannot leave an empty file either."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    binary = bool(chunks) and isinstance(chunks[0], bytes)
+    with open(tmp, "wb" if binary else "w") as handle:
+        handle.writelines(chunks)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
@@ -54,22 +69,42 @@ def _finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-class MetricsWriter:
-    """Appends per-seed rows to metrics.csv; on resume it first cuts the file back to the checkpointed row count."""
+class CheckpointError(Exception):
+    """A checkpoint that cannot be resumed (damaged, truncated, foreign); raised before anything is written."""
 
-    def __init__(self, run_dir: Path, metric_names: tuple[str, ...], seeds: list[int], resume_rows: int | None):
+
+class MetricsWriter:
+    """Per-seed rows of metrics.csv, kept in memory and published whole.
+
+    The file is republished (temporary file + rename) at most every ``publish_every`` seconds, at every ``flush``
+    (each checkpoint, before the checkpoint itself is written) and at ``close``, so a reader sees whole rows only
+    and never an empty file. On resume the rows up to the checkpoint's count are kept and the rest dropped."""
+
+    def __init__(self, run_dir: Path, metric_names: tuple[str, ...], seeds: list[int], resume_rows: int | None,
+                 publish_every: float = 2.0):
         self.path = run_dir / METRICS_FILE
         self.columns = ["step", "seed", *metric_names]
         self.seeds = seeds
-        if resume_rows is not None and self.path.exists():
-            with open(self.path) as handle:  # rows after the checkpoint (and any torn last line) are dropped
-                kept = handle.readlines()[: resume_rows + 1]
-            self.path.write_text("".join(kept))
+        self.publish_every = publish_every
+        header = ",".join(self.columns) + "\n"
+        self._chunks = [header]
+        self.rows = 0
+        if resume_rows is not None:
+            kept = self._rows_on_disk(header, resume_rows)
+            self._chunks.append("".join(kept))
             self.rows = resume_rows
-        else:
-            self.path.write_text(",".join(self.columns) + "\n")
-            self.rows = 0
-        self._handle = open(self.path, "a")
+        self._publish(durable=True)
+
+    def _rows_on_disk(self, header: str, count: int) -> list[str]:
+        lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
+        if not lines or lines[0] != header:
+            raise CheckpointError(f"{self.path} does not have the columns the checkpoint was written with; it is "
+                                  "left as it is: start again with trainer.overwrite=true")
+        kept = lines[1: count + 1]
+        if len(kept) < count or (kept and not kept[-1].endswith("\n")):
+            raise CheckpointError(f"{self.path} holds {len(kept)} complete rows but the checkpoint recorded {count}; "
+                                  "it is left as it is: start again with trainer.overwrite=true")
+        return kept
 
     def append(self, step: int, metrics: dict[str, np.ndarray]) -> None:
         """One row per seed; floats with 9 significant digits, which round-trips float32 exactly."""
@@ -78,27 +113,69 @@ class MetricsWriter:
         for index, seed in enumerate(self.seeds):
             cells = "" if values is None else "," + ",".join(f"{v:.9g}" for v in values[index])
             lines.append(f"{step},{seed}{cells}\n")
-        self._handle.write("".join(lines))
+        self._chunks.append("".join(lines))
         self.rows += len(self.seeds)
+        if time.monotonic() - self._published_at >= self.publish_every:
+            self._publish(durable=False)
+
+    def _publish(self, durable: bool) -> None:
+        if len(self._chunks) > 2:  # keep the text as few large strings: republishing costs one write
+            self._chunks = [self._chunks[0], "".join(self._chunks[1:])]
+        atomic_write_text(self.path, self._chunks, durable=durable)
+        self._published_at = time.monotonic()
 
     def flush(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        """Publish every row so far and make it durable (called before each checkpoint)."""
+        self._publish(durable=True)
 
     def close(self) -> None:
         self.flush()
-        self._handle.close()
+
+
+CHECKPOINT_MAGIC = b"tpo-bench checkpoint v1\n"
+CHECKPOINT_HELP = ("metrics.csv and summary.json are left as they were; restore a good copy of the checkpoint, or "
+                   "start the run again with trainer.overwrite=true")
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
-    tmp = run_dir / (CHECKPOINT_FILE + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, run_dir / CHECKPOINT_FILE)
+    """``state`` (tensors, numbers, strings and plain containers only) behind a magic line and its SHA-256."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    atomic_write_bytes(run_dir / CHECKPOINT_FILE, CHECKPOINT_MAGIC + hashlib.sha256(payload).digest() + payload)
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+def load_checkpoint(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The verified checkpoint of the run with ``fingerprint``, or None when there is none; CheckpointError (one
+    line: file, what is wrong, how to go on) when it is damaged, truncated, foreign or not a tpo-bench checkpoint.
+    Loaded with ``weights_only=True``: a crafted file cannot run code."""
     path = run_dir / CHECKPOINT_FILE
-    return torch.load(path, weights_only=False) if path.exists() else None
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    header = len(CHECKPOINT_MAGIC) + hashlib.sha256().digest_size
+    if not data.startswith(CHECKPOINT_MAGIC):
+        problem = "is not a tpo-bench checkpoint (no checkpoint header; older versions wrote none)"
+    elif len(data) <= header or hashlib.sha256(data[header:]).digest() != data[len(CHECKPOINT_MAGIC):header]:
+        problem = "is damaged or truncated (its SHA-256 does not match its contents)"
+    else:
+        try:
+            state = torch.load(io.BytesIO(data[header:]), weights_only=True, map_location="cpu")
+        except Exception as error:  # noqa: BLE001 - any unreadable payload is reported the same way
+            if isinstance(error, pickle.UnpicklingError) and "GLOBAL" in str(error):
+                problem = ("holds objects other than tensors, numbers, strings and plain containers (refused: "
+                           "loading them could run code)")
+            elif isinstance(error, pickle.UnpicklingError):
+                problem = "cannot be read (not a torch.save payload)"
+            else:
+                problem = f"cannot be read ({type(error).__name__}: {(str(error).splitlines() or [''])[0]})"
+        else:
+            if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+                found = state.get("fingerprint") if isinstance(state, dict) else None
+                problem = f"belongs to another run (fingerprint {found}, this run's is {fingerprint})"
+            else:
+                return state
+    raise CheckpointError(f"{path} {problem}; {CHECKPOINT_HELP}")
 
 
 def seed_statistics(values: np.ndarray) -> dict[str, Any]:
@@ -130,9 +207,12 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
 
 
 def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[int], seed_status: dict[str, str],
-                diverged: dict[str, int], started: float, hardware: dict[str, Any]) -> dict[str, Any]:
+                diverged: dict[str, int], started: float, hardware: dict[str, Any],
+                resumed_from: list[int], cpu_seconds: float) -> dict[str, Any]:
     """``summary.json`` of a finished run: what ran, how it ended, its final values and steps-to (read back from
-    ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count."""
+    ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count; ``resumed_from``
+    lists the steps this run was resumed at; wall time counts the last process only, ``cpu_seconds`` every process
+    up to its last checkpoint (work redone after a kill counts once)."""
     return {
         "status": status,
         "experiment": cfg.experiment_name,
@@ -142,8 +222,10 @@ def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[in
         "steps": int(cfg.trainer.steps),
         "seed_status": seed_status,
         "diverged_at_step": diverged,
+        "resumed_from": resumed_from,
         **summarize(run_dir, metric_names, list(cfg.task.steps_to)),
         "wall_seconds": round(time.time() - started, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
         "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},
         "commit": git_commit(),
     }

@@ -16,18 +16,66 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from algorithms import get_algorithm
-from harness import outputs
-from harness.tracking import make_tracker
+from algorithms.registry import check_hyperparameters
+from harness import outputs, rundir
+from harness.tracking import check_logger_config, make_tracker
 from tasks import get_task
-from tasks.base import ConfigError, Task, check_choice, check_positive_int
+from tasks.base import ConfigError, Task, check_choice, check_non_negative, check_number, check_positive_int
 from tasks.models import linear
 
 log = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
+def experiment_presets() -> list[str]:
+    """The experiment presets, ``conf/experiment/<name>.yaml``."""
+    return sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+def check_experiment_overrides(overrides: list[str]) -> None:
+    """Raise a ConfigError naming the preset and listing the valid ones if an ``experiment=`` override names no
+    ``conf/experiment/*.yaml``: every value of a sweep (``experiment=a,b``, ``choice(...)``, ``glob(...)``) is
+    checked, so that a sweep fails before Hydra launches its first job. ``+experiment=`` and ``++experiment=`` are
+    refused too (conf/config.yaml's defaults already have the experiment slot), and so is ``experiment=null``
+    (no preset: leave the override out, or ``~experiment``). An override Hydra cannot parse is left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
+        return
+    presets = experiment_presets()
+    valid = f"valid choices (conf/experiment/*.yaml): {', '.join(presets)}"
+    for override in parsed:
+        if override.key_or_group != "experiment" or override.is_delete():
+            continue
+        value = override.value()
+        if override.is_add() or override.is_force_add():
+            choice = override.input_line.lstrip("+").split("=", 1)[-1]
+            raise ConfigError(f"{override.input_line} is not valid: conf/config.yaml already has the experiment "
+                              f"slot; write experiment={choice}; {valid}")
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            if not value.filter(presets):
+                raise ConfigError(f"{override.input_line} matches no experiment preset; {valid}")
+            continue
+        try:
+            names = list(override.sweep_string_iterator()) if override.is_sweep_override() else (
+                value if isinstance(value, list) else [value])
+        except Exception:  # noqa: BLE001 - an interval sweep: not a list of names
+            raise ConfigError(f"{override.input_line} is not valid; {valid}") from None
+        for name in names:
+            if name is None or name == "null":
+                raise ConfigError(f"experiment=null is not valid: for no preset leave experiment= out (or write "
+                                  f"~experiment); {valid}")
+            if name not in presets:
+                raise ConfigError(f"experiment={name!r} is not valid; {valid}")
+
+
 def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
-    """The config exactly as ``python -m harness <overrides>`` composes it, for scripts, benches and tests."""
+    """The config exactly as ``python -m harness <overrides>`` composes it, for scripts, benches and tests; an unknown
+    experiment preset raises a ConfigError (``check_experiment_overrides``)."""
+    check_experiment_overrides(overrides)
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
         return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
@@ -48,8 +96,16 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
                           f"shape {needs}); valid algorithms for {task_cls.name}: {', '.join(supported)}")
     check_positive_int("seeds", cfg.seeds)
     check_positive_int("trainer.steps", cfg.trainer.steps)
+    check_non_negative("trainer.checkpoint_every", cfg.trainer.checkpoint_every, integer=True)  # 0 = at the end
     if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
         raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
+    thresholds = cfg.task.get("steps_to")
+    if not OmegaConf.is_list(thresholds):
+        raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")
+    for threshold in thresholds:
+        check_number("task.steps_to", threshold, low=0, high=1)
+    check_hyperparameters(cfg.algorithm)
+    check_logger_config(cfg.logger)
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
     linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
@@ -58,6 +114,14 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
     return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
                     optim=cfg.get("optim"))
+
+
+def set_threads(threads) -> None:
+    """``threads``: torch's intra-op threads (null or 0: torch's default)."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
+        raise ConfigError(f"threads={threads!r} is not valid; expected null, 0 (torch's default) or a positive integer")
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def get_algorithm_or_config_error(name: str):
@@ -97,21 +161,27 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
         return train_llm(cfg, run_dir)
     started = time.time()
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg.threads)
     task = build_task(cfg)
     seeds = task.seeds.tolist()
     steps = int(cfg.trainer.steps)
-    checkpoint = outputs.load_checkpoint(run_dir) if cfg.trainer.resume else None
+    plan = rundir.plan_run(cfg, run_dir, lambda folder: (folder / outputs.CHECKPOINT_FILE).exists())
+    if plan.finished is not None:
+        log.info("%s already finished with this configuration (%s); nothing to do", run_dir, plan.finished["status"])
+        return plan.finished
+    checkpoint = outputs.load_checkpoint(run_dir, plan.fingerprint) if plan.resume else None
     if checkpoint is not None:
         task.load_state_dict(checkpoint["task"])
         start, diverged = checkpoint["step"], checkpoint["diverged"]
+        resumes, cpu_before = [*checkpoint["resumes"], start], checkpoint["cpu_seconds"]
         log.info("resuming %s from step %d", run_dir, start)
     else:
-        start, diverged = 0, {}
+        start, diverged, resumes, cpu_before = 0, {}, [], 0.0
+    started_cpu = time.process_time()
+    plan.apply(run_dir)
     writer = outputs.MetricsWriter(run_dir, task.metric_names, seeds, checkpoint["rows"] if checkpoint else None)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    tracker = make_tracker(cfg, run_dir, seeds, resolved)
+    tracker = make_tracker(cfg, run_dir, seeds, resolved, plan.uid)
     # first step with a non-finite loss per seed (−1: none), kept on the device and read only when metrics are
     # recorded or saved, so that no step waits for the device just to check for divergence
     diverged_at = torch.tensor([diverged.get(str(seed), -1) for seed in seeds], device=task.device)
@@ -135,7 +205,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         read_diverged()
         writer.flush()
         outputs.save_checkpoint(run_dir, {"step": step, "task": task.state_dict(), "rows": writer.rows,
-                                          "diverged": diverged})
+                                          "diverged": diverged, "resumes": resumes, "fingerprint": plan.fingerprint,
+                                          "cpu_seconds": cpu_before + time.process_time() - started_cpu})
         tracker.flush()
 
     # SIGTERM (a scheduler's kill) ends the run like Ctrl-C: summary says "interrupted", the checkpoint resumes it.
@@ -176,7 +247,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if status == "completed" and diverged:
         status = "diverged"
     summary = outputs.run_summary(cfg, run_dir, task.metric_names, status=status, seeds=seeds, seed_status=seed_status,
-                                  diverged=diverged, started=started, hardware={"device": str(task.device)})
+                                  diverged=diverged, started=started, hardware={"device": str(task.device)},
+                                  resumed_from=resumes, cpu_seconds=cpu_before + time.process_time() - started_cpu)
     outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
     tracker.finish(summary)
     if status == "interrupted":

@@ -43,12 +43,33 @@ def resolve_mode(mode: str) -> str:
     return "online" if any("wandb" in host for host in hosts) else "offline"
 
 
+MODES = ("auto", "online", "offline", "disabled")
+DEFAULT_INIT_TIMEOUT = 10.0  # seconds; wandb's own default, 90 s, is how long an unreachable server stalls a run
+
+
+def check_logger_config(logger_cfg) -> None:
+    """Validate the ``logger`` node before any work (ConfigError naming the key and the valid values)."""
+    from tasks.base import check_choice, check_number
+
+    if logger_cfg.name != "wandb":
+        return
+    check_choice("logger.mode", logger_cfg.mode, MODES)
+    check_number("logger.init_timeout", logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT), low=0, low_open=True)
+
+
 class WandbTracker:
-    """Buffers per-seed rows and mirrors them to one W&B run per seed."""
+    """Buffers per-seed rows and mirrors them to one W&B run per seed.
+
+    Each ``wandb.init`` waits at most ``init_timeout`` seconds (``logger.init_timeout``): without it an online run
+    whose server cannot be reached waits 90 s inside wandb. The first failure, on any seed, disables W&B for every
+    seed of the run (one warning; the runs already started are finished), so a run never waits once per seed."""
 
     def __init__(self, *, project: str, entity: str | None, group: str, name: str, tags: list[str], mode: str,
-                 config: dict[str, Any], run_dir: Path, seeds: list[int]):
+                 config: dict[str, Any], run_dir: Path, seeds: list[int],
+                 init_timeout: float = DEFAULT_INIT_TIMEOUT, run_uid: str = ""):
         self.settings = dict(project=project, entity=entity, group=group, tags=tags, mode=resolve_mode(mode))
+        self.init_timeout = float(init_timeout)
+        self.run_uid = run_uid  # new at every fresh start (identity.json): a replaced run never continues an old one
         self.name, self.config, self.run_dir, self.seeds = name, config, run_dir, seeds
         self.buffer: list[tuple[int, dict[str, np.ndarray]]] = []
         self.runs: list[Any] | None = None
@@ -63,12 +84,22 @@ class WandbTracker:
     def _start(self) -> None:
         import wandb
 
-        self.runs = []
-        for seed in self.seeds:
-            run_id = hashlib.sha1(f"{self.run_dir.resolve()}|{seed}".encode()).hexdigest()[:16]
-            self.runs.append(wandb.init(
-                **self.settings, name=f"{self.name}/seed{seed}", id=run_id, resume="allow", dir=str(self.run_dir),
-                config={**self.config, "seed": seed}, reinit="create_new", settings=wandb.Settings(silent=True)))
+        runs = []
+        try:
+            for seed in self.seeds:
+                run_id = hashlib.sha1(f"{self.run_dir.resolve()}|{self.run_uid}|{seed}".encode()).hexdigest()[:16]
+                runs.append(wandb.init(
+                    **self.settings, name=f"{self.name}/seed{seed}", id=run_id, resume="allow",
+                    dir=str(self.run_dir), config={**self.config, "seed": seed}, reinit="create_new",
+                    settings=wandb.Settings(silent=True, init_timeout=self.init_timeout)))
+        except BaseException:
+            for run in runs:  # the seeds started before the failure: close them rather than leave them running
+                try:
+                    run.finish(exit_code=1)
+                except Exception:  # noqa: BLE001
+                    pass
+            raise
+        self.runs = runs
         log.info("W&B: %d %s runs in group %s (%s)", len(self.runs), self.settings["mode"], self.settings["group"],
                  "upload later with `wandb sync <run dir>/wandb/offline-run-*`" if self.settings["mode"] == "offline"
                  else self.settings["project"])
@@ -104,7 +135,7 @@ class WandbTracker:
             self._fail(error)
 
 
-def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str, Any]):
+def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str, Any], run_uid: str = ""):
     logger_cfg = cfg.logger
     if logger_cfg.name == "none":
         return NullTracker()
@@ -113,7 +144,8 @@ def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str
     try:
         return WandbTracker(project=logger_cfg.project, entity=logger_cfg.entity, group=group, name=group,
                             tags=[experiment, cfg.task.name, cfg.algorithm.name, *logger_cfg.tags],
-                            mode=logger_cfg.mode, config=resolved_config, run_dir=run_dir, seeds=seeds)
+                            mode=logger_cfg.mode, config=resolved_config, run_dir=run_dir, seeds=seeds,
+                            init_timeout=logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT), run_uid=run_uid)
     except Exception as error:  # noqa: BLE001
         warnings.warn(f"W&B unavailable ({error!r}); continuing with local files only.", stacklevel=2)
         return NullTracker()

@@ -14,7 +14,8 @@ from algorithms.functional import log_softmax, softmax
 from algorithms.scores import standardize, zscore_advantages
 from harness import rng
 from harness.optim import FusedAdam
-from tasks.base import StepOutput, Task, check_choice
+from tasks.base import StepOutput, Task, check_bool, check_choice, check_positive_float, check_positive_int
+from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist
 from tasks.mnist_mechanism import mechanism_by_bin
 from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
@@ -35,7 +36,11 @@ class MnistBandit(Task):
         self.require_single_update()
         cfg = self.cfg
         self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
-        self.eval_every, self.batch_size = int(cfg.eval_every), int(cfg.batch_size)
+        self.eval_every = check_positive_int("task.eval_every", cfg.eval_every)  # updates between test evaluations
+        self.batch_size = check_positive_int("task.batch_size", cfg.batch_size)
+        check_positive_float("task.lr", cfg.lr)
+        check_bool("task.mechanism", cfg.mechanism)
+        check_choice("task.source", cfg.source, ("auto", *MNIST_SOURCES))
         data = load_mnist(cfg.data_dir, cfg.source)
         as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
         # uint8 (47 MB), converted after each step's gather: a quarter of the bytes to fetch from random rows

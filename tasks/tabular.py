@@ -12,7 +12,7 @@ from algorithms import Rollout, losses
 from algorithms.exact import EXACT_DIRECTIONS
 from algorithms.functional import log_softmax, softmax
 from harness import rng
-from tasks.base import StepOutput, Task
+from tasks.base import StepOutput, Task, check_number, check_positive_int
 
 
 def normalised_step(logits: torch.Tensor, direction: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -28,6 +28,12 @@ def misalignment(direction: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     return 1.0 - cos
 
 
+def check_arms_and_alpha(cfg) -> int:
+    """task.arms >= 2 (with one arm, the rewarded one, the error is 0 from the start) and the step size α > 0."""
+    check_number("task.alpha", cfg.alpha, low=0, low_open=True)
+    return check_number("task.arms", cfg.arms, low=2, integer=True)
+
+
 class TabularSingle(Task):
     """One context, K arms, arm 0 rewarded; B sampled actions per step; error logged *before* each step."""
 
@@ -39,9 +45,10 @@ class TabularSingle(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
-        self.alpha, self.batch_size = float(self.cfg.alpha), int(self.cfg.batch_size)
+        arms = check_arms_and_alpha(self.cfg)
+        self.alpha, self.batch_size = float(self.cfg.alpha), check_positive_int("task.batch_size", self.cfg.batch_size)
         self.eta = float(self.algorithm_cfg.get("eta", 1.0))
-        self.logits = torch.zeros(len(self.seeds), int(self.cfg.arms), device=self.device)
+        self.logits = torch.zeros(len(self.seeds), arms, device=self.device)
 
     def _direction(self, step: int) -> torch.Tensor:
         logits = self.logits.detach().requires_grad_(True)
@@ -96,7 +103,7 @@ class TabularMulti(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
-        shape = (int(self.cfg.contexts), int(self.cfg.arms))
+        shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
         self.alpha = float(self.cfg.alpha)
         self.direction = EXACT_DIRECTIONS[self.algorithm.name]
         self.direction_kwargs = {"eta": float(self.algorithm_cfg.eta)} if self.algorithm.name in ("dg", "tpo") else {}

@@ -30,7 +30,8 @@ from algorithms.scores import (
     ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std, standardize, zscore_advantages)
 from harness import rng
 from harness.optim import MUON_SPLITS, transformer_optimizer
-from tasks.base import ConfigError, StepOutput, Task, check_choice, check_positive_int
+from tasks.base import (
+    ConfigError, StepOutput, Task, check_choice, check_number, check_positive_float, check_positive_int)
 from tasks.models import transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -199,7 +200,16 @@ class TokenReversal(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         cfg, hp, model, optim = self.cfg, self.algorithm_cfg, self.model_cfg, self.optim_cfg
-        self.H, self.V, self.K = (check_positive_int(f"task.{key}", cfg[key]) for key in ("H", "V", "K"))
+        self.H = check_positive_int("task.H", cfg.H)
+        self.V = check_number("task.V", cfg.V, low=2, integer=True)  # V = 1: every answer is right from step 0
+        if self.rollout is Rollout.SINGLE:  # K only scales the batch and lr under task.match=interactions
+            self.K = check_positive_int("task.K", cfg.K)
+        elif not isinstance(cfg.K, int) or isinstance(cfg.K, bool) or cfg.K < 2:
+            raise ConfigError(f"task.K={cfg.K!r} is not valid for algorithm={self.algorithm.name}, which compares K "
+                              f"{'sequences per prompt' if self.rollout is Rollout.GROUP else 'next tokens per state'}"
+                              " (K = 1: every group has zero variance, never a gradient); expected an integer >= 2")
+        else:
+            self.K = cfg.K
         self.target = check_choice("task.target", cfg.target, TARGETS)
         self.reward = check_choice("task.reward", cfg.reward, REWARDS)
         match = check_choice("task.match", cfg.match, MATCHES)
@@ -213,13 +223,15 @@ class TokenReversal(Task):
         # consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
         self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
-        self.lr = float(optim.lr) * math.sqrt(scale)
-        heads, d_model = check_positive_int("model.heads", model.heads), int(model.d_model)
+        self.lr = float(check_positive_float("optim.lr", optim.lr)) * math.sqrt(scale)
+        heads = check_positive_int("model.heads", model.heads)
+        d_model = check_positive_int("model.d_model", model.d_model)
+        layers, ffn = check_positive_int("model.layers", model.layers), check_positive_int("model.ffn", model.ffn)
         if d_model % heads:
             raise ConfigError(f"model.heads={heads} is not valid; it must divide model.d_model={d_model}")
         muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS)
         self.params = {k: v.detach().to(self.device).requires_grad_(True) for k, v in transformer.init_params(
-            self.seeds, self.V, 2 * self.H, d_model, heads, int(model.layers), int(model.ffn)).items()}
+            self.seeds, self.V, 2 * self.H, d_model, heads, layers, ffn).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
         self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
         dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config
+from harness import outputs
 from harness.run import build_task
 from tasks.base import ConfigError, StepOutput
 
@@ -82,9 +83,18 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch,
     with pytest.raises(KeyboardInterrupt):
         run_config(overrides, tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
+    assert len(read_metrics(tmp_path / "killed")) < len(read_metrics(tmp_path / "full"))  # it stopped mid-way
     monkeypatch.undo()
+    stepped = []
+
+    def counted(self, step):
+        stepped.append(step)
+        return original(self, step)
+
+    monkeypatch.setattr(task_cls, "step", counted)
     summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
     assert summary["status"] == "completed"
+    assert stepped == list(range(20, 30)) and summary["resumed_from"] == [20]  # from the checkpoint, not step 0
     assert (tmp_path / "full" / "metrics.csv").read_bytes() == (tmp_path / "killed" / "metrics.csv").read_bytes()
 
 
@@ -103,8 +113,13 @@ def test_resume_after_sigkill(tmp_path):
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    fingerprint = json.loads((killed / "identity.json").read_text())["fingerprint"]
+    stopped_at = outputs.load_checkpoint(killed, fingerprint)["step"]
+    assert 0 < stopped_at < 600  # killed mid-run, with a checkpoint
+    assert len(read_metrics(killed)) < len(read_metrics(tmp_path / "full"))
     result = run_cli([*args, f"hydra.run.dir={killed}", "trainer.resume=true"], tmp_path)
     assert result.returncode == 0, result.stderr
+    assert json.loads((killed / "summary.json").read_text())["resumed_from"] == [stopped_at]
     assert (tmp_path / "full" / "metrics.csv").read_bytes() == (killed / "metrics.csv").read_bytes()
 
 

@@ -52,7 +52,7 @@ def test_llm_tasks_refuse_algorithms_without_whole_group_losses(task, algorithm)
             build_task(compose_config([f"task={task}", f"algorithm={algorithm}"]))
 
 
-@pytest.mark.parametrize("overrides, message", [
+BAD_LLM_VALUES = [
     (["seeds=2"], "seeds=2 is not valid.*seed_offset"),
     (["task.batch_size=3", "task.micro_batch_groups=2"], "task.batch_size=3 is not valid.*whole prompt groups"),
     (["task.ref_kl=0.001", "task.lora_rank=0"], "task.ref_kl=0.001 needs a LoRA policy"),
@@ -65,10 +65,71 @@ def test_llm_tasks_refuse_algorithms_without_whole_group_losses(task, algorithm)
     (["algorithm.epochs=0"], "algorithm.epochs=0 is not valid"),
     (["task.source=hubb"], "task.source='hubb' is not valid; valid choices: auto, local, hub"),
     (["task.source=local", "task.data_dir=/nonexistent"], "task.data_dir='/nonexistent' has no train.jsonl"),
-])
+    # one row per numeric key of conf/task/llm/common.yaml, the task yamls and conf/optim/adamw.yaml
+    (["task.K=0"], "task.K=0 is not valid"),
+    (["task.batch_size=0"], "task.batch_size=0 is not valid"),
+    (["task.micro_batch_groups=0"], "task.micro_batch_groups=0 is not valid"),
+    (["task.max_completion_length=0"], "task.max_completion_length=0 is not valid"),
+    (["task.temperature=0"], "task.temperature=0 is not valid; expected a number > 0"),
+    (["task.temperature=-1.0"], "task.temperature=-1.0 is not valid"),
+    (["task.ref_kl=-0.001"], "task.ref_kl=-0.001 is not valid; expected a number >= 0"),
+    (["task.lora_rank=-1"], "task.lora_rank=-1 is not valid; expected an integer >= 0"),
+    (["task.lora_alpha=0"], "task.lora_alpha=0 is not valid"),
+    (["task.eval_every=-1"], "task.eval_every=-1 is not valid; expected 0 \\(never\\) or a positive integer"),
+    (["task.eval_size=0"], "task.eval_size=0 is not valid; expected null or an integer >= 1"),
+    (["task.eval_batch_size=0"], "task.eval_batch_size=0 is not valid"),
+    (["task.vllm=maybe"], "task.vllm='maybe' is not valid; valid choices: true, false"),
+    (["trainer.steps=0"], "trainer.steps=0 is not valid"),
+    (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every=-1 is not valid"),
+    (["optim.lr=0"], "optim.lr=0 is not valid; expected a number > 0"),
+    (["optim.lr=-1e-5"], "optim.lr=-1e-05 is not valid"),
+    (["optim.betas=[0.9,1.0]"], "optim.betas=1.0 is not valid; expected a number in \\[0, 1\\)"),
+    (["optim.betas=[0.9]"], "optim.betas=\\[0.9\\] is not valid; expected two numbers"),
+    (["optim.eps=0"], "optim.eps=0 is not valid"),
+    (["optim.weight_decay=-0.01"], "optim.weight_decay=-0.01 is not valid"),
+    (["optim.max_grad_norm=-1"], "optim.max_grad_norm=-1 is not valid; expected a number >= 0"),
+    (["algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number > 0"),
+    (["algorithm=grpo", "algorithm.clip_eps=0"], "algorithm.clip_eps=0 is not valid"),
+    (["algorithm=grpo", "algorithm.beta=-1"], "algorithm.beta=-1 is not valid"),
+    (["logger=wandb", "logger.init_timeout=0"], "logger.init_timeout=0 is not valid"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_LLM_VALUES)
 def test_bad_llm_values_fail_early_and_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(["task=gsm8k", *overrides])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["task.eval_size=null"], "task.eval_size=null is not valid; expected an integer >= 1"),  # gsm8k: whole split
+    (["task.eval_seed=-1"], "task.eval_seed=-1 is not valid; expected an integer >= 0"),
+    (["task.temperature=0"], "task.temperature=0 is not valid"),
+])
+def test_bad_reasoning_gym_values_fail_early(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(["task=knights_knaves", *overrides])
+
+
+def test_boundary_llm_values_are_valid():
+    validate(["task=gsm8k", "task.eval_size=null", "task.ref_kl=0", "task.eval_every=0", "optim.max_grad_norm=0",
+              "optim.weight_decay=0", "optim.betas=[0.0,0.999]", "trainer.checkpoint_every=0"])
+    validate(["task=graph_colouring", "task.lora_rank=0", "task.eval_seed=0"])
+
+
+def test_every_numeric_llm_key_has_a_row():
+    """A numeric key added to an LLM task's yaml (or the AdamW preset) needs its check and a row above."""
+    covered = {override.split("=")[0] for overrides, _ in BAD_LLM_VALUES for override in overrides}
+    covered |= {"task.eval_seed"}  # test_bad_reasoning_gym_values_fail_early
+    files = [CONF / "task" / "llm" / "common.yaml", CONF / "optim" / "adamw.yaml",
+             *(CONF / "task" / f"{task}.yaml" for task in LLM_TASKS)]
+    for path in files:
+        group = "optim" if path.parent.name == "optim" else "task"
+        for key, value in yaml.safe_load(path.read_text()).items():
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if numeric or (isinstance(value, list) and value and isinstance(value[0], float)):
+                names = {f"{group}.{key}", f"trainer.{key}"}  # task.steps / checkpoint_every: trainer defaults
+                assert names & covered, f"{path.name}: no row for {group}.{key}"
 
 
 def test_reasoning_gym_keys_are_checked():

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import random
+import re
 from decimal import Decimal
 
 import pytest
 
 from conftest import compose_config
 from harness.run import build_task
-from tasks.llm.answers import final_number, gsm8k_reference, last_json_object, parse_number, tagged_answer
+from tasks.llm import answers
+from tasks.llm.answers import (MAX_JSON_DEPTH, NUMBER, SCAN_LIMIT, final_number, gsm8k_reference, last_json_object,
+                               parse_number, tagged_answer)
 
 
 def make_task(name: str, *overrides: str):
@@ -110,3 +115,179 @@ def test_knights_knaves_scores_with_partial_credit():
     assert task.score(answer, row) == 0.0  # no answer tags: Reasoning Gym's format is required
     assert task.score("<answer></answer>", row) == 0.0
     assert task.score(f"<answer>{first} is a dragon</answer>", row) == 0.0
+
+
+# --- Linear time: the parsers' work, counted in characters examined, on adversarial completions ---
+
+def counted(parser, text):
+    """``parser(text)`` and the number of characters it examined, summed over the scans it made (every read of the
+    parsers goes through ``answers._Scan``, which counts them)."""
+    scans = []
+
+    class Counting(answers._Scan):
+        def __init__(self, text):
+            super().__init__(text)
+            scans.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(answers, "_Scan", Counting)
+        result = parser(text)
+    return result, sum(scan.steps for scan in scans)
+
+
+WORK_PER_CHARACTER = 8  # the bound c in work ≤ c·n; the inputs below take 1–6.5
+
+
+def nested_json(n: int) -> str:
+    """60 nested objects around an array of ~n/3 numbers: a parser without memory reads the array 60 times."""
+    return '{"a": ' * 60 + "[" + "1, " * (n // 3) + "1]" + "}" * 60
+
+
+ADVERSARIAL = {  # name: (parser, text of length ~n, expected result)
+    "spaces after ####": (final_number, lambda n: "I count 7. ####" + " " * n, Decimal(7)),
+    "spaces after #### $": (final_number, lambda n: "7 #### $" + " \t\n" * (n // 3), Decimal(7)),
+    "spaces after \\boxed{": (final_number, lambda n: "I count 7. \\boxed{" + " " * n, Decimal(7)),
+    "#### repeated": (final_number, lambda n: "#### " * (n // 5), None),
+    "# run": (final_number, lambda n: "#" * n + "7", Decimal(7)),
+    "\\boxed{ repeated": (final_number, lambda n: "\\boxed{ " * (n // 8) + "7", Decimal(7)),
+    "numbers": (final_number, lambda n: "1,234 " * (n // 6), Decimal(1234)),
+    "unclosed <answer>": (tagged_answer, lambda n: "<answer>42</answer>" + "<answer>" * (n // 8), "42"),
+    "{": (last_json_object, lambda n: "{" * n, None),
+    "nested objects": (last_json_object, nested_json, "whole"),
+    "open keys": (last_json_object, lambda n: '{"a":' * (n // 5), None),
+    '{"': (last_json_object, lambda n: '{"' * (n // 2), None),
+    "unclosed string": (last_json_object, lambda n: '{"0": 1} {"a": "{' + '{"b": [' * (n // 7), {"0": 1}),
+}
+
+
+@pytest.mark.parametrize("name", ADVERSARIAL)
+def test_parsers_do_linear_work_on_adversarial_completions(name):
+    """Work counted, not timed: at most c·n characters examined, and twice the text is twice the work (the former
+    regular expressions backtracked: quadratic work, 2 s for "####" and 8,000 spaces)."""
+    parser, make, expected = ADVERSARIAL[name]
+    works = []
+    for n in (10_000, 20_000):  # both within SCAN_LIMIT: the whole text is read
+        text = make(n)
+        assert len(text) <= SCAN_LIMIT
+        result, work = counted(parser, text)
+        assert result == (json.loads(text) if expected == "whole" else expected)
+        assert work <= WORK_PER_CHARACTER * len(text)
+        works.append(work)
+    assert works[1] <= 2.1 * works[0]
+
+
+@pytest.mark.parametrize("parser, text, expected", [
+    (tagged_answer, "<answer>" * 10_000, None),
+    (tagged_answer, "<answer>a</answer>" + "x" * 10**6 + "<answer>b</answer>", "b"),
+    (last_json_object, "{" * 10**6, None),
+    (last_json_object, '{"0": 1}' * 10**5, {"0": 1}),
+    (final_number, "#### " + " " * 10**6, None),
+    (final_number, "x" * 10**6 + "\\boxed{ $12 }", Decimal(12)),
+    (final_number, "1 " * 10**6, Decimal(1)),
+])
+def test_work_is_capped_by_the_scan_limit(parser, text, expected):
+    result, work = counted(parser, text)
+    assert result == expected
+    assert work <= WORK_PER_CHARACTER * SCAN_LIMIT  # whatever the length: only the last SCAN_LIMIT are read
+
+
+def test_only_the_end_of_a_completion_is_read():
+    assert final_number("x" * 10 * SCAN_LIMIT + "#### 72") == Decimal(72)  # the final answer is at the end
+    assert final_number("#### 72" + " " * SCAN_LIMIT) is None  # an answer followed by more than the limit is not
+    assert tagged_answer("<answer>72</answer>" + " " * SCAN_LIMIT) is None
+    assert final_number("#### 72" + " " * (SCAN_LIMIT - 8)) == Decimal(72)
+
+
+# --- The same answers as before: the former regular expressions are the specification (on short texts) ---
+
+FORMER_HASH = re.compile(r"####\s*\$?\s*(" + answers._NUMBER + r")")
+FORMER_BOXED = re.compile(r"\\boxed\{\s*\$?\s*(" + answers._NUMBER + r")\s*\}")
+FORMER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+
+
+def former_final_number(text):
+    for pattern in (FORMER_HASH, FORMER_BOXED):
+        matches = pattern.findall(text)
+        if matches:
+            return parse_number(matches[-1])
+    numbers = NUMBER.findall(text)
+    return parse_number(numbers[-1]) if numbers else None
+
+
+def former_tagged_answer(text):
+    matches = FORMER_TAG.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def strict_json_object(text):
+    """The object that ends last (then starts first) over every '{' with json's own decoder, NaN and Infinity
+    refused: the former function without its cap of 64 candidates."""
+    def refuse(name):
+        raise ValueError(name)
+
+    decoder, best, best_key = json.JSONDecoder(parse_constant=refuse), None, None
+    for start in (i for i, char in enumerate(text) if char == "{"):
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict) and (best_key is None or (end, -start) > best_key):
+            best, best_key = value, (end, -start)
+    return best
+
+
+def random_texts(pieces, count, seed, length=14):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, length))) for _ in range(count)]
+
+
+def test_final_number_agrees_with_the_former_regular_expressions():
+    pieces = ["#", "####", " ", "\t", "\n", "\u00a0", "$", "-", "0", "1", "23", "4567", ",", ",123", ",12", ".",
+              ".5", "\\boxed{", "}", "x", "٧"]
+    for text in random_texts(pieces, 20_000, seed=0):
+        assert final_number(text) == former_final_number(text), text
+
+
+def test_tagged_answer_agrees_with_the_former_regular_expression():
+    pieces = ["<answer>", "</answer>", " ", "\n", "\u2003", "a", "b", "<", ">", "</answer", "<answer"]
+    for text in random_texts(pieces, 20_000, seed=1):
+        assert tagged_answer(text) == former_tagged_answer(text), text
+
+
+def test_last_json_object_agrees_with_json_itself():
+    pieces = ["{", "}", "[", "]", '"', ":", ",", " ", "\n", "1", "-", "0", ".", "e", "E", "+", '"a"', '"b"', "\\",
+              "\\u00e9", "\\n", "u", "NaN", "Infinity", "true", "false", "null", "nul", "x", "\x01", '{"a":',
+              '{"0": 1}', "[1, 2]", "12", "1.5e3"]
+    for text in random_texts(pieces, 20_000, seed=2, length=16):
+        assert repr(last_json_object(text)) == repr(strict_json_object(text)), text
+
+
+# --- NaN and Infinity: not JSON, so not a colouring ---
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_json_constants_are_refused(constant, graph_task):
+    assert last_json_object(f'{{"0": {constant}}}') is None
+    assert last_json_object(f'{{"0": 1, "1": [{constant}]}}') is None
+    assert last_json_object(f'{{"0": 2}} then {{"0": 1, "1": {constant}}}') == {"0": 2}  # the last that parses
+    assert last_json_object(f'{{"0": "{constant}"}}') == {"0": constant}  # as a string it is just text
+    entry, row = graph_task.entries["train"][0], {"split": "train", "item": 0}
+    valid = {str(v): c for v, c in entry["metadata"]["possible_answer"].items()}
+    first = next(iter(valid))
+
+    def answer(colour):
+        return "<answer>{" + ", ".join(f'"{v}": {colour if v == first else c}' for v, c in valid.items()) + "}</answer>"
+
+    assert graph_task.score(answer(valid[first]), row) == 1.0
+    assert graph_task.score(answer(999), row) == 0.01  # a JSON map with a colour out of range: parsable, invalid
+    assert graph_task.score(answer(constant), row) == 0.0  # not JSON: scored as malformed
+
+
+def test_json_nesting_and_number_limits():
+    chain = '{"a":' * (MAX_JSON_DEPTH + 5) + "1" + "}" * (MAX_JSON_DEPTH + 5)
+    value, depth = last_json_object(chain), 0
+    while isinstance(value, dict):
+        value, depth = value["a"], depth + 1
+    assert depth == MAX_JSON_DEPTH  # the deepest-nested objects up to the limit; deeper ones are not read
+    assert last_json_object('{"0": ' + "9" * 5_000 + "}") is None  # beyond int's digit limit, as for json
+    assert last_json_object('{"0": ' + "9" * 5_000 + ".0}") == {"0": float("9" * 5_000 + ".0")}
+    assert last_json_object('{"a": [{"b": 1}, {}], "c": "}{"}') == {"a": [{"b": 1}, {}], "c": "}{"}

@@ -75,8 +75,19 @@ def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path,
     with pytest.raises(KeyboardInterrupt):
         run_config(overrides, tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
+    killed_rows = (tmp_path / "killed" / "metrics.csv").read_text().count("\n")
+    assert 1 < killed_rows < (tmp_path / "full" / "metrics.csv").read_text().count("\n")  # stopped mid-way
     monkeypatch.setattr(llm_train.StepLogger, "on_save", save)
-    assert run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")["status"] == "completed"
+    step_end, stepped = llm_train.StepLogger.on_step_end, []
+
+    def counted(self, args, state, control, **kwargs):
+        stepped.append(state.global_step)
+        return step_end(self, args, state, control, **kwargs)
+
+    monkeypatch.setattr(llm_train.StepLogger, "on_step_end", counted)
+    summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
+    assert summary["status"] == "completed" and summary["resumed_from"] == [2]
+    assert stepped == [3, 4]  # the optimizer steps after the checkpoint only (one update per step here)
     assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "full" / "metrics.csv").read_text()
 
 

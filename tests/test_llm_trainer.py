@@ -23,6 +23,7 @@ def alternating_score():
 
 
 def make_trainer(tiny_llm, gsm8k_dir, run_dir, *overrides, score=None):
+    """Full fine-tuning without the reference KL unless ``overrides`` set task.lora_rank / task.ref_kl (last wins)."""
     cfg = compose_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "task.lora_rank=0", "task.ref_kl=0",
                           *overrides])
     trainer, task, epochs = build_trainer(cfg, run_dir)
@@ -41,6 +42,41 @@ def micro_batches(trainer) -> list[dict]:
         slices.append(trainer._prepare_inputs(batch))
     trainer._step = 0
     return slices
+
+
+def skill(scores: torch.Tensor) -> torch.Tensor:
+    """u = (s − mean s) / popstd(s) over each group, 0 where popstd ≤ 1e-6: written here from the formula."""
+    centred = scores - scores.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.where(std > 1e-6, centred / std.clamp_min(1e-12), torch.zeros_like(centred))
+
+
+def independent_tpo_loss(logp, logp_old, scores, eta, anchor=True) -> torch.Tensor:
+    """−mean over groups of Σ_k q_k log softmax_k(ℓ), q ∝ p_old·exp(u/η) (softmax(u/η) without the anchor)."""
+    log_weights = skill(scores) / eta + (logp_old.detach() if anchor else 0.0)
+    q = torch.softmax(log_weights, -1)
+    return -(q * torch.log_softmax(logp, -1)).sum(-1).mean(-1)
+
+
+def independent_grpo_loss(logp, logp_old, scores, clip_eps, beta, log_ratio_clip) -> torch.Tensor:
+    """−mean over groups of Σ_k [min(ρA, clip(ρ, 1±ε)A) − β(e^{−x} + x − 1)], x = clip(ℓ − ℓ_old), ρ = e^x,
+    A = (s − mean s)/(popstd + 1e-8), 0 in zero-variance groups."""
+    centred = scores - scores.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    advantages = torch.where(std > 1e-6, centred / (std + 1e-8), torch.zeros_like(centred))
+    x = (logp - logp_old.detach()).clamp(-log_ratio_clip, log_ratio_clip)
+    ratio = x.exp()
+    objective = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    return -(objective - beta * (torch.exp(-x) + x - 1)).sum(-1).mean(-1)
+
+
+def independent_reference_kl(token_logp, token_logp_ref, mask) -> torch.Tensor:
+    """k3 per token, exp(r − ℓ) − (r − ℓ) − 1, averaged over each completion's unmasked tokens, then over the
+    completions of the micro-batch."""
+    delta = token_logp_ref - token_logp
+    per_token = delta.exp() - delta - 1
+    mask = mask.to(per_token.dtype)
+    return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
 
 
 def reference_token_logps(model, inputs) -> torch.Tensor:
@@ -71,7 +107,8 @@ def test_every_micro_batch_holds_whole_groups(tiny_llm, gsm8k_dir, tmp_path, gro
 
 @pytest.mark.parametrize("algorithm", ["tpo", "grpo", "tpo_no_anchor", "group_pg"])
 def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, algorithm):
-    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4",
+    eta = ["algorithm.eta=0.5"] if algorithm.startswith("tpo") else []  # η ≠ 1: u/η and u·η differ
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4", *eta,
                                 score=alternating_score())
     slices = micro_batches(trainer)  # 2 micro-batches of 1 group each
     model, hp = trainer.model, cfg.algorithm
@@ -85,16 +122,21 @@ def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, 
     if algorithm.startswith("tpo"):
         expected = losses.tpo_loss(logp, logp.detach(), scores, hp.eta, anchor=algorithm == "tpo",
                                    zero_variance=hp.zero_variance)
+        written = independent_tpo_loss(logp, logp, scores, 0.5, anchor=algorithm == "tpo")
+        torch.testing.assert_close(actual, written.squeeze(0), rtol=1e-5, atol=1e-6)
     elif algorithm == "group_pg":
         expected = losses.group_pg_loss(logp, scores, hp.eta, hp.zero_variance)
     else:
         expected = losses.grpo_loss(logp, logp.detach(), zscore_advantages(scores), hp.clip_eps, hp.beta,
                                     hp.log_ratio_clip)
+        written = independent_grpo_loss(logp, logp, scores, hp.clip_eps, hp.beta, hp.log_ratio_clip)
+        torch.testing.assert_close(actual, written.squeeze(0), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(actual, expected.squeeze(0), rtol=1e-5, atol=1e-6)
 
 
 def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_path):
-    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "task.K=4", "task.sequence_logprob=mean")
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "task.K=4", "task.sequence_logprob=mean",
+                                "algorithm.eta=3")
     generator = torch.Generator().manual_seed(0)
     token_logp = -torch.rand(8, 5, generator=generator)
     token_logp_old = -torch.rand(8, 5, generator=generator)
@@ -106,6 +148,10 @@ def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_
                                losses.sequence_logprob(token_logp_old, mask, True).view(shape), scores.view(shape),
                                cfg.algorithm.eta, zero_variance=cfg.algorithm.zero_variance)
     assert torch.equal(loss, expected.squeeze(0)) and kl is None
+    lengths = mask.sum(-1)  # length-normalised sequence log-probs, and the target from the formula with η = 3
+    written = independent_tpo_loss(((token_logp * mask).sum(-1) / lengths).view(shape),
+                                   ((token_logp_old * mask).sum(-1) / lengths).view(shape), scores.view(shape), 3.0)
+    torch.testing.assert_close(loss, written.squeeze(0), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
@@ -138,3 +184,65 @@ def test_extra_epochs_keep_the_rollout_time_anchor(tiny_llm, gsm8k_dir, tmp_path
     assert torch.equal(first_old, second_old)  # the anchor is frozen across epochs
     torch.testing.assert_close(first_new, first_old, rtol=0, atol=1e-5)  # ... and is the rollout-time policy
     assert not torch.allclose(second_new, second_old, atol=1e-4)  # the policy moved after the first update
+
+
+@pytest.mark.parametrize("algorithm,constant", [("tpo", True), ("grpo", True), ("tpo", False)])
+def test_reference_kl_enters_the_loss_with_its_k3_value_and_gradient(tiny_llm, gsm8k_dir, tmp_path, algorithm,
+                                                                     constant):
+    """task.ref_kl = λ > 0 (LoRA policy; the reference is the base model, adapter disabled): each micro-batch's loss
+    is the algorithm's loss + λ·KL, KL the k3 estimate per token averaged over each completion's tokens and then
+    over the completions; value, logged KL and gradient against that sum computed here. With constant scores the
+    first-epoch policy gradient is zero (TPO: p = q; GRPO: A = 0), so the gradient is λ·∇KL alone."""
+    lam = 0.5
+    eta = ["algorithm.eta=0.5"] if algorithm == "tpo" else []
+    score = (lambda text, row: 0.5) if constant else alternating_score()
+    trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4", *eta,
+                                "task.lora_rank=4", f"task.ref_kl={lam}", score=score)
+    model, hp = trainer.model, cfg.algorithm
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # LoRA starts at B = 0, i.e. at the reference: move it off so that KL > 0
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(0.05 * torch.randn(param.shape, generator=generator))
+    slices = micro_batches(trainer)  # 2 micro-batches of 1 group each
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.zero_grad(set_to_none=True)
+    trainer._kl_sum = 0.0
+    actual = 0.0
+    for inputs in slices:
+        loss = trainer.compute_loss(model, inputs)
+        loss.backward()
+        actual = actual + loss.detach()
+    actual_grads = [p.grad.clone() for p in params]
+
+    expected, kls = 0.0, []
+    for inputs in slices:
+        new = reference_token_logps(model, inputs)
+        with torch.no_grad(), model.disable_adapter():
+            ref = reference_token_logps(model, inputs)
+        torch.testing.assert_close(inputs["ref_per_token_logps"], ref, rtol=1e-5, atol=1e-5)  # TRL's reference
+        mask = inputs["completion_mask"]
+        logp = (new * mask).sum(-1).view(1, -1, 4)
+        scores = inputs["scores"].view(1, -1, 4)
+        if algorithm == "tpo":
+            policy = independent_tpo_loss(logp, logp, scores, 0.5)
+        else:
+            policy = independent_grpo_loss(logp, logp, scores, hp.clip_eps, hp.beta, hp.log_ratio_clip)
+        kl = independent_reference_kl(new, ref, mask)
+        kls.append(kl.detach())
+        expected = expected + (policy.squeeze(0) + lam * kl) / len(slices)  # accumulation: mean of micro-batches
+    expected_grads = torch.autograd.grad(expected, params)
+    kl_mean = torch.stack(kls).mean()
+    assert kl_mean > 1e-3  # the policy is off the reference
+    torch.testing.assert_close(actual, expected.detach(), rtol=1e-5, atol=1e-6)
+    assert trainer._kl_sum == pytest.approx(kl_mean.item(), rel=1e-4)
+    for got, want in zip(actual_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    if constant:
+        kl_grads = torch.autograd.grad(lam * sum(independent_reference_kl(reference_token_logps(model, inputs),
+                                                                          inputs["ref_per_token_logps"],
+                                                                          inputs["completion_mask"])
+                                                 for inputs in slices) / len(slices), params)
+        for got, want in zip(actual_grads, kl_grads):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert max(g.abs().max() for g in actual_grads) > 1e-4

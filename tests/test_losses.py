@@ -46,18 +46,31 @@ def test_tpo_gradient_on_group_logits_is_p_minus_q(eta):
     np.testing.assert_allclose(loss.detach().numpy(), expected_loss, atol=1e-12)
 
 
-def test_tpo_gradient_vanishes_at_the_target():
-    logp_old = torch.randn(1, 4, 5)
-    scores = torch.randn(1, 4, 5)
-    q = losses.tpo_target(logp_old, scores)
-    logits = torch.log(q).requires_grad_(True)
-    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores).sum(), logits)
-    assert grad.abs().max() < 1e-15
+@pytest.mark.parametrize("eta", [0.5, 3.0])
+def test_tpo_gradient_vanishes_at_the_target(eta):
+    """At logits = log q, q ∝ p_old·exp(u/η) built here from the formula, the library's gradient is exactly zero; at
+    the target of another temperature (q ∝ p_old·exp(u·η), i.e. η ↦ 1/η) it is not, and it is that target's p − q."""
+    gen = torch.Generator().manual_seed(4)
+    logp_old = torch.randn(1, 4, 5, generator=gen)
+    scores = torch.randn(1, 4, 5, generator=gen)
+    scores[0, 3] = 0.25  # a zero-variance group: u = 0, q = p_old
+    q = numpy_target(logp_old.numpy(), scores.numpy(), eta)
+    np.testing.assert_allclose(q[0, 3], np.exp(logp_old[0, 3].numpy()) / np.exp(logp_old[0, 3].numpy()).sum(),
+                               atol=1e-12)
+    logits = torch.log(torch.from_numpy(q)).requires_grad_(True)
+    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
+    assert grad.abs().max() < 1e-12
+    other = numpy_target(logp_old.numpy(), scores.numpy(), 1.0 / eta)
+    logits = torch.log(torch.from_numpy(other)).requires_grad_(True)
+    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
+    assert grad.abs().max() > 1e-2
+    np.testing.assert_allclose(grad.numpy(), (other - q) / 4, atol=1e-12)  # p − q, mean over the 4 groups
+    np.testing.assert_allclose(losses.tpo_target(logp_old, scores, eta).numpy(), q, atol=1e-12)
 
 
 @pytest.mark.parametrize("value", [0.0, 1.0])
 def test_zero_variance_group_gives_exactly_zero_first_epoch_gradient(value):
-    logp_old = torch.randn(3, 4, 8, dtype=torch.float32)
+    logp_old = torch.randn(3, 4, 8, dtype=torch.float32, generator=torch.Generator().manual_seed(5))
     scores = torch.full((3, 4, 8), value, dtype=torch.float32)
     scores[:, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])  # one informative group keeps the loss non-trivial
     for loss_fn in (
@@ -111,7 +124,10 @@ def test_target_maximises_the_regularised_objective():
         return (q * u).sum(-1) - eta * (q * (torch.log(q) - logp_old)).sum(-1)
 
     q = losses.tpo_target(logp_old[None], scores[None], eta)[0]
-    candidates = torch.distributions.Dirichlet(torch.ones(7)).sample((20000,))
+    torch.testing.assert_close(q, torch.from_numpy(numpy_target(logp_old.numpy(), scores.numpy(), eta)), rtol=0,
+                               atol=1e-12)
+    exponential = torch.empty(20000, 7).exponential_(generator=gen)
+    candidates = exponential / exponential.sum(-1, keepdim=True)  # uniform on the simplex: Dirichlet(1, ..., 1)
     nearby = torch.softmax(torch.log(q) + 0.05 * torch.randn(20000, 7, generator=gen), -1)
     assert objective(q) > objective(torch.cat([candidates, nearby])).max()
 
@@ -147,18 +163,20 @@ def test_k3_kl_value():
 
 
 def test_grpo_masked_normalises_by_informative_groups():
-    logp_old = torch.randn(1, 4, 3)
+    gen = torch.Generator().manual_seed(6)
+    logp_old = torch.randn(1, 4, 3, generator=gen)
     scores = torch.tensor([[[1.0, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 1]]])
     adv = zscore_advantages(scores)
-    logp_new = (logp_old + 0.01 * torch.randn(1, 4, 3)).requires_grad_(True)
+    logp_new = (logp_old + 0.01 * torch.randn(1, 4, 3, generator=gen)).requires_grad_(True)
     masked = losses.grpo_masked_loss(logp_new, logp_old, adv, scores)
     per_group = -losses.clipped_objective(logp_new, logp_old, adv, 0.2, 0.04, 20.0).sum(-1)
     torch.testing.assert_close(masked, (per_group[:, 0] + per_group[:, 2]) / 2)
 
 
 def test_ppo_and_pg_agree_at_ratio_one():
-    logp = torch.randn(2, 5, 3)
-    adv = torch.randn(2, 5, 3)
+    gen = torch.Generator().manual_seed(7)
+    logp = torch.randn(2, 5, 3, generator=gen)
+    adv = torch.randn(2, 5, 3, generator=gen)
     a = logp.clone().requires_grad_(True)
     b = logp.clone().requires_grad_(True)
     (ga,) = torch.autograd.grad(losses.ppo_loss(a, logp, adv).sum(), a)

@@ -5,12 +5,20 @@ import math
 import pytest
 import torch
 
-from algorithms.scores import standardize
+from algorithms import losses
+from tasks.mnist_bandit import MnistBandit
 from tasks.mnist_mechanism import BIN_EDGES, mechanism_by_bin, mechanism_per_example
 
 
 def _random_probs(n, generator, scale=2.0):
     return (scale * torch.randn(n, 10, generator=generator, dtype=torch.float64)).softmax(-1)
+
+
+def _skill(scores):
+    """u = (s − mean s) / popstd(s) over the classes, 0 where popstd ≤ 1e-6 (written here, not the library's)."""
+    centred = scores - scores.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.where(std > 1e-6, centred / std.clamp_min(1e-12), torch.zeros_like(centred))
 
 
 def _enumerated_update(algorithm, probs, y, a, eta):
@@ -21,10 +29,11 @@ def _enumerated_update(algorithm, probs, y, a, eta):
         return advantage * (e_a - probs)
     if algorithm == "dg":
         return torch.sigmoid(advantage * -torch.log(probs[a]) / eta) * advantage * (e_a - probs)
-    u = standardize(advantage * e_a)
+    u = _skill(advantage * e_a)
     if algorithm == "group_pg":
         return u[a] * (e_a - probs)
-    return (probs.log() + u / eta).softmax(-1) - probs  # tpo: q − π
+    weights = probs * torch.exp(u / eta)
+    return weights / weights.sum() - probs  # tpo: q − π, q ∝ π·exp(u/η)
 
 
 @pytest.mark.parametrize("eta", [1.0, 0.5])
@@ -39,6 +48,31 @@ def test_exact_gain_matches_enumerated_expectation(algorithm, eta):
         direction = sum(pi[a] * _enumerated_update(algorithm, pi, y, a, eta) for a in range(10))
         v = torch.nn.functional.one_hot(torch.tensor(y), 10).double() - pi
         assert gain[n].item() == pytest.approx((pi[y] * (v @ direction)).item(), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("eta", [0.5, 3.0])
+def test_tpo_gain_is_the_expected_update_of_the_library_loss(eta):
+    """The mechanism's TPO closed form (λ = e^{(10/3)/η}) against the update the MNIST step actually makes: the
+    library's TPO loss on the 10 classes (scores of ``MnistBandit.class_scores``), its gradient enumerated over
+    the sampled class, and the same update from the target written here, q ∝ π·exp(u/η)."""
+    generator = torch.Generator().manual_seed(3)
+    probs = _random_probs(16, generator)
+    labels = torch.randint(0, 10, (16,), generator=generator)
+    gain = mechanism_per_example(probs, labels, "tpo", eta)["gain"]
+    actions = torch.arange(10)
+    for n in range(len(labels)):
+        pi, y = probs[n], int(labels[n])
+        logits = pi.log().expand(10, 10).clone().requires_grad_()  # one row per possible sampled class
+        log_probs = logits.log_softmax(-1)
+        scores = MnistBandit.class_scores(log_probs, actions, torch.full((10,), y))
+        loss = losses.tpo_loss(logits[None], log_probs.detach()[None], scores[None], eta)
+        (grad,) = torch.autograd.grad(loss.sum(), logits)  # row a: (π − q_a) / 10
+        library = -(10 * grad * pi[:, None]).sum(0)  # E_a[q_a − π]
+        written = sum(pi[a] * _enumerated_update("tpo", pi, y, a, eta) for a in range(10))
+        torch.testing.assert_close(library, written, rtol=0, atol=1e-14)
+        v = torch.nn.functional.one_hot(torch.tensor(y), 10).double() - pi
+        assert gain[n].item() == pytest.approx((pi[y] * (v @ library)).item(), rel=1e-9, abs=1e-12)
+        assert (pi[y] * (v @ library)).abs() > 1e-6
 
 
 @pytest.mark.parametrize("algorithm", ["pg", "group_pg"])

@@ -245,3 +245,86 @@ def test_tpo_learns_a_tiny_terminal_reversal(tmp_path):
     assert curve.iloc[:3].mean() > 0.7  # 1 − 1/8 at initialisation
     assert curve.iloc[-5:].mean() < 0.2, curve.iloc[-5:].tolist()
     assert summary["status"] == "completed"
+
+
+# ---- epochs: ℓ_old, the TPO target and GRPO's advantages are those of the rollout, frozen for the episode ----------
+def _written_skill(scores: torch.Tensor) -> torch.Tensor:
+    """u = (s − mean s) / popstd(s) over the group, 0 where popstd ≤ 1e-6 (written here, float64)."""
+    scores = scores.double()
+    centred = scores - scores.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.where(std > 1e-6, centred / std.clamp_min(1e-12), torch.zeros_like(centred))
+
+
+def _written_grpo_advantages(scores: torch.Tensor) -> torch.Tensor:
+    scores = scores.double()
+    centred = scores - scores.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.where(std > 1e-6, centred / (std + 1e-8), torch.zeros_like(centred))
+
+
+def _written_loss(algorithm: str, logp: torch.Tensor, logp_old: torch.Tensor, scores: torch.Tensor,
+                  eta: float) -> torch.Tensor:
+    """The episode loss (per seed) from the formulas: TPO −mean_B Σ_k q_k log softmax_k(ℓ), q ∝ p_old·exp(u/η);
+    GRPO −mean_B Σ_k [min(ρA, clip(ρ, 0.8, 1.2)A) − 0.04(e^{−x} + x − 1)], x = clip(ℓ − ℓ_old, ±20), ρ = e^x."""
+    logp, logp_old = logp.double(), logp_old.double()
+    if algorithm == "tpo":
+        q = torch.softmax(logp_old + _written_skill(scores) / eta, -1)
+        return -(q * torch.log_softmax(logp, -1)).sum(-1).mean(-1)
+    advantages = _written_grpo_advantages(scores)
+    x = (logp - logp_old).clamp(-20.0, 20.0)
+    ratio = x.exp()
+    objective = torch.minimum(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
+    return -(objective - 0.04 * (torch.exp(-x) + x - 1)).sum(-1).mean(-1)
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
+def test_old_log_probs_target_and_advantages_stay_frozen_across_the_epochs(algorithm, monkeypatch):
+    """One episode (4 epochs): every epoch's loss takes ℓ_old, the scores and GRPO's advantages of the rollout (the
+    first epoch's detached ℓ), and equals the loss written here from those frozen values and that epoch's ℓ; the
+    episode reports the first epoch's loss and gradient norm."""
+    eta = 0.5
+    overrides = [f"algorithm={algorithm}", "task.reward=bag_of_tokens", "task.K=4", "task.V=3"]
+    task = make_task(*overrides, *(["algorithm.eta=0.5"] if algorithm == "tpo" else []))
+    assert task.epochs == 4 and len(task.chunks) == 2  # one chunk per seed: two loss calls per epoch
+    calls, norms = [], []
+    loss_fn, optimizer_step = task.loss, task.optimizer.step
+
+    def recording_loss(logp, logp_old, batch):
+        loss = loss_fn(logp, logp_old, batch)
+        advantages = None if batch.advantages is None else batch.advantages.clone()
+        calls.append((logp.detach().clone(), logp_old.detach().clone(), batch.scores.clone(), advantages,
+                      loss.detach().clone()))
+        return loss
+
+    def recording_step(*args, **kwargs):
+        norms.append(torch.stack([p.grad.pow(2).flatten(1).sum(1) for p in task.params.values()]).sum(0).sqrt())
+        return optimizer_step(*args, **kwargs)
+
+    monkeypatch.setattr(task, "loss", recording_loss)
+    monkeypatch.setattr(task.optimizer, "step", recording_step)
+    out = task.step(0)
+    assert len(calls) == 8 and len(norms) == 4
+    for chunk in range(2):
+        per_epoch = calls[chunk::2]
+        logp_first, _, scores, advantages_first, _ = per_epoch[0]
+        assert _written_skill(scores).abs().amax() > 0  # some groups carry a ranking
+        for epoch, (logp, logp_old, epoch_scores, advantages, loss) in enumerate(per_epoch):
+            written = _written_loss(algorithm, logp, logp_first, scores, eta)  # from the frozen epoch-1 values
+            torch.testing.assert_close(loss.double(), written, rtol=1e-6, atol=2e-6,
+                                       msg=lambda m: f"epoch {epoch + 1} loss: {m}")
+            assert torch.equal(logp_old, logp_first), f"ℓ_old changed at epoch {epoch + 1}"
+            assert torch.equal(epoch_scores, scores)
+            if algorithm == "grpo":
+                assert torch.equal(advantages, advantages_first)
+                torch.testing.assert_close(advantages.double(), _written_grpo_advantages(scores), rtol=0, atol=1e-6)
+        logp_last = per_epoch[-1][0]
+        assert (logp_last - logp_first).abs().amax() > 1e-2  # the policy moved: epoch 4 is not epoch 1 again
+        refreshed = _written_loss(algorithm, logp_last, logp_last, scores, eta)  # ℓ_old recomputed at epoch 4
+        assert (refreshed - per_epoch[-1][4].double()).abs().amax() > 1e-4
+    # reported: the first epoch's loss and gradient norm (the rollout policy's), not a later epoch's
+    torch.testing.assert_close(out.loss, torch.cat([calls[0][4], calls[1][4]]), rtol=0, atol=0,
+                               msg=lambda m: f"reported loss is not the first epoch's: {m}")
+    torch.testing.assert_close(out.metrics["grad_norm"], norms[0], rtol=1e-6, atol=0,
+                               msg=lambda m: f"reported grad_norm is not the first epoch's: {m}")
+    assert (norms[-1] - norms[0]).abs().amax() > 1e-3 * norms[0].amax()

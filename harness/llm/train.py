@@ -23,12 +23,13 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from harness import outputs
+from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.run import flush_denormals
+from harness.run import flush_denormals, set_threads
 from harness.tracking import NullTracker, make_tracker
-from tasks.base import ConfigError, check_choice, check_positive_int
+from tasks.base import (
+    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
 log = logging.getLogger(__name__)
 STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
@@ -46,6 +47,21 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
         raise ConfigError(f"task.loss_impl=trl runs TRL's own GRPO loss; valid algorithms with it: "
                           f"{', '.join(TRL_ALGORITHMS)} (got algorithm={algorithm.name})")
     check_choice("task.sequence_logprob", task.sequence_logprob, ("sum", "mean"))
+    check_positive_float("task.temperature", task.temperature)  # sampling temperature; 0 is not a distribution
+    check_non_negative("task.ref_kl", task.ref_kl)  # λ of the KL to the base model; 0 = none
+    check_non_negative("task.lora_rank", task.lora_rank, integer=True)  # 0 = full fine-tuning
+    check_positive_int("task.lora_alpha", task.lora_alpha)
+    check_bool("task.vllm", task.vllm)
+    optim = cfg.optim
+    check_positive_float("optim.lr", optim.lr)
+    betas = optim.betas
+    if not OmegaConf.is_list(betas) or len(betas) != 2:
+        raise ConfigError(f"optim.betas={betas!r} is not valid; expected two numbers in [0, 1)")
+    for beta in betas:
+        check_number("optim.betas", beta, low=0, high=1, high_open=True)
+    check_positive_float("optim.eps", optim.eps)
+    check_non_negative("optim.weight_decay", optim.weight_decay)
+    check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
     epochs = cfg.algorithm.epochs if cfg.algorithm.get("epochs") is not None else task.epochs
     check_positive_int("algorithm.epochs" if cfg.algorithm.get("epochs") is not None else "task.epochs", epochs)
     if task.batch_size % (world_size * task.micro_batch_groups):
@@ -95,9 +111,11 @@ class StepLogger(TrainerCallback):
     checkpoints, and stops training when a loss is not finite."""
 
     def __init__(self, trainer: RLVRTrainer, task, eval_rows: list[dict], epochs: int, steps: int, writer, tracker,
-                 pending_test: float = math.nan):
+                 pending_test: float = math.nan, fingerprint: str = "", resumes: list[int] | None = None,
+                 cpu_seconds=lambda: 0.0):
         self.trainer, self.task, self.eval_rows = trainer, task, eval_rows
         self.epochs, self.steps, self.writer, self.tracker = epochs, steps, writer, tracker
+        self.fingerprint, self.resumes, self.cpu_seconds = fingerprint, resumes or [], cpu_seconds
         self.every = int(task.cfg.eval_every)
         self.pending_test = pending_test  # held-out score of the policy that generates the next step
         self.diverged_at: int | None = None
@@ -134,8 +152,27 @@ class StepLogger(TrainerCallback):
         self.writer.flush()
         self.tracker.flush()
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        outputs.write_json(folder / STATE_FILE, {"rows": self.writer.rows, "pending_test": _json_float(
-            self.pending_test)})
+        outputs.write_json(folder / STATE_FILE, {
+            "rows": self.writer.rows, "pending_test": _json_float(self.pending_test), "fingerprint": self.fingerprint,
+            "step": state.global_step // self.epochs, "resumes": self.resumes, "cpu_seconds": self.cpu_seconds()})
+
+
+def _last_checkpoint(run_dir: Path) -> str | None:
+    return get_last_checkpoint(str(run_dir / rundir.TRL_DIR)) if (run_dir / rundir.TRL_DIR).is_dir() else None
+
+
+def _read_state(checkpoint: Path, fingerprint: str) -> dict[str, Any]:
+    """This project's state in a TRL checkpoint folder, checked to belong to the run with ``fingerprint``."""
+    path = checkpoint / STATE_FILE
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise outputs.CheckpointError(f"{path} is missing or unreadable; {outputs.CHECKPOINT_HELP}") from None
+    if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint or "rows" not in saved:
+        found = saved.get("fingerprint") if isinstance(saved, dict) else None
+        raise outputs.CheckpointError(f"{path} belongs to another run (fingerprint {found}, this run's is "
+                                      f"{fingerprint}); {outputs.CHECKPOINT_HELP}")
+    return saved
 
 
 def _json_float(value: float) -> float | None:
@@ -146,16 +183,24 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path) -> tuple[RLVRTrainer, Any, int]:
-    """(trainer, task, epochs) for a validated configuration; every ConfigError comes before the model loads."""
+def validate_llm(cfg: DictConfig) -> tuple[Any, int, int]:
+    """(task, epochs, world size) of a validated configuration; every ConfigError comes from here."""
     from accelerate import PartialState
-    from datasets import Dataset
 
     from harness.run import build_task
 
     task = build_task(cfg)
     world_size = PartialState().num_processes
-    epochs = check_llm_config(cfg, task.algorithm, world_size)
+    return task, check_llm_config(cfg, task.algorithm, world_size), world_size
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int] | None = None
+                  ) -> tuple[RLVRTrainer, Any, int]:
+    """(trainer, task, epochs) for a configuration (``validated``: what validate_llm returned for it); every
+    ConfigError comes before the model loads."""
+    from datasets import Dataset
+
+    task, epochs, world_size = validated or validate_llm(cfg)
     model, tokenizer = load_policy(cfg.model, str(cfg.device))
     rows = task.train_rows(int(cfg.seed_offset), int(cfg.trainer.steps) * int(cfg.task.batch_size))
     trainer = RLVRTrainer(
@@ -170,24 +215,36 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> tuple[RLVRTrainer, Any, int
 def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train one (LLM task, algorithm, seed) configuration with TRL; return the summary written to summary.json."""
     started = time.time()
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    trainer, task, epochs = build_trainer(cfg, run_dir)
+    set_threads(cfg.threads)
+    from accelerate import PartialState
+
+    validated = validate_llm(cfg)
+    state = PartialState()
+    plan = rundir.plan_run(cfg, run_dir, lambda folder: _last_checkpoint(folder) is not None)
+    if plan.finished is not None:
+        log.info("%s already finished with this configuration (%s); nothing to do", run_dir, plan.finished["status"])
+        return plan.finished
+    checkpoint = _last_checkpoint(run_dir) if plan.resume else None
+    saved = _read_state(Path(checkpoint), plan.fingerprint) if checkpoint else {}
+    state.wait_for_everyone()  # every process has decided before the main one changes the directory
+    if state.is_main_process:
+        plan.apply(run_dir)
+    state.wait_for_everyone()
+    trainer, task, epochs = build_trainer(cfg, run_dir, validated)
     seed, steps = int(cfg.seed_offset), int(cfg.trainer.steps)
     main = trainer.accelerator.is_main_process
     eval_rows = task.eval_rows() if cfg.task.eval_every else []
-
-    resumable = cfg.trainer.resume and (run_dir / "trl").exists()
-    checkpoint = get_last_checkpoint(str(run_dir / "trl")) if resumable else None
-    saved = json.loads((Path(checkpoint) / STATE_FILE).read_text()) if checkpoint else {}
+    resumes = [*saved.get("resumes", []), saved["step"]] if checkpoint else []
+    cpu_before, started_cpu = saved.get("cpu_seconds", 0.0), time.process_time()
     if checkpoint:
         log.info("resuming %s from %s", run_dir, checkpoint)
     writer = outputs.MetricsWriter(run_dir, task.metric_names, [seed], saved.get("rows")) if main else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    tracker = make_tracker(cfg, run_dir, [seed], resolved) if main else NullTracker()
+    tracker = make_tracker(cfg, run_dir, [seed], resolved, plan.uid) if main else NullTracker()
     pending = saved.get("pending_test")
     logger = StepLogger(trainer, task, eval_rows, epochs, steps, writer, tracker,
-                        math.nan if pending is None else pending)
+                        math.nan if pending is None else pending, fingerprint=plan.fingerprint, resumes=resumes,
+                        cpu_seconds=lambda: cpu_before + time.process_time() - started_cpu)
     trainer.add_callback(logger)
 
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -214,7 +271,7 @@ def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     summary = outputs.run_summary(
         cfg, run_dir, task.metric_names, status=status, seeds=[seed], seed_status={str(seed): status},
         diverged={} if logger.diverged_at is None else {str(seed): logger.diverged_at}, started=started,
-        hardware=hardware)
+        hardware=hardware, resumed_from=resumes, cpu_seconds=cpu_before + time.process_time() - started_cpu)
     if main:
         outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
         tracker.finish(summary)

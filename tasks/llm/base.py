@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig
 
 from algorithms import Rollout
-from tasks.base import ConfigError, Task, check_positive_int
+from tasks.base import ConfigError, Task, check_number, check_positive_int
 
 # Group losses whose value is a mean over groups, so micro-batches of whole groups accumulate the exact full-batch
 # gradient. grpo_masked is not one (it normalises by the batch's count of informative groups).
@@ -29,6 +29,7 @@ class LLMTask(Task):
     algorithms = LLM_ALGORITHMS
     metric_names = METRICS
     columns: ClassVar[tuple[str, ...]] = ()  # dataset columns ``score`` reads besides the prompt
+    whole_eval_split: ClassVar[bool] = False  # task.eval_size=null means the whole held-out split
 
     def __init__(self, cfg: DictConfig, *args, **kwargs):
         super().__init__(cfg, *args, **kwargs)
@@ -39,6 +40,8 @@ class LLMTask(Task):
         if not isinstance(cfg.eval_every, int) or cfg.eval_every < 0:
             raise ConfigError(f"task.eval_every={cfg.eval_every!r} is not valid; expected 0 (never) or a positive "
                               "integer")
+        check_positive_int("task.eval_batch_size", cfg.eval_batch_size)
+        check_number("task.eval_size", cfg.eval_size, low=1, integer=True, optional=self.whole_eval_split)
 
     def train_rows(self, seed: int, count: int) -> list[dict[str, Any]]:
         """``count`` training rows for run seed ``seed`` (paired runs with one seed see the same prompts)."""

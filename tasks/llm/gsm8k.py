@@ -28,6 +28,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 class Gsm8k(LLMTask):
     name = "gsm8k"
     columns = ("answer",)
+    whole_eval_split = True
 
     def __init__(self, cfg, *args, **kwargs):
         super().__init__(cfg, *args, **kwargs)

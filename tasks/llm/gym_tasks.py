@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from tasks.base import ConfigError, check_choice
+from tasks.base import ConfigError, check_choice, check_number
 from tasks.llm.answers import last_json_object, tagged_answer
 from tasks.llm.base import LLMTask, chat
 
@@ -26,6 +26,7 @@ class ReasoningGymTask(LLMTask):
         from reasoning_gym.utils import SYSTEM_PROMPTS
 
         check_choice("task.system_prompt", cfg.system_prompt, sorted(SYSTEM_PROMPTS))
+        check_number("task.eval_seed", cfg.eval_seed, low=0, integer=True)
         self.system = SYSTEM_PROMPTS[cfg.system_prompt]
         self.datasets: dict[str, Any] = {}
         self.entries: dict[str, list[dict]] = {}

@@ -1,0 +1,190 @@
+"""Run identity: what a run directory already holds decides whether a launch may start, resume or skip it.
+
+Each run directory records the fingerprint of its resolved configuration in ``identity.json``: everything that
+changes the numbers, so neither logging, progress bars, thread count, checkpoint spacing, the steps-to thresholds
+of the summary nor the experiment's name. A launch into a directory with results then
+
+- ``trainer.resume=false`` (default): refuses, unless ``trainer.overwrite=true`` (which clears the old run first);
+- ``trainer.resume=true``: resumes its checkpoint, refuses when there is none or the fingerprint differs (naming
+  the differing keys), and returns the summary of a run that already finished without training again;
+- ``trainer.resume=auto``: as ``true``, but starts afresh when there is nothing to resume (an empty directory, or
+  one whose run failed or was killed before its first checkpoint) — what re-running a sweep into its folder needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness import outputs
+from tasks.base import ConfigError
+
+IDENTITY_FILE = "identity.json"
+TRL_DIR = "trl"  # the LLM trainer's checkpoints
+HYDRA_DIR = ".hydra"  # Hydra's record of the launch: config.yaml, hydra.yaml, overrides.yaml
+RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
+RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb")  # what a fresh start clears
+# keys that do not change a run's numbers; ``seeds`` and ``seed_offset`` are left out of the cell fingerprint only
+NOT_IDENTITY = ("experiment_name", "logger", "threads", "trainer.progress", "trainer.resume", "trainer.overwrite",
+                "trainer.checkpoint_every", "task.checkpoint_every", "task.steps_to")
+SEED_KEYS = ("seeds", "seed_offset")
+FINISHED = ("completed", "diverged")
+RESUME_CHOICES = (False, True, "auto")
+
+
+def identity(cfg: DictConfig, without: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The resolved configuration less the keys in NOT_IDENTITY (and ``without``)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for dotted in (*NOT_IDENTITY, *without):
+        *parents, leaf = dotted.split(".")
+        node = resolved
+        for parent in parents:
+            node = node.get(parent, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return resolved
+
+
+def _canonical(node: Any) -> Any:
+    """Numbers by value (``eta=3`` and ``eta=3.0`` run the same numbers), containers recursively."""
+    if isinstance(node, dict):
+        return {key: _canonical(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_canonical(value) for value in node]
+    if isinstance(node, float) and node.is_integer():
+        return int(node)
+    return node
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    text = json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        flat.update(_flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
+    return flat
+
+
+def differing_keys(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: recorded → current`` for every leaf that differs ("<absent>" where one side lacks it)."""
+    old, new = _flatten(recorded), _flatten(current)
+    return [f"{key}: {old.get(key, '<absent>')} → {new.get(key, '<absent>')}" for key in sorted(old.keys() | new.keys())
+            if _canonical(old.get(key, "<absent>")) != _canonical(new.get(key, "<absent>"))]
+
+
+def check_resume_options(cfg: DictConfig) -> tuple[bool | str, bool]:
+    resume, overwrite = cfg.trainer.resume, cfg.trainer.get("overwrite", False)
+    if resume not in RESUME_CHOICES or isinstance(resume, int) and not isinstance(resume, bool):
+        raise ConfigError(f"trainer.resume={resume!r} is not valid; valid choices: false, true, auto")
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"trainer.overwrite={overwrite!r} is not valid; valid choices: false, true")
+    if overwrite and resume is not False:
+        raise ConfigError(f"trainer.overwrite=true with trainer.resume={resume} is contradictory; valid choices: "
+                          "trainer.overwrite=true (start over) or trainer.resume=true/auto (continue)")
+    return resume, overwrite
+
+
+@dataclass
+class RunStart:
+    """The decision for one launch: resume (a checkpoint exists), skip (``finished`` holds the summary) or fresh."""
+
+    fingerprint: str
+    uid: str  # changes with every fresh start: W&B run ids derive from it, so a replaced run never continues an old one
+    resume: bool
+    finished: dict[str, Any] | None
+    _record: dict[str, Any] | None  # identity.json to write on a fresh start
+
+    def apply(self, run_dir: Path) -> None:
+        """On a fresh start, clear what an earlier run left and record this run's identity (main process only)."""
+        if self._record is not None:
+            for name in RESULT_FILES:
+                path = run_dir / name
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+            hydra_files = {path.name: path.read_text() for path in sorted((run_dir / HYDRA_DIR).glob("*.yaml"))}
+            outputs.write_json(run_dir / IDENTITY_FILE, {**self._record, "hydra_files": hydra_files})
+
+
+def restore_hydra_files(run_dir: Path) -> None:
+    """Put back the run's own ``.hydra/*.yaml``, which Hydra rewrites at every launch before any check can run, after
+    a launch into the directory was refused."""
+    record = _read_identity(run_dir) or {}
+    for name, text in record.get("hydra_files", {}).items():
+        outputs.atomic_write_text(run_dir / HYDRA_DIR / name, [text])
+
+
+def has_results(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run; the record of a launch that failed before any work (a ``summary.json`` with
+    status failed and ``error.txt``, nothing else) does not count: there is nothing in it to keep."""
+    return any((run_dir / name).exists() for name in RUN_FILES)
+
+
+def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path], bool]) -> RunStart:
+    """Decide, reading only, what this launch does with ``run_dir``; ConfigError (one line) when it must refuse."""
+    resume, overwrite = check_resume_options(cfg)
+    current = identity(cfg)
+    current_fingerprint = fingerprint(current)
+    fresh = {"fingerprint": current_fingerprint, "cell_fingerprint": fingerprint(identity(cfg, SEED_KEYS)),
+             "uid": uuid.uuid4().hex, "config": current}
+
+    def start_fresh() -> RunStart:
+        return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=fresh)
+
+    if overwrite or not has_results(run_dir):
+        if resume is True and not overwrite:
+            raise ConfigError(f"trainer.resume=true but {run_dir} holds no run to resume; valid choices: "
+                              "trainer.resume=auto (resume if there is a run, else start) or trainer.resume=false")
+        return start_fresh()
+    status = _status(run_dir)
+    if resume is False:
+        raise ConfigError(f"{run_dir} already holds a run ({status}); trainer.resume=true continues it, "
+                          "trainer.overwrite=true replaces it, or choose another run directory")
+    recorded = _read_identity(run_dir)
+    if recorded is None:
+        raise ConfigError(f"{run_dir} holds a run with no readable {IDENTITY_FILE} (written before tpo-bench "
+                          "recorded run identity, or damaged), so it cannot be checked against this configuration; "
+                          "trainer.overwrite=true replaces it")
+    if recorded.get("fingerprint") != current_fingerprint:
+        changes = differing_keys(recorded.get("config", {}), current)
+        raise ConfigError(f"{run_dir} was run with another configuration ({'; '.join(changes) or 'fingerprint'}); "
+                          "resume it with its own configuration, choose another run directory, or "
+                          "trainer.overwrite=true to replace it")
+    uid = recorded.get("uid", current_fingerprint)
+    if status in FINISHED:
+        summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+        return RunStart(current_fingerprint, uid, resume=False, finished=summary, _record=None)
+    if checkpoint_exists(run_dir):
+        return RunStart(current_fingerprint, uid, resume=True, finished=None, _record=None)
+    if resume == "auto":  # failed or killed before its first checkpoint: nothing to keep
+        return start_fresh()
+    raise ConfigError(f"trainer.resume=true but {run_dir} has no checkpoint to resume ({status}); "
+                      "trainer.resume=auto starts it again, trainer.overwrite=true replaces it")
+
+
+def _status(run_dir: Path) -> str:
+    try:
+        return json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "running or killed: no summary"
+
+
+def _read_identity(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((run_dir / IDENTITY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -1,0 +1,345 @@
+"""Run identity, resume and overwrite rules, checkpoint integrity, whole-file outputs and sweep exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, compose_config, run_cli, run_config
+from harness import outputs, rundir
+from tasks.base import ConfigError
+
+TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run directory but Hydra's log, which each launch appends to."""
+    return {str(path.relative_to(run_dir)): path.read_bytes() for path in run_dir.rglob("*")
+            if path.is_file() and path.suffix != ".log"}
+
+
+@pytest.fixture
+def finished_run(tmp_path) -> Path:
+    run_dir = tmp_path / "run"
+    run_config(TABULAR, run_dir)
+    return run_dir
+
+
+def test_a_run_records_its_fingerprint_and_logging_keys_do_not_change_it(finished_run):
+    record = json.loads((finished_run / rundir.IDENTITY_FILE).read_text())
+    same = ["logger=wandb", "logger.mode=offline", "threads=2", "trainer.progress=true",
+            "task.checkpoint_every=5", "experiment_name=other", "task.steps_to=[0.5]", "algorithm.eta=1"]
+    assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, *same]))) == record["fingerprint"]
+    for change in ("algorithm.eta=3", "seeds=3", "trainer.steps=31", "flush_denormal=false", "task.alpha=0.2"):
+        assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, change]))) != record["fingerprint"]
+    # the cell fingerprint ignores which seeds ran, so seed ranges of one cell can be merged
+    other_seeds = rundir.identity(compose_config([*TABULAR, "seed_offset=2"]), rundir.SEED_KEYS)
+    assert rundir.fingerprint(other_seeds) == record["cell_fingerprint"]
+
+
+@pytest.mark.parametrize("change, named", [
+    ("algorithm=grpo", "algorithm.name: tpo → grpo"),
+    ("algorithm.eta=3", "algorithm.eta: 1.0 → 3)"),
+    ("seeds=3", "seeds: 2 → 3"),
+])
+def test_resuming_with_another_configuration_is_refused_naming_the_keys(finished_run, change, named):
+    before = snapshot(finished_run)
+    with pytest.raises(ConfigError, match="was run with another configuration") as error:
+        run_config([*TABULAR, change, "trainer.resume=true"], finished_run)
+    assert named in str(error.value) and "\n" not in str(error.value)
+    assert snapshot(finished_run) == before
+
+
+def test_resume_false_into_a_run_is_refused_and_overwrite_replaces_it(finished_run):
+    before = snapshot(finished_run)
+    with pytest.raises(ConfigError, match=r"already holds a run \(completed\).*trainer.overwrite=true"):
+        run_config(TABULAR, finished_run)
+    assert snapshot(finished_run) == before
+    old_uid = json.loads((finished_run / rundir.IDENTITY_FILE).read_text())["uid"]
+    summary = run_config([*TABULAR, "algorithm=grpo", "trainer.overwrite=true"], finished_run)
+    assert summary["algorithm"] == "grpo" and summary["status"] == "completed"
+    assert json.loads((finished_run / rundir.IDENTITY_FILE).read_text())["uid"] != old_uid  # new W&B run ids
+    run_config([*TABULAR, "algorithm=grpo"], finished_run.parent / "fresh")  # nothing of the old run is left
+    assert (finished_run / "metrics.csv").read_bytes() == (finished_run.parent / "fresh" / "metrics.csv").read_bytes()
+
+
+def test_resume_true_without_a_checkpoint_is_refused_and_auto_starts(tmp_path):
+    with pytest.raises(ConfigError, match="holds no run to resume"):
+        run_config([*TABULAR, "trainer.resume=true"], tmp_path / "empty")
+    assert not rundir.has_results(tmp_path / "empty")
+    assert run_config([*TABULAR, "trainer.resume=auto"], tmp_path / "empty")["status"] == "completed"
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_only_with_auto(tmp_path, monkeypatch):
+    task_cls = type(run_config_task())
+    original = task_cls.step
+
+    def die_at_5(self, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(task_cls, "step", die_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(TABULAR, tmp_path / "run")
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match=r"no checkpoint to resume \(interrupted\)"):
+        run_config([*TABULAR, "trainer.resume=true"], tmp_path / "run")
+    run_config([*TABULAR, "trainer.resume=auto"], tmp_path / "run")
+    run_config(TABULAR, tmp_path / "full")
+    assert (tmp_path / "run" / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+
+
+def run_config_task():
+    from harness.run import build_task
+
+    return build_task(compose_config(TABULAR))
+
+
+def test_a_finished_run_is_not_trained_again(finished_run, monkeypatch):
+    task_cls = type(run_config_task())
+    monkeypatch.setattr(task_cls, "step", lambda self, step: pytest.fail("a finished run trained again"))
+    before = snapshot(finished_run)
+    for resume in ("true", "auto"):
+        assert run_config([*TABULAR, f"trainer.resume={resume}"], finished_run)["status"] == "completed"
+    assert snapshot(finished_run) == before
+
+
+@pytest.mark.parametrize("value, message", [("maybe", "trainer.resume='maybe' is not valid"),
+                                            ("1", "trainer.resume=1 is not valid")])
+def test_resume_takes_only_its_three_choices(tmp_path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        run_config([*TABULAR, f"trainer.resume={value}"], tmp_path)
+
+
+def test_overwrite_with_resume_is_contradictory(tmp_path):
+    with pytest.raises(ConfigError, match="contradictory"):
+        run_config([*TABULAR, "trainer.resume=true", "trainer.overwrite=true"], tmp_path)
+
+
+# --- checkpoint integrity -------------------------------------------------------------------------------------
+
+def _interrupted_run(tmp_path: Path, monkeypatch) -> Path:
+    """A run killed at step 25 (last checkpoint at step 20)."""
+    task_cls = type(run_config_task())
+    original = task_cls.step
+
+    def die_at_25(self, step):
+        if step == 25:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(task_cls, "step", die_at_25)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(TABULAR, tmp_path / "run")
+    monkeypatch.undo()
+    return tmp_path / "run"
+
+
+def _flip_64_bytes(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    for index in random.Random(0).sample(range(len(outputs.CHECKPOINT_MAGIC), len(data)), 64):
+        damaged[index] ^= 0xFF
+    return bytes(damaged)
+
+
+def _with_valid_header(payload: bytes) -> bytes:
+    return outputs.CHECKPOINT_MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def _crafted() -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"step": 1, "fingerprint": "x", "payload": _RunsCode()}, buffer)
+    return _with_valid_header(buffer.getvalue())
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (_flip_64_bytes, "is damaged or truncated"),
+    (lambda data: data[: len(data) // 2], "is damaged or truncated"),
+    (lambda data: b"garbage\n", "is not a tpo-bench checkpoint"),
+    (lambda data: data[len(outputs.CHECKPOINT_MAGIC) + 32:], "is not a tpo-bench checkpoint"),  # plain torch.save
+    (lambda data: _with_valid_header(b"not a zip archive"), "cannot be read"),
+    (lambda data: _crafted(), "holds objects other than tensors"),
+])
+def test_a_bad_checkpoint_is_refused_in_one_line_and_the_run_files_stay(tmp_path, monkeypatch, damage, problem):
+    run_dir = _interrupted_run(tmp_path, monkeypatch)
+    checkpoint = run_dir / outputs.CHECKPOINT_FILE
+    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
+    before = snapshot(run_dir)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(outputs.CheckpointError) as error:
+        run_config([*TABULAR, "trainer.resume=true"], run_dir)
+    message = str(error.value)
+    assert message.startswith(str(checkpoint)) and problem in message and "\n" not in message
+    assert "trainer.overwrite=true" in message
+    assert snapshot(run_dir) == before
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
+    run_dir = _interrupted_run(tmp_path, monkeypatch)
+    run_config([*TABULAR, "algorithm.eta=2"], tmp_path / "other")
+    (run_dir / outputs.CHECKPOINT_FILE).write_bytes((tmp_path / "other" / outputs.CHECKPOINT_FILE).read_bytes())
+    with pytest.raises(outputs.CheckpointError, match="belongs to another run"):
+        run_config([*TABULAR, "trainer.resume=true"], run_dir)
+
+
+def test_resume_continues_from_the_checkpoint_without_recomputing(tmp_path, monkeypatch):
+    run_dir = _interrupted_run(tmp_path, monkeypatch)
+    checkpoint = outputs.load_checkpoint(run_dir, json.loads((run_dir / rundir.IDENTITY_FILE).read_text())[
+        "fingerprint"])
+    assert 0 < checkpoint["step"] == 20 < 30
+    task_cls = type(run_config_task())
+    original, stepped = task_cls.step, []
+
+    def counted(self, step):
+        stepped.append(step)
+        return original(self, step)
+
+    monkeypatch.setattr(task_cls, "step", counted)
+    summary = run_config([*TABULAR, "trainer.resume=true"], run_dir)
+    assert stepped == list(range(20, 30)) and summary["resumed_from"] == [20]
+    monkeypatch.undo()
+    run_config(TABULAR, tmp_path / "full")
+    assert (tmp_path / "full" / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
+
+
+# --- whole files for concurrent readers ---------------------------------------------------------------------
+
+def _check_whole(text: str, columns: int) -> None:
+    assert text, "empty metrics.csv"
+    assert text.endswith("\n"), "torn last row"
+    for line in text.splitlines():
+        assert line.count(",") == columns - 1, f"torn row {line!r}"
+
+
+def test_a_concurrent_reader_never_sees_a_torn_row_or_an_empty_file(tmp_path):
+    columns = ("error", "a", "b", "c")
+    seeds = list(range(40))
+    writing = threading.Event()
+
+    def write() -> None:
+        writer = outputs.MetricsWriter(tmp_path, columns, seeds, None, publish_every=0.0)
+        values = {name: np.linspace(0, 1, len(seeds)) / 3 for name in columns}
+        for step in range(300):
+            writer.append(step, values)
+        writer.flush()
+        for _ in range(20):  # resume: the file is cut back to the checkpoint's rows, whole
+            writer = outputs.MetricsWriter(tmp_path, columns, seeds, 150 * len(seeds), publish_every=0.0)
+            for step in range(150, 160):
+                writer.append(step, values)
+        writer.close()
+        writing.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    reads = 0
+    while not writing.is_set():
+        path = tmp_path / outputs.METRICS_FILE
+        if path.exists():
+            _check_whole(path.read_text(), 2 + len(columns))
+            reads += 1
+    thread.join()
+    assert reads > 50
+
+
+def test_a_reader_of_a_real_run_sees_whole_files(tmp_path):
+    """metrics.csv and summary.json read repeatedly while a separate process trains and checkpoints."""
+    run_dir = tmp_path / "run"
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=400", "task.checkpoint_every=20",
+            "logger=none", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen, header = set(), None
+    while process.poll() is None:
+        path = run_dir / outputs.METRICS_FILE
+        if path.exists():
+            text = path.read_text()
+            header = header or text.splitlines()[0]
+            _check_whole(text, header.count(",") + 1)
+            seen.add(text.count("\n"))
+        if (run_dir / outputs.SUMMARY_FILE).exists():
+            json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+        time.sleep(0.001)
+    assert process.returncode == 0
+    assert len(seen) > 2  # the file grew while it was read
+
+
+# --- sweeps ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
+def test_a_sweep_with_a_failed_job_runs_every_job_then_exits_non_zero(tmp_path, launcher):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "task=tabular_single", "algorithm=tpo,grpo", "trainer.steps=5", "logger=none",
+            f"hydra.sweep.dir={sweep}", *launcher]
+    first = run_cli(args, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "sweep: 2 jobs (2 completed)" in first.stderr
+    (sweep / "algorithm=tpo,task=tabular_single,trainer.steps=5" / outputs.SUMMARY_FILE).unlink()
+    # the same sweep again without resume: both jobs refused (their folders hold runs), nothing overwritten
+    before = snapshot(sweep / "algorithm=grpo,task=tabular_single,trainer.steps=5")
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 1
+    failed = [line for line in again.stderr.splitlines() if line.startswith("FAILED job")]
+    assert len(failed) == 2 and all("already holds a run" in line for line in failed)
+    assert snapshot(sweep / "algorithm=grpo,task=tabular_single,trainer.steps=5") == before
+    # with resume=auto the finished job is skipped and the other resumes from its final checkpoint
+    resumed = run_cli([*args, "trainer.resume=auto"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "sweep: 2 jobs (2 completed)" in resumed.stderr
+
+
+def test_a_refused_single_run_exits_2_and_leaves_no_folder(tmp_path):
+    result = run_cli([*TABULAR, "trainer.resume=true", f"hydra.run.dir={tmp_path / 'nothing'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: trainer.resume=true but")
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_a_sweep_with_a_bad_value_in_one_job_reports_it_and_runs_the_others(tmp_path):
+    result = run_cli(["-m", "task=tabular_single", "algorithm.eta=1,0", "trainer.steps=5", "logger=none",
+                      f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert result.returncode == 1
+    assert "sweep: 2 jobs (1 completed, 1 failed)" in result.stderr
+    failed = [line for line in result.stderr.splitlines() if line.startswith("FAILED job")]
+    assert len(failed) == 1 and "algorithm.eta=0" in failed[0] and "algorithm.eta=0 is not valid" in failed[0]
+    good = json.loads((tmp_path / "sweep" / "algorithm.eta=1,task=tabular_single,trainer.steps=5" /
+                       outputs.SUMMARY_FILE).read_text())
+    bad = tmp_path / "sweep" / "algorithm.eta=0,task=tabular_single,trainer.steps=5"
+    assert good["status"] == "completed"
+    assert json.loads((bad / outputs.SUMMARY_FILE).read_text())["status"] == "failed"
+    assert not (bad / outputs.METRICS_FILE).exists()
+
+
+def test_a_folder_that_only_records_a_failure_starts_again(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    outputs.write_json(run_dir / outputs.SUMMARY_FILE, {"status": "failed", "error": "ConfigError: ..."})
+    (run_dir / outputs.ERROR_FILE).write_text("ConfigError: ...\n")
+    assert not rundir.has_results(run_dir)
+    assert run_config([*TABULAR, "trainer.resume=auto"], run_dir)["status"] == "completed"
+    assert not (run_dir / outputs.ERROR_FILE).exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "two"])
+def test_threads_is_validated(tmp_path, value):
+    with pytest.raises(ConfigError, match=f"threads={value!r}|threads={value} is not valid"):
+        run_config([*TABULAR, f"threads={value}"], tmp_path)
