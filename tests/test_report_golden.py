@@ -1,10 +1,10 @@
 """Golden files for every paper table, built from synthetic run directories with known values.
 
 Every table of ``specs.TABLES`` gets 3 seeds per cell (expected budget 3 seeds × 600 steps; MNIST 2,400), with
-special cells: missing, partial (fewer seeds), failed, interrupted, a conflicting configuration, a shorter
-duplicate run and a cell whose seeds come from two runs. ``UPDATE_GOLDEN=1 pytest tests/test_report_golden.py``
-rewrites tests/golden/ (inspect the diff by eye); the hand-computed assertions below pin a few numbers
-independently of the golden files.
+special cells: missing, partial (fewer seeds), failed, interrupted, a conflicting configuration, a seed in two
+runs, a shorter duplicate run and a cell whose seeds come from two runs.
+``UPDATE_GOLDEN=1 pytest tests/test_report_golden.py`` rewrites tests/golden/ (inspect the diff by eye); the
+hand-computed assertions below pin a few numbers independently of the golden files.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ INTERRUPTED = ("table2_variations", "task.reward=sequential task.target=flip alg
 CONFLICT = ("fig13_masking", "algorithm.name=grpo_masked")  # a second run with another beta
 SHORTER = ("table5_eta_sweep", "algorithm.name=tpo algorithm.eta=4")  # plus an older 100-step smoke run
 MERGED = ("fig12_k_sweep", "algorithm.name=grpo task.K=64")  # seeds 0-1 and seed 2 in two runs
+DUPLICATED = ("fig12_k_sweep", "algorithm.name=tpo task.K=64")  # seeds 0-2, then seed 2 again in a second run
 
 
 def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, np.ndarray]:
@@ -100,6 +101,8 @@ def sweep(tmp_path_factory) -> Path:
             run_dir = write(root, experiment, key, index)
             if cell == CONFLICT:
                 write(root, experiment, key, 901, params={"algorithm.beta": 0.0}, seeds=2)
+            if cell == DUPLICATED:
+                write(root, experiment, key, 903, seeds=1, offset=2)
             if cell == SHORTER:
                 smoke = write(root, experiment, key, 902, configured=100, logged=2)
                 os.utime(smoke / "summary.json", (0, 0))  # older than the full run
@@ -190,8 +193,11 @@ def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
     interrupted = cells(report, "table2").loc[(INTERRUPTED[1], "steps_to_0.01")]
     assert interrupted["status"] == "partial" and "interrupted at step 250 of 600" in interrupted["flags"]
     assert interrupted["last_step"] == 250
-    conflict = cells(report, "fig13").loc[(CONFLICT[1], "final")]
-    assert conflict["status"] == "ok" and "conflict" in conflict["flags"] and "algorithm.beta" in conflict["flags"]
+    conflict = cells(report, "fig13").loc[(CONFLICT[1], "final")]  # two configurations: refused, no number
+    assert conflict["status"] == "conflict" and np.isnan(conflict["ours"]) and "algorithm.beta" in conflict["flags"]
+    duplicated = cells(report, "fig12").loc[(DUPLICATED[1], "final")]  # a seed in two runs: refused, no number
+    assert duplicated["status"] == "conflict" and np.isnan(duplicated["ours"])
+    assert "seed 2 is in more than one run" in duplicated["flags"]
     shorter = cells(report, "table5").loc[("algorithm.name=tpo algorithm.eta=4", "final")]
     assert shorter["status"] == "ok" and "ignored 1 shorter run" in shorter["flags"] and shorter["last_step"] == 550
     merged = cells(report, "fig12").loc[(MERGED[1], "final")]

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from harness.outputs import SUMMARY_FILE
-from harness.report import stats
+from harness.report import dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
 from harness.report.load import load_runs
-from harness.report.specs import FIGURES, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value
+from harness.report.specs import FIGURES, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value, label
 from harness.report.tables import GROUP_CHOICE, Report, Resolved, fmt, missing_commands, write_table
 
 BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
@@ -125,6 +125,30 @@ def _generic_figures(runs: pd.DataFrame, covered: set[str]) -> list[Figure]:
     return figures
 
 
+SEED_DYNAMICS = {"fig1b": dynamics.PAPER_FILE}  # tables whose cells get the per-seed comparison with the paper's
+
+
+def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
+    """Per-seed dynamics of each row of ``spec`` (ours, from the runs used in its cells) beside the paper's."""
+    ours = {}
+    for row, _, key in spec.cells():
+        resolved = report.resolve(spec.preset, key, report.budget(spec.preset, spec.seeds, spec.steps))
+        matrix = report.matrix(resolved, "error")
+        if len(matrix.seeds):
+            ours[label(row)] = dynamics.seed_dynamics(matrix.values, matrix.steps)
+    paper_file = SEED_DYNAMICS[spec.name]
+    paper = {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()}
+    (out / f"{spec.name}_dynamics.json").write_text(json.dumps(ours, indent=1) + "\n")
+    return "\n".join([
+        f"### {spec.title.split(' — ')[0]} — per-seed dynamics against the paper's seeds\n",
+        "Seed-mean error (%) at episodes; median over seeds of the first episode below 50% error (seeds that never "
+        "get there listed apart); seeds that ever fall below 2% (solved) and, of those, the ones that later rise "
+        f"above 20% at least once. Paper: its own per-seed data ({paper_file.name}, from the reference "
+        "repository's Fig 1b asset). Ours per seed: "
+        f"[{spec.name}_dynamics.json]({spec.name}_dynamics.json).\n",
+        dynamics.markdown(ours, {name: value for name, value in paper.items() if name in ours or not ours}), ""])
+
+
 def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "auto", figures: str = "auto",
                  wandb: list[str] = (), wandb_api=None, wandb_filters: dict | None = None,
                  resamples: int = stats.RESAMPLES,
@@ -160,6 +184,8 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
         records.append(cells[["preset", "status", "command"]])
         sections += [write_table(spec, cells, out),
                      f"Files: [{spec.name}.csv]({spec.name}.csv), [{spec.name}.tex]({spec.name}.tex)\n"]
+        if spec.name in SEED_DYNAMICS:
+            sections.append(seed_dynamics_section(spec, report, out))
 
     chosen = _select(figure_specs, figures, experiments)
     if figures != "none":

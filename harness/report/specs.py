@@ -126,6 +126,11 @@ def fmt_value(value) -> str:
     return str(value)
 
 
+# presets whose table cells also read another preset's runs of the same configuration: Fig 1b is Table 3's
+# prompt-matched H = 10 column (the config fingerprints agree; only the experiment's name differs)
+SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",)}
+
+
 def label(key: dict) -> str:
     """Human label of a cell key: {"algorithm.name": "tpo", "task.H": 7} → "TPO, H=7"."""
     parts = []

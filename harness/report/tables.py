@@ -1,12 +1,13 @@
 """Paper tables from runs: each cell's runs → its statistic with a bootstrap interval, the paired difference to the
 table's reference (TPO) and the paper's number beside ours.
 
-Which runs fill a cell: runs of the cell's preset (``experiment``) whose config matches every key of the cell.
-Runs that failed are never used. If the matches differ in any other result-relevant config key they are a conflict:
-the configuration with the most seed-steps is used and the cell is flagged. Runs that trained the preset's full step
-budget are preferred; shorter ones are then ignored (and listed), never averaged in. A seed id present in several
-runs is taken from the latest. A cell is complete when it has the preset's seeds and steps, else it is *partial*
-and flagged; a cell with no runs is *missing* and comes with the command that fills it.
+Which runs fill a cell: runs of the cell's preset (``experiment``, or a preset whose runs it shares, specs'
+``SHARED_RUNS``) whose config matches every key of the cell. Runs that failed are never used. Runs that trained the
+preset's full step budget are preferred; shorter ones are then ignored (and listed), never averaged in. The seed
+ranges of the remaining runs merge into one cell (runs of 5 seeds each, say) when they ran one configuration and
+no seed twice; otherwise the cell is a *conflict*: no number, and a message naming the differing keys or the
+duplicated seed. A cell is complete when it has the preset's seeds and steps, else it is *partial* and flagged; a
+cell with no runs is *missing* and comes with the command that fills it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pandas as pd
 
 from harness.report import paper, stats
 from harness.report.load import BUDGET, IGNORED
-from harness.report.specs import Stat, Table, fmt_value, label
+from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DONE = ("completed", "diverged")
@@ -70,7 +71,7 @@ def key_text(key: dict) -> str:
 class Resolved:
     """The runs behind one cell and what to say about them."""
 
-    status: str  # ok | partial | missing | failed
+    status: str  # ok | partial | missing | failed | conflict (runs of several configurations, or a seed twice)
     owners: dict[int, list[int]] = field(default_factory=dict)  # run id → the seed ids taken from it
     flags: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
@@ -118,7 +119,8 @@ class Report:
 
     def matching(self, preset: str, key: dict) -> pd.DataFrame:
         runs = self.runs
-        mask = (runs.experiment == key.get("experiment", preset)).to_numpy().copy()
+        experiments = [key["experiment"]] if "experiment" in key else [preset, *SHARED_RUNS.get(preset, ())]
+        mask = runs.experiment.isin(experiments).to_numpy().copy()
         for name, value in key.items():
             if name in ("experiment", "metric"):
                 continue
@@ -142,13 +144,11 @@ class Report:
             errors = sorted({str(e) for e in candidates.error.dropna()}) or ["no metrics"]
             return Resolved("failed", flags=[f"failed: {'; '.join(errors)}"], run_dirs=list(candidates.run_dir))
         flags = []
-        weight = usable.seeds * usable.steps.fillna(0)
-        groups = weight.groupby(usable.signature).sum()
-        if len(groups) > 1:
-            chosen = groups.idxmax()
-            flags.append(f"conflict: {len(groups)} configurations, used the one with most seed-steps "
-                         f"(differs in {', '.join(_differing(usable.config))})")
-            usable = usable[usable.signature == chosen]
+        if usable.signature.nunique() > 1:  # seed ranges merge only when they ran the same configuration
+            return Resolved("conflict", flags=[
+                f"conflict: {usable.signature.nunique()} configurations (differ in "
+                f"{', '.join(_differing(usable.config))}); keep one configuration's runs under the report's paths"],
+                run_dirs=list(usable.run_dir))
         full = usable[usable.status.isin(DONE) & (usable.steps.fillna(0) >= steps_wanted)]
         if not full.empty and len(full) < len(usable):
             flags.append(f"ignored {len(usable) - len(full)} shorter run(s)")
@@ -156,8 +156,11 @@ class Report:
         owner: dict[int, int] = {}
         for run, seed_ids in zip(used.run, used.seed_ids):
             for seed in seed_ids:
-                if seed in owner:
-                    flags.append(f"seed {seed} in several runs: used the latest")
+                if seed in owner:  # never silently preferred: two copies of a seed mean a run was duplicated
+                    both = list(used.run_dir[used.run.isin([owner[seed], run])])
+                    return Resolved("conflict", flags=[
+                        f"conflict: seed {seed} is in more than one run (the first two runs listed); keep one copy "
+                        "of each seed"], run_dirs=both + [d for d in used.run_dir if d not in both])
                 owner[seed] = run
         owners: dict[int, list[int]] = {}
         for seed, run in sorted(owner.items()):
@@ -281,7 +284,7 @@ def cell_text(stat: Stat, cell: pd.Series) -> str:
     if cell.paper:
         mark = {True: " ✓", False: " ✗"}.get(cell.paper_in_ci, "")
         paper_part = f" ({cell.paper}{mark})"
-    if cell.status in ("missing", "failed"):
+    if cell.status in ("missing", "failed", "conflict"):
         return f"{cell.status}{paper_part}"
     if math.isnan(cell.ours):
         return f"n/a{paper_part}"

@@ -1,0 +1,241 @@
+"""``python -m harness.campaign [QUEUE] [--jobs N] [--dry-run] [--only P1,P2]``: run a queue of paper cells to the end.
+
+A queue (``conf/campaign/<QUEUE>.yaml``, default ``paper``) lists cells in priority order: a preset, the overrides
+that pick one point of its sweep, how many seeds, and the measured CPU cost per seed-episode. Each cell's seeds are
+split into runs of ``chunk`` seeds (``seed_offset`` ranges, merged by the report), run ``--jobs`` at a time as
+``python -m harness experiment=<preset> <overrides> seeds=<n> seed_offset=<o> trainer.resume=auto`` in
+``runs/campaign/<preset>/<cell>/seeds<a>-<b>/``, one core and one thread each. A finished run is copied to
+``results/runs/<preset>/<cell>/seeds<a>-<b>/`` (summary.json, identity.json, config.yaml, gzipped metrics.csv: what
+is committed) and the preset's report is regenerated into ``results/<preset>/``.
+
+Everything is decided from files: the same command after an interruption (Ctrl-C, a kill, the end of a session)
+skips the exported runs, resumes the interrupted ones from their checkpoints and starts the rest. Seeds already in
+``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
+not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUES = ROOT / "conf" / "campaign"
+DONE = ("completed", "diverged")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: ``seeds`` seeds from ``offset`` of one cell."""
+
+    priority: str
+    preset: str
+    cell: str
+    overrides: tuple[str, ...]
+    offset: int
+    seeds: int
+    steps: int
+    cost: float  # CPU-seconds per seed-episode
+
+    @property
+    def name(self) -> str:
+        return f"seeds{self.offset}" + (f"-{self.offset + self.seeds - 1}" if self.seeds > 1 else "")
+
+    def work_dir(self, work: Path) -> Path:
+        return work / self.preset / self.cell / self.name
+
+    def result_dir(self, results: Path) -> Path:
+        return results / "runs" / self.preset / self.cell / self.name
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.cost * self.seeds * self.steps / 3600
+
+    def command(self, work: Path) -> list[str]:
+        return [sys.executable, "-m", "harness", f"experiment={self.preset}", *self.overrides, f"seeds={self.seeds}",
+                f"seed_offset={self.offset}", "logger=none", "threads=1", "trainer.resume=auto",
+                "trainer.progress=false", f"hydra.run.dir={self.work_dir(work)}"]
+
+
+def load_queue(name: str) -> dict:
+    path = Path(name) if name.endswith(".yaml") else QUEUES / f"{name}.yaml"
+    if not path.exists():
+        choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
+        raise SystemExit(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
+    return yaml.safe_load(path.read_text())
+
+
+def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
+    from harness.run import compose_config
+
+    return int(compose_config([f"experiment={preset}", *overrides]).trainer.steps)
+
+
+def exported(cell_dir: Path) -> tuple[set[int], float | None]:
+    """Seeds of the finished runs already below ``cell_dir`` (any seed-range layout, earlier runs included) and
+    their measured CPU-seconds per seed-episode (wall seconds for runs older than ``cpu_seconds``; None when none
+    recorded either)."""
+    seeds: set[int] = set()
+    cpu, work = 0.0, 0
+    for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
+        record = json.loads(summary.read_text())
+        if record.get("status") in DONE:
+            seeds.update(record.get("seeds", []))
+            spent = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
+            if spent:
+                cpu += spent
+                work += len(record["seeds"]) * record["steps"]
+    return seeds, (cpu / work if work else None)
+
+
+def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple[Job, str]]:
+    """Every job of the queue with its state: exported, or to run (to run / resumable)."""
+    chunk = int(queue.get("chunk", 5))
+    jobs = []
+    for cell in queue["cells"]:
+        if only and cell["priority"] not in only:
+            continue
+        overrides = tuple(cell.get("overrides", ()))
+        steps = preset_steps(cell["preset"], overrides)
+        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"])
+        cost, seeds = measured or float(cell["cost"]), int(cell["seeds"])
+        if finished:
+            jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
+                             len(finished), steps, cost), f"done: seeds {_ranges(sorted(finished))}"))
+        for start in range(0, seeds, chunk):  # runs of chunk-aligned seed ranges: stable names, any seed done skipped
+            block = [seed for seed in range(start, min(start + chunk, seeds)) if seed not in finished]
+            for offset, count in _contiguous(block):
+                jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
+                                 cost), "to run" + ("" if measured else " (cost estimated)")))
+    return jobs
+
+
+def _ranges(seeds: list[int]) -> str:
+    return ", ".join(f"{a}-{a + n - 1}" if n > 1 else str(a) for a, n in _contiguous(seeds))
+
+
+def _contiguous(seeds: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for seed in seeds:
+        if runs and runs[-1][0] + runs[-1][1] == seed:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((seed, 1))
+    return runs
+
+
+def export(job: Job, work: Path, results: Path) -> None:
+    """Copy a finished run's committed files into results/runs (written to a temporary folder, then renamed)."""
+    source, target = job.work_dir(work), job.result_dir(results)
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in ("summary.json", "identity.json"):
+        shutil.copy2(source / name, tmp / name)
+    shutil.copy2(source / ".hydra" / "config.yaml", tmp / "config.yaml")
+    with open(source / "metrics.csv", "rb") as raw, gzip.GzipFile(tmp / "metrics.csv.gz", "wb", mtime=0) as packed:
+        shutil.copyfileobj(raw, packed)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+
+
+def report(preset: str, results: Path) -> None:
+    """Regenerate the tables and figures of ``preset``, and of every preset that shares its runs, from everything
+    under results/runs."""
+    from harness.report.specs import SHARED_RUNS
+
+    for target in [preset, *(name for name, shared in SHARED_RUNS.items() if preset in shared)]:
+        sources = [results / "runs" / name for name in (target, *SHARED_RUNS.get(target, ()))]
+        subprocess.run([sys.executable, "-m", "harness.report", *map(str, filter(Path.exists, sources)),
+                        "--out", str(results / target)], check=False, stdout=subprocess.DEVNULL)
+
+
+def run(jobs: list[Job], parallel: int, work: Path, results: Path) -> int:
+    """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
+    interactive work when ``parallel`` is below the core count); returns the number of failed jobs."""
+    cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
+    pending, running, failed = list(jobs), {}, 0
+
+    def stop(signum, frame):
+        for process, _ in running.values():
+            process.send_signal(signal.SIGTERM)  # each run writes its summary ("interrupted") and stops
+        for process, _ in running.values():
+            process.wait(timeout=120)
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    while pending or running:
+        free = [slot for slot in range(parallel) if slot not in running]
+        while pending and free:
+            job, slot = pending.pop(0), free.pop(0)
+            job.work_dir(work).mkdir(parents=True, exist_ok=True)
+            log = open(job.work_dir(work).with_suffix(".log"), "a")
+            core = cores[slot % len(cores)] if cores else None
+            process = subprocess.Popen(job.command(work), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       preexec_fn=(lambda c=core: os.sched_setaffinity(0, {c})) if core is not None
+                                       else None)
+            running[slot] = (process, job)
+            print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
+        time.sleep(1)
+        for slot, (process, job) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[slot]
+            summary = job.work_dir(work) / "summary.json"
+            status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
+            if process.returncode == 0 and status in DONE:
+                export(job, work, results)
+                report(job.preset, results)
+                print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
+                      f"{job.result_dir(results)}", flush=True)
+            else:
+                failed += 1
+                print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
+                      f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
+    return failed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.campaign", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
+    parser.add_argument("--only", default=None, help="comma list of priorities to run, e.g. P1,P2")
+    parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
+    parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
+    queue = load_queue(args.queue)
+    only = set(args.only.split(",")) if args.only else None
+    planned = plan(queue, args.results, only)
+    todo = [job for job, state in planned if state.startswith("to run")]
+    for job, state in planned:
+        if state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
+            state = "resumable" + state[len("to run"):]
+        name = "" if state.startswith("done") else job.name
+        print(f"{job.priority}  {job.preset:<18} {job.cell:<24} {name:<12} {job.steps:>6} steps "
+              f"{job.cpu_hours:6.2f} CPU-h  {state}")
+    hours = sum(job.cpu_hours for job in todo)
+    print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
+    if args.dry_run or not todo:  # costs: measured on the cell's finished runs, else the queue's estimate
+        return
+    sys.exit(1 if run(todo, args.jobs, args.work, args.results) else 0)
+
+
+if __name__ == "__main__":
+    main()

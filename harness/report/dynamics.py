@@ -1,0 +1,91 @@
+"""Per-seed dynamics of an error curve: how a cell's seeds get there, not only where the mean ends.
+
+For sparse-reward cells the seed mean hides what matters: seeds that solve the task early, seeds that never do,
+and seeds that solve it and relapse. For a seeds × episodes error matrix:
+
+* mean error at chosen episodes (seed mean, as the paper's Fig 1b summary);
+* per seed, the first episode with error below ``half`` (50%): how fast learning starts;
+* solved: seeds whose error ever falls below ``solved`` (2%); relapsed: solved seeds whose error later rises above
+  ``relapse`` (20%) at least once.
+
+``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
+for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
+JeanKaddour/tpo) and writes them to ``results/paper/fig1b_seed_dynamics.json``, which the report sets beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
+SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
+PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "fig1b_seed_dynamics.json"
+
+
+def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solved: float = SOLVED,
+                  relapse: float = RELAPSE, half: float = HALF) -> dict:
+    """The summary above for ``errors`` (seeds × steps, logged at ``steps``); NaN entries (diverged) never count
+    as below a threshold."""
+    errors = np.asarray(errors, dtype=float)
+    steps = np.asarray(steps)
+    index = {int(step): i for i, step in enumerate(steps)}
+    below_half = [_first(row < half, steps) for row in errors]
+    first_solved = [_first(row < solved, steps) for row in errors]
+    relapsed = [step is not None and bool((errors[i, steps > step] > relapse).any())
+                for i, step in enumerate(first_solved)]
+    n_solved = sum(step is not None for step in first_solved)
+    reached = [step for step in below_half if step is not None]
+    return {
+        "seeds": int(errors.shape[0]),
+        "mean_at": {str(e): float(np.nanmean(errors[:, index[e]])) for e in episodes if e in index},
+        "first_below_half": below_half,
+        "median_first_below_half": float(np.median(reached)) if reached else None,
+        "never_below_half": int(sum(step is None for step in below_half)),
+        "solved": n_solved,
+        "relapsed": int(sum(relapsed)),
+        "final_per_seed": [float(v) for v in errors[:, -1]],
+        "thresholds": {"solved": solved, "relapse": relapse, "half": half},
+    }
+
+
+def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
+    return int(steps[np.argmax(mask)]) if mask.any() else None
+
+
+def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
+    """A table of ours against the paper's per-seed statistics, one row per (algorithm, source)."""
+    header = ["algorithm", "source", "seeds", *(f"mean @{e}" for e in EPISODES), "median first < 50%",
+              "never < 50%", "solved (< 2%)", "solved then > 20%"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for algorithm in sorted(set(ours) | set(paper)):
+        for source, table in (("ours", ours), ("paper", paper)):
+            if algorithm not in table:
+                continue
+            d = table[algorithm]
+            mean = [f"{100 * d['mean_at'][str(e)]:.1f}" if str(e) in d["mean_at"] else "–" for e in EPISODES]
+            median = "–" if d["median_first_below_half"] is None else f"{d['median_first_below_half']:.0f}"
+            lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
+                                            str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
+                                            f"{d['relapsed']}/{d['solved']}"]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.dynamics", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--paper-npz", type=Path, required=True, help="token_reversal_sparse_reward_results.npz")
+    parser.add_argument("--out", type=Path, default=PAPER_FILE)
+    args = parser.parse_args(argv)
+    data = np.load(args.paper_npz)
+    result = {algorithm: seed_dynamics(data[f"{algorithm}_errors"], data["episodes"])
+              for algorithm in ("tpo", "grpo", "dg")}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown({}, result))
+
+
+if __name__ == "__main__":
+    main()

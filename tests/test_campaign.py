@@ -1,0 +1,99 @@
+"""The campaign runner: a queue of cells in seed ranges, exported and reported as they finish, resumable after a
+kill -9 at any moment with the same numbers as an uninterrupted campaign."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import ROOT
+from harness import campaign
+
+QUEUE = {"chunk": 20, "cells": [
+    {"priority": "P1", "preset": "fig3_tabular_multi", "name": name, "seeds": 40, "cost": 0.001,
+     "overrides": [f"algorithm={name}", "trainer.steps=600", "task.checkpoint_every=50"]}
+    for name in ("tpo", "grpo")]}
+
+
+def start(tmp_path: Path, folder: str) -> tuple[subprocess.Popen, Path]:
+    queue = tmp_path / "queue.yaml"
+    queue.write_text(yaml.safe_dump(QUEUE))
+    root = tmp_path / folder
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "2", "--work",
+                                str(root / "work"), "--results", str(root / "results")], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return process, root
+
+
+def metrics(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): gzip.decompress(path.read_bytes()).decode()
+            for path in sorted((root / "results" / "runs").rglob("metrics.csv.gz"))}
+
+
+def test_a_campaign_killed_at_any_moment_finishes_with_the_same_numbers(tmp_path):
+    process, full = start(tmp_path, "full")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    names = sorted(metrics(full))
+    assert names == [f"results/runs/fig3_tabular_multi/{cell}/seeds{a}-{a + 19}/metrics.csv.gz"
+                     for cell in ("grpo", "tpo") for a in (0, 20)]
+    report = (full / "results" / "fig3_tabular_multi" / "README.md").read_text()
+    assert "fig3_tabular_multi" in report
+
+    process, killed = start(tmp_path, "killed")
+    deadline = time.time() + 300
+    while time.time() < deadline and not list((killed / "work").rglob("checkpoint.pt")):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(process.pid, signal.SIGKILL)  # the runner and every run it started, mid-write or not
+    process.wait()
+    interrupted = [p.parent for p in (killed / "work").rglob("checkpoint.pt")
+                   if not (p.parent / "summary.json").exists()]
+    assert interrupted, "the kill landed after the runs finished"
+    dry = subprocess.run([sys.executable, "-m", "harness.campaign", str(tmp_path / "queue.yaml"), "--dry-run",
+                          "--work", str(killed / "work"), "--results", str(killed / "results")], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert "resumable" in dry.stdout and "runs to go" in dry.stdout
+    process, _ = start(tmp_path, "killed")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert metrics(killed) == metrics(full)
+    resumed = [json.loads((killed / "results" / "runs" / p.relative_to(killed / "work") / "summary.json")
+                          .read_text())["resumed_from"] for p in interrupted]
+    assert all(len(steps) == 1 and 0 < steps[0] < 600 for steps in resumed)
+
+    again = subprocess.run([sys.executable, "-m", "harness.campaign", str(tmp_path / "queue.yaml"), "--work",
+                            str(killed / "work"), "--results", str(killed / "results")], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "0 runs to go" in again.stdout
+
+
+def test_seeds_already_exported_are_not_run_again(tmp_path):
+    results = tmp_path / "results"
+    earlier = results / "runs" / "fig3_tabular_multi" / "tpo"  # an older run of seeds 0-3, any folder layout
+    earlier.mkdir(parents=True)
+    (earlier / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [0, 1, 2, 3], "steps": 600,
+                                                       "cpu_seconds": 24.0}))
+    jobs = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
+    assert [(job.offset, job.seeds, state) for job, state in jobs] == [
+        (0, 4, "done: seeds 0-3"), (4, 1, "to run"), (5, 5, "to run"), (10, 2, "to run")]
+    assert jobs[1][0].name == "seeds4" and jobs[2][0].name == "seeds5-9"
+    assert jobs[1][0].cost == 24.0 / (4 * 600)  # measured on the cell's finished runs, not the queue's estimate
+
+
+def test_an_unknown_queue_lists_the_valid_ones(capsys):
+    try:
+        campaign.main(["nosuch", "--dry-run"])
+    except SystemExit as error:
+        assert "campaign queue 'nosuch' not found; valid choices: paper" in str(error)
+    else:
+        raise AssertionError("an unknown queue was accepted")

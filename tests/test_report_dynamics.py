@@ -1,0 +1,32 @@
+"""Per-seed dynamics (first crossing of 50%, solved, relapse) on hand-made curves, and the report section."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.report.dynamics import seed_dynamics
+
+STEPS = np.arange(0, 1000, 100)  # 10 logged episodes: 0, 100, ..., 900
+
+
+def test_crossings_solved_and_relapse_on_hand_made_seeds():
+    errors = np.array([
+        [1.0, 0.9, 0.6, 0.4, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0],      # below 50% at 300, solved at 400, stays
+        [1.0, 0.45, 0.3, 0.015, 0.1, 0.25, 0.05, 0.0, 0.0, 0.0],  # below 50% at 100, solved at 300, relapses at 500
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],        # never learns
+        [1.0, 0.8, 0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.21],       # below 50% at 300 (0.5 is not below), never solved
+    ])
+    d = seed_dynamics(errors, STEPS, episodes=(100, 500, 900))
+    assert d["first_below_half"] == [300, 100, None, 300]
+    assert d["median_first_below_half"] == 300.0 and d["never_below_half"] == 1
+    assert d["solved"] == 2 and d["relapsed"] == 1  # 0.25 > 20% after solving; seed 3's 0.21 never solved
+    assert d["mean_at"] == {"100": (0.9 + 0.45 + 1.0 + 0.8) / 4, "500": (0.0 + 0.25 + 1.0 + 0.2) / 4,
+                            "900": (0.0 + 0.0 + 1.0 + 0.21) / 4}
+    assert d["final_per_seed"] == [0.0, 0.0, 1.0, 0.21]
+
+
+def test_a_rise_to_exactly_the_relapse_threshold_is_not_a_relapse_and_nan_never_counts():
+    errors = np.array([[1.0, 0.01, 0.2, 0.0], [1.0, np.nan, np.nan, np.nan]])
+    d = seed_dynamics(errors, np.arange(4), episodes=())
+    assert d["solved"] == 1 and d["relapsed"] == 0
+    assert d["first_below_half"] == [1, None]
