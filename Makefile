@@ -35,7 +35,8 @@ demo: install
 demo-llm: install
 	rm -rf multirun/demo_llm results/llm_demo
 	$(PY) -m harness -m experiment=demo_llm hydra.sweep.dir=multirun/demo_llm
-	for run in multirun/demo_llm/algorithm=*; do dest=results/llm_demo/runs/$${run##*=}; mkdir -p $$dest; \
+	for run in multirun/demo_llm/*algorithm=*; do alg=$${run#*algorithm=}; dest=results/llm_demo/runs/$${alg%%,*}; \
+		mkdir -p $$dest; \
 		cp $$run/summary.json $$run/.hydra/config.yaml $$dest/; gzip -nc $$run/metrics.csv > $$dest/metrics.csv.gz; done
 	$(PY) -m harness.report results/llm_demo/runs --out results/llm_demo
 

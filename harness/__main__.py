@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -25,9 +24,10 @@ REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the 
 def main(cfg: DictConfig) -> float | None:
     """Train one configuration; return the final mean error (for Hydra sweepers that optimise it).
 
-    A single run that fails exits non-zero (2 when refused before any work: bad value, a run directory that holds
-    another run, a damaged checkpoint; such a refusal leaves no file behind and never touches an earlier run). A sweep
-    job that fails is recorded, in its folder and for the sweep's closing report, and the sweep goes on."""
+    A single run that fails exits non-zero (2 when refused before any work: a bad value, a run directory that holds
+    another run, a damaged checkpoint). A launch that fails before it starts writing leaves an earlier run's folder
+    as it was, and a single run's new folder not at all. A sweep job that fails is recorded, in its folder unless
+    that holds an earlier run, and for the sweep's closing report; the sweep goes on."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
@@ -41,22 +41,23 @@ def main(cfg: DictConfig) -> float | None:
         message = str(error) if refused else f"{type(error).__name__}: {error}"
         if multirun:
             sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
-        if refused and had_results:  # a refusal never touches the run it refused to overwrite
-            rundir.restore_hydra_files(run_dir)
-        elif refused and not multirun:  # nor leaves a folder behind for a single run
-            _remove_hydra_files(run_dir, hydra_cfg.job.name)
-        else:  # the folder is this launch's: it keeps the record of why it failed
+        recorded = rundir.started(run_dir) or (multirun and not had_results)
+        if recorded:  # this launch's folder keeps why it failed
             outputs.write_json(run_dir / outputs.SUMMARY_FILE, {
                 "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
                 "algorithm": cfg.algorithm.name, "error": message})
-            (run_dir / outputs.ERROR_FILE).write_text(message + "\n" if refused else traceback.format_exc())
+            outputs.atomic_write_text(run_dir / outputs.ERROR_FILE, [message + "\n" if refused else
+                                                                     traceback.format_exc()])
+        elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
+            _remove_launch_files(run_dir, hydra_cfg.job.name)
+        # else: an earlier run's folder, untouched by a launch that failed before writing into it
         if refused:
             if not multirun:
                 print(f"Error: {message}", file=sys.stderr)
                 sys.exit(2)
             log.error("refused: %s", message)
         else:
-            log.exception("run failed; traceback in %s", run_dir / outputs.ERROR_FILE)
+            log.exception("run failed%s", f"; traceback in {run_dir / outputs.ERROR_FILE}" if recorded else "")
             if not multirun:
                 raise
         return None
@@ -68,9 +69,8 @@ def main(cfg: DictConfig) -> float | None:
     return final
 
 
-def _remove_hydra_files(run_dir: Path, job_name: str) -> None:
-    """A refused single run leaves nothing behind: remove what Hydra made for it, and the folder if then empty."""
-    shutil.rmtree(run_dir / rundir.HYDRA_DIR, ignore_errors=True)
+def _remove_launch_files(run_dir: Path, job_name: str) -> None:
+    """Remove what Hydra made for a launch that did no work (its log), and the folder if that leaves it empty."""
     (run_dir / f"{job_name}.log").unlink(missing_ok=True)
     try:
         run_dir.rmdir()

@@ -37,7 +37,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, chunks: list[str] | list[bytes], durable: bool = True) -> None:
     """Replace ``path`` by the concatenated ``chunks``: readers see the old file or the new one, never a mix.
     ``durable`` also fsyncs before the rename, so a machine crash cannot leave an empty file either."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: two writers never share a temporary
     binary = bool(chunks) and isinstance(chunks[0], bytes)
     with open(tmp, "wb" if binary else "w") as handle:
         handle.writelines(chunks)
@@ -132,7 +132,9 @@ class MetricsWriter:
         self.flush()
 
 
-CHECKPOINT_MAGIC = b"tpo-bench checkpoint v1\n"
+CHECKPOINT_MAGIC = b"tpo-bench checkpoint v1\n"  # bump when CHECKPOINT_SCHEMA changes
+CHECKPOINT_SCHEMA = {"step": int, "rows": int, "task": dict, "diverged": dict, "resumes": list,
+                     "cpu_seconds": (int, float)}
 CHECKPOINT_HELP = ("metrics.csv and summary.json are left as they were; restore a good copy of the checkpoint, or "
                    "start the run again with trainer.overwrite=true")
 
@@ -174,7 +176,12 @@ def load_checkpoint(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
                 found = state.get("fingerprint") if isinstance(state, dict) else None
                 problem = f"belongs to another run (fingerprint {found}, this run's is {fingerprint})"
             else:
-                return state
+                wrong = [key for key, kind in CHECKPOINT_SCHEMA.items()
+                         if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool)
+                         or (kind is int and state[key] < 0)]
+                if not wrong:
+                    return state
+                problem = f"has no valid {', '.join(wrong)} (not written by this version of tpo-bench)"
     raise CheckpointError(f"{path} {problem}; {CHECKPOINT_HELP}")
 
 

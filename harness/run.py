@@ -20,7 +20,8 @@ from algorithms.registry import check_hyperparameters
 from harness import outputs, rundir
 from harness.tracking import check_logger_config, make_tracker
 from tasks import get_task
-from tasks.base import ConfigError, Task, check_choice, check_non_negative, check_number, check_positive_int
+from tasks.base import (
+    ConfigError, Task, check_bool, check_choice, check_non_negative, check_number, check_positive_int)
 from tasks.models import linear
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,11 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
         check_number("task.steps_to", threshold, low=0, high=1)
     check_hyperparameters(cfg.algorithm)
     check_logger_config(cfg.logger)
+    check_bool("flush_denormal", cfg.flush_denormal)
+    check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
+    if not isinstance(cfg.experiment_name, str) or not cfg.experiment_name:
+        raise ConfigError(f"experiment_name={cfg.experiment_name!r} is not valid; expected a non-empty name")
+    task_cls.check_steps(cfg.task, int(cfg.trainer.steps))
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
     linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
@@ -163,6 +169,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     set_threads(cfg.threads)
     task = build_task(cfg)
+    with rundir.locked(run_dir):
+        return _train(cfg, run_dir, task, started)
+
+
+def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[str, Any]:
     seeds = task.seeds.tolist()
     steps = int(cfg.trainer.steps)
     plan = rundir.plan_run(cfg, run_dir, lambda folder: (folder / outputs.CHECKPOINT_FILE).exists())
@@ -171,7 +182,15 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         return plan.finished
     checkpoint = outputs.load_checkpoint(run_dir, plan.fingerprint) if plan.resume else None
     if checkpoint is not None:
-        task.load_state_dict(checkpoint["task"])
+        if checkpoint["step"] > steps:
+            raise outputs.CheckpointError(f"{run_dir / outputs.CHECKPOINT_FILE} is at step {checkpoint['step']}, "
+                                          f"past trainer.steps={steps}; {outputs.CHECKPOINT_HELP}")
+        try:
+            task.load_state_dict(checkpoint["task"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise outputs.CheckpointError(f"{run_dir / outputs.CHECKPOINT_FILE} does not fit this task's state "
+                                          f"({type(error).__name__}: {str(error).splitlines()[0]}); "
+                                          f"{outputs.CHECKPOINT_HELP}") from None
         start, diverged = checkpoint["step"], checkpoint["diverged"]
         resumes, cpu_before = [*checkpoint["resumes"], start], checkpoint["cpu_seconds"]
         log.info("resuming %s from step %d", run_dir, start)

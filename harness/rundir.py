@@ -2,47 +2,54 @@
 
 Each run directory records the fingerprint of its resolved configuration in ``identity.json``: everything that
 changes the numbers, so neither logging, progress bars, thread count, checkpoint spacing, the steps-to thresholds
-of the summary nor the experiment's name. A launch into a directory with results then
+of the summary, where MNIST is read from nor the experiment's name. A launch into a directory with results then
 
 - ``trainer.resume=false`` (default): refuses, unless ``trainer.overwrite=true`` (which clears the old run first);
 - ``trainer.resume=true``: resumes its checkpoint, refuses when there is none or the fingerprint differs (naming
   the differing keys), and returns the summary of a run that already finished without training again;
 - ``trainer.resume=auto``: as ``true``, but starts afresh when there is nothing to resume (an empty directory, or
   one whose run failed or was killed before its first checkpoint) — what re-running a sweep into its folder needs.
+
+Hydra is told not to write ``.hydra/`` itself (``hydra.output_subdir: null``): it would rewrite it at every launch,
+before any check, so a refused launch would relabel the run it refused. A fresh start writes it instead. A lock file
+(``run.lock``: pid and host) keeps a second process from writing into a run that is still training.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import socket
+import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness import outputs
 from tasks.base import ConfigError
 
-IDENTITY_FILE = "identity.json"
+IDENTITY_FILE, LOCK_FILE = "identity.json", "run.lock"
 TRL_DIR = "trl"  # the LLM trainer's checkpoints
-HYDRA_DIR = ".hydra"  # Hydra's record of the launch: config.yaml, hydra.yaml, overrides.yaml
+HYDRA_DIR = ".hydra"  # the launch that started the run: config.yaml (as composed), overrides.yaml
 RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
-RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb")  # what a fresh start clears
-# keys that do not change a run's numbers; ``seeds`` and ``seed_offset`` are left out of the cell fingerprint only
+RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb", HYDRA_DIR)  # cleared by a fresh start
 NOT_IDENTITY = ("experiment_name", "logger", "threads", "trainer.progress", "trainer.resume", "trainer.overwrite",
-                "trainer.checkpoint_every", "task.checkpoint_every", "task.steps_to")
-SEED_KEYS = ("seeds", "seed_offset")
+                "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to", "task.data_dir",
+                "task.source")  # task.steps: trainer.steps is the step count that runs
 FINISHED = ("completed", "diverged")
-RESUME_CHOICES = (False, True, "auto")
+_started: set[Path] = set()  # run directories this process has started writing into (see ``started``)
 
 
-def identity(cfg: DictConfig, without: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The resolved configuration less the keys in NOT_IDENTITY (and ``without``)."""
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved configuration less the keys in NOT_IDENTITY."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    for dotted in (*NOT_IDENTITY, *without):
+    for dotted in NOT_IDENTITY:
         *parents, leaf = dotted.split(".")
         node = resolved
         for parent in parents:
@@ -86,7 +93,7 @@ def differing_keys(recorded: dict[str, Any], current: dict[str, Any]) -> list[st
 
 def check_resume_options(cfg: DictConfig) -> tuple[bool | str, bool]:
     resume, overwrite = cfg.trainer.resume, cfg.trainer.get("overwrite", False)
-    if resume not in RESUME_CHOICES or isinstance(resume, int) and not isinstance(resume, bool):
+    if not (isinstance(resume, bool) or resume == "auto"):
         raise ConfigError(f"trainer.resume={resume!r} is not valid; valid choices: false, true, auto")
     if not isinstance(overwrite, bool):
         raise ConfigError(f"trainer.overwrite={overwrite!r} is not valid; valid choices: false, true")
@@ -105,32 +112,90 @@ class RunStart:
     resume: bool
     finished: dict[str, Any] | None
     _record: dict[str, Any] | None  # identity.json to write on a fresh start
+    _config: DictConfig | None = None
 
     def apply(self, run_dir: Path) -> None:
-        """On a fresh start, clear what an earlier run left and record this run's identity (main process only)."""
-        if self._record is not None:
-            for name in RESULT_FILES:
-                path = run_dir / name
-                if path.is_dir():
-                    shutil.rmtree(path)
-                elif path.exists():
-                    path.unlink()
-            hydra_files = {path.name: path.read_text() for path in sorted((run_dir / HYDRA_DIR).glob("*.yaml"))}
-            outputs.write_json(run_dir / IDENTITY_FILE, {**self._record, "hydra_files": hydra_files})
+        """Mark ``run_dir`` as this process's; on a fresh start, clear what an earlier run left there and record
+        this run's identity and launch (main process only)."""
+        _started.add(run_dir.resolve())
+        if self._record is None:
+            return
+        for path in [run_dir / name for name in RESULT_FILES] + list(run_dir.glob("*.tmp")):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        (run_dir / HYDRA_DIR).mkdir()
+        outputs.atomic_write_text(run_dir / HYDRA_DIR / "config.yaml", [OmegaConf.to_yaml(self._config)])
+        overrides = _launch_overrides()
+        if overrides is not None:
+            outputs.atomic_write_text(run_dir / HYDRA_DIR / "overrides.yaml", [OmegaConf.to_yaml(overrides)])
+        outputs.write_json(run_dir / IDENTITY_FILE, self._record)
 
 
-def restore_hydra_files(run_dir: Path) -> None:
-    """Put back the run's own ``.hydra/*.yaml``, which Hydra rewrites at every launch before any check can run, after
-    a launch into the directory was refused."""
-    record = _read_identity(run_dir) or {}
-    for name, text in record.get("hydra_files", {}).items():
-        outputs.atomic_write_text(run_dir / HYDRA_DIR / name, [text])
+def _launch_overrides():
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().overrides.task if HydraConfig.initialized() else None
+
+
+def started(run_dir: Path) -> bool:
+    """Whether this process began writing into ``run_dir`` (every failure before that leaves it as it was)."""
+    return run_dir.resolve() in _started
 
 
 def has_results(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a run; the record of a launch that failed before any work (a ``summary.json`` with
-    status failed and ``error.txt``, nothing else) does not count: there is nothing in it to keep."""
-    return any((run_dir / name).exists() for name in RUN_FILES)
+    """Whether ``run_dir`` holds a run. The record of a launch that failed before any work (a ``summary.json``
+    with status failed, ``error.txt``, nothing else) does not count: there is nothing in it to keep."""
+    if any((run_dir / name).exists() for name in RUN_FILES):
+        return True
+    return (run_dir / outputs.SUMMARY_FILE).exists() and _status(run_dir) != "failed"
+
+
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock file for the ``with`` block; ConfigError if a live process holds it (a lock left by
+    a process that no longer runs on this host is taken over)."""
+    path = run_dir / LOCK_FILE
+    for _ in range(2):
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            holder = _lock_holder(path)
+            if holder is None:  # stale: its process is gone
+                path.unlink(missing_ok=True)
+                continue
+            raise ConfigError(f"{run_dir} is being written by process {holder}; wait for it or stop it (a lock "
+                              f"left by a crash on another host: delete {path})") from None
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+        break
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _lock_holder(path: Path) -> str | None:
+    """``pid on host`` of a live lock holder; None when the lock is stale (or unreadable for more than a few
+    seconds: its writer died between creating and writing it)."""
+    try:
+        pid, host = path.read_text().split()
+        pid = int(pid)
+    except (OSError, ValueError):
+        try:
+            fresh = time.time() - path.stat().st_mtime < 5
+        except OSError:
+            return None
+        return "starting" if fresh else None
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    return f"{pid} on {host}"
 
 
 def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path], bool]) -> RunStart:
@@ -138,11 +203,10 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
     resume, overwrite = check_resume_options(cfg)
     current = identity(cfg)
     current_fingerprint = fingerprint(current)
-    fresh = {"fingerprint": current_fingerprint, "cell_fingerprint": fingerprint(identity(cfg, SEED_KEYS)),
-             "uid": uuid.uuid4().hex, "config": current}
+    fresh = {"fingerprint": current_fingerprint, "uid": uuid.uuid4().hex, "config": current}
 
     def start_fresh() -> RunStart:
-        return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=fresh)
+        return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=fresh, _config=cfg)
 
     if overwrite or not has_results(run_dir):
         if resume is True and not overwrite:

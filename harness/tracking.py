@@ -51,7 +51,7 @@ def check_logger_config(logger_cfg) -> None:
     """Validate the ``logger`` node before any work (ConfigError naming the key and the valid values)."""
     from tasks.base import check_choice, check_number
 
-    if logger_cfg.name != "wandb":
+    if check_choice("logger.name", logger_cfg.name, ("wandb", "none")) == "none":
         return
     check_choice("logger.mode", logger_cfg.mode, MODES)
     check_number("logger.init_timeout", logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT), low=0, low_open=True)

@@ -21,8 +21,9 @@ class ConfigError(ValueError):
 
 
 def check_choice(key: str, value: Any, choices: tuple | list) -> Any:
-    """Raise a ConfigError naming ``key`` and the valid choices if ``value`` is not one of them."""
-    if value not in choices:
+    """Raise a ConfigError naming ``key`` and the valid choices if ``value`` is not one of them (booleans and
+    numbers are told apart: 1 is not true)."""
+    if not any(value == choice and isinstance(value, bool) == isinstance(choice, bool) for choice in choices):
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, choices))}")
     return value
 
@@ -112,6 +113,10 @@ class Task:
         self.rollout = rollout
         self.seeds = seeds
         self.device = device
+
+    @classmethod
+    def check_steps(cls, cfg: DictConfig, steps: int) -> None:
+        """Refuse a step budget the task's configuration cannot use (before any work); most tasks accept any."""
 
     def require_single_update(self) -> None:
         """Bandit tasks take exactly one update per batch (spec §4.2–4.3): refuse a multi-epoch request."""

@@ -14,7 +14,8 @@ from algorithms.functional import log_softmax, softmax
 from algorithms.scores import standardize, zscore_advantages
 from harness import rng
 from harness.optim import FusedAdam
-from tasks.base import StepOutput, Task, check_bool, check_choice, check_positive_float, check_positive_int
+from tasks.base import (
+    ConfigError, StepOutput, Task, check_bool, check_choice, check_positive_float, check_positive_int)
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist
 from tasks.mnist_mechanism import mechanism_by_bin
@@ -30,6 +31,12 @@ class MnistBandit(Task):
     name = "mnist_bandit"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET, Rollout.SUPERVISED})
     algorithms = ("tpo", "dg", "group_pg", "grpo", "pg", "ce")
+
+    @classmethod
+    def check_steps(cls, cfg, steps: int) -> None:
+        if isinstance(cfg.eval_every, int) and not isinstance(cfg.eval_every, bool) and steps < cfg.eval_every:
+            raise ConfigError(f"trainer.steps={steps} is not valid with task.eval_every={cfg.eval_every}: no test "
+                              f"evaluation would run; expected trainer.steps >= {cfg.eval_every}")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -96,3 +96,15 @@ def test_higher_is_better_flips_the_probability():
     low, high = matrix([[0.1], [0.1]]), matrix([[0.2], [0.2]])
     assert paired(Stat("final", higher_is_better=True), high, low).p_better == 1.0
     assert paired(FINAL, high, low).p_better == 0.0
+
+
+def test_mean_over_the_run_averages_each_seed_over_its_steps_then_over_seeds():
+    mean = Stat("mean")
+    m = matrix([[1.0, 0.5, 0.0, 0.9], [0.8, 0.2, 0.2, 0.0], [1.0, np.nan, np.nan, np.nan]])
+    per_seed_means = [(1.0 + 0.5 + 0.0 + 0.9) / 4, (0.8 + 0.2 + 0.2 + 0.0) / 4, 1.0]  # a diverged seed: its steps
+    np.testing.assert_allclose(per_seed(mean, m), per_seed_means)
+    assert point(mean, m) == pytest.approx(np.mean(per_seed_means))
+    a, b = matrix([[0.5, 0.5], [0.2, 0.4]]), matrix([[0.1, 0.1], [0.4, 0.4]])
+    result = paired(mean, a, b, resamples=200)
+    assert result.diff == pytest.approx(((0.5 + 0.3) - (0.1 + 0.4)) / 2)
+    assert result.p_better == 0.5  # seed 1: 0.3 < 0.4 (better); seed 0: 0.5 > 0.1

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -42,11 +43,10 @@ def test_a_run_records_its_fingerprint_and_logging_keys_do_not_change_it(finishe
     same = ["logger=wandb", "logger.mode=offline", "threads=2", "trainer.progress=true",
             "task.checkpoint_every=5", "experiment_name=other", "task.steps_to=[0.5]", "algorithm.eta=1"]
     assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, *same]))) == record["fingerprint"]
-    for change in ("algorithm.eta=3", "seeds=3", "trainer.steps=31", "flush_denormal=false", "task.alpha=0.2"):
+    for change in ("algorithm.eta=3", "seeds=3", "trainer.steps=31", "flush_denormal=false", "task.alpha=0.2",
+                   "seed_offset=2"):
         assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, change]))) != record["fingerprint"]
-    # the cell fingerprint ignores which seeds ran, so seed ranges of one cell can be merged
-    other_seeds = rundir.identity(compose_config([*TABULAR, "seed_offset=2"]), rundir.SEED_KEYS)
-    assert rundir.fingerprint(other_seeds) == record["cell_fingerprint"]
+    assert (finished_run / ".hydra" / "config.yaml").exists()  # written by the fresh start, not by Hydra
 
 
 @pytest.mark.parametrize("change, named", [
@@ -307,10 +307,12 @@ def test_a_sweep_with_a_failed_job_runs_every_job_then_exits_non_zero(tmp_path, 
     assert "sweep: 2 jobs (2 completed)" in resumed.stderr
 
 
-def test_a_refused_single_run_exits_2_and_leaves_no_folder(tmp_path):
-    result = run_cli([*TABULAR, "trainer.resume=true", f"hydra.run.dir={tmp_path / 'nothing'}"], tmp_path)
+@pytest.mark.parametrize("bad, message", [("trainer.resume=true", "Error: trainer.resume=true but"),
+                                          ("trainer.progress=maybe", "Error: trainer.progress='maybe' is not valid")])
+def test_a_refused_single_run_exits_2_and_leaves_no_folder(tmp_path, bad, message):
+    result = run_cli([*TABULAR, bad, f"hydra.run.dir={tmp_path / 'nothing'}"], tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("Error: trainer.resume=true but")
+    assert result.stderr.strip().splitlines()[-1].startswith(message)
     assert not (tmp_path / "nothing").exists()
 
 
@@ -343,3 +345,114 @@ def test_a_folder_that_only_records_a_failure_starts_again(tmp_path):
 def test_threads_is_validated(tmp_path, value):
     with pytest.raises(ConfigError, match=f"threads={value!r}|threads={value} is not valid"):
         run_config([*TABULAR, f"threads={value}"], tmp_path)
+
+
+def test_a_sweep_killed_mid_way_finishes_with_the_same_command_and_numbers(tmp_path):
+    """kill -9 of a running sweep (launcher and jobs), then the same command: finished jobs are skipped, the
+    interrupted one resumes from its checkpoint, and every metrics.csv equals an uninterrupted sweep's."""
+    def command(sweep: Path) -> list[str]:
+        return [sys.executable, "-m", "harness", "-m", "task=tabular_multi", "algorithm=tpo,grpo", "seeds=50",
+                "trainer.steps=600", "task.checkpoint_every=50", "logger=none", "trainer.resume=auto",
+                f"hydra.sweep.dir={sweep}"]
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    full = subprocess.run(command(tmp_path / "full"), cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(command(killed), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(killed.rglob("checkpoint.pt")):
+        time.sleep(0.02)
+    os.killpg(process.pid, 9)
+    process.wait()
+    assert any(not (p.parent / outputs.SUMMARY_FILE).exists() for p in killed.rglob("checkpoint.pt"))
+    again = subprocess.run(command(killed), cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    for path in (tmp_path / "full").rglob("metrics.csv"):
+        assert (killed / path.relative_to(tmp_path / "full")).read_bytes() == path.read_bytes()
+    resumed = [json.loads(p.read_text())["resumed_from"] for p in killed.rglob(outputs.SUMMARY_FILE)]
+    assert sorted(map(len, resumed)) == [0, 1] and all(0 < s < 600 for r in resumed for s in r)
+
+
+# --- what the review found ----------------------------------------------------------------------------------
+
+def _rewrite_checkpoint(run_dir: Path, change) -> None:
+    path = run_dir / outputs.CHECKPOINT_FILE
+    data = path.read_bytes()
+    state = torch.load(io.BytesIO(data[len(outputs.CHECKPOINT_MAGIC) + 32:]), weights_only=True)
+    change(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.write_bytes(_with_valid_header(buffer.getvalue()))
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda state: state.pop("task"), "has no valid task"),
+    (lambda state: state.update(rows=-5), "has no valid rows"),
+    (lambda state: state.update(step=10_000), "past trainer.steps=30"),
+    (lambda state: state["task"].pop("logits"), "does not fit this task's state (KeyError"),
+])
+def test_a_well_formed_checkpoint_of_the_wrong_shape_is_refused(tmp_path, monkeypatch, change, problem):
+    run_dir = _interrupted_run(tmp_path, monkeypatch)
+    _rewrite_checkpoint(run_dir, change)
+    before = snapshot(run_dir)
+    with pytest.raises(outputs.CheckpointError, match=re.escape(problem)):
+        run_config([*TABULAR, "trainer.resume=true"], run_dir)
+    assert snapshot(run_dir) == before
+
+
+def test_an_exported_run_without_identity_counts_as_a_run(tmp_path):
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    outputs.write_json(folder / outputs.SUMMARY_FILE, {"status": "completed", "seeds": [0]})
+    assert rundir.has_results(folder)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run_config(TABULAR, folder)
+
+
+def test_a_refused_or_failed_launch_leaves_an_earlier_runs_files_as_they_were(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_cli([*TABULAR, f"hydra.run.dir={run_dir}"], tmp_path).returncode == 0
+    (run_dir / rundir.IDENTITY_FILE).unlink()  # as a run from before identity.json
+    before = snapshot(run_dir)
+    for args in (["algorithm=dg"], ["algorithm=dg", "trainer.resume=true"], ["threads=-1"]):
+        result = run_cli([*TABULAR, *args, f"hydra.run.dir={run_dir}"], tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert snapshot(run_dir) == before  # .hydra/config.yaml too: Hydra no longer rewrites it at launch
+
+
+def test_nothing_to_do_leaves_the_launch_record_alone(finished_run, tmp_path):
+    before = snapshot(finished_run)
+    result = run_cli([*TABULAR, "trainer.resume=true", "experiment_name=foo", f"hydra.run.dir={finished_run}"],
+                     tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(finished_run) == before
+
+
+def test_a_second_launch_into_a_running_run_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+            "logger=none", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    first = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run_dir / outputs.CHECKPOINT_FILE).exists():
+            time.sleep(0.05)
+        second = run_cli([*args, "trainer.resume=auto"], tmp_path)
+        assert second.returncode == 2
+        assert f"is being written by process {first.pid}" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+    # the lock of a process that died is stale: a resume takes it over
+    assert run_cli([*args, "trainer.resume=true", "trainer.steps=3000"], tmp_path).returncode == 0
+
+
+def test_a_sweep_over_two_presets_keeps_their_jobs_apart(tmp_path):
+    result = run_cli(["-m", "experiment=fig2_tabular_single,fig3_tabular_multi", "algorithm=tpo", "seeds=2",
+                      "trainer.steps=5", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "sweep: 2 jobs (2 completed)" in result.stderr

@@ -30,6 +30,11 @@ BAD_VALUES = [
     ([SINGLE, "task.steps_to=[0.1,1.5]"], "task.steps_to=1.5 is not valid; expected a number in [0, 1]"),
     (["device=tpu"], "device='tpu' is not valid; valid choices: cpu, cuda"),
     (["cpu_matmul=mkl"], "cpu_matmul='mkl' is not valid; valid choices: onednn, blas"),
+    ([SINGLE, "flush_denormal=maybe"], "flush_denormal='maybe' is not valid; valid choices: true, false"),
+    ([SINGLE, "experiment_name=null"], "experiment_name=None is not valid; expected a non-empty name"),
+    ([SINGLE, "logger.name=tensorboard"], "logger.name='tensorboard' is not valid; valid choices: wandb, none"),
+    ([MNIST, "trainer.steps=5"], "trainer.steps=5 is not valid with task.eval_every=200"),
+    ([TOKEN, "task.dedup=1"], "task.dedup=1 is not valid"),  # 1 is not true
     # logger (harness/tracking.py check_logger_config)
     ([SINGLE, "logger=wandb", "logger.init_timeout=0"], "logger.init_timeout=0 is not valid; expected a number > 0"),
     ([SINGLE, "logger=wandb", "logger.init_timeout=-5"], "logger.init_timeout=-5 is not valid"),

@@ -8,6 +8,7 @@ that same policy. LLM runs train one seed per run: sweep ``seed_offset`` for mor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -214,23 +215,28 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
 
 def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train one (LLM task, algorithm, seed) configuration with TRL; return the summary written to summary.json."""
-    started = time.time()
-    set_threads(cfg.threads)
     from accelerate import PartialState
 
+    started = time.time()
+    set_threads(cfg.threads)
     validated = validate_llm(cfg)
     state = PartialState()
+    with rundir.locked(run_dir) if state.is_main_process else contextlib.nullcontext():
+        return _train_llm(cfg, run_dir, validated, state, started)
+
+
+def _train_llm(cfg: DictConfig, run_dir: Path, validated, state, started: float) -> dict[str, Any]:
     plan = rundir.plan_run(cfg, run_dir, lambda folder: _last_checkpoint(folder) is not None)
     if plan.finished is not None:
         log.info("%s already finished with this configuration (%s); nothing to do", run_dir, plan.finished["status"])
         return plan.finished
     checkpoint = _last_checkpoint(run_dir) if plan.resume else None
     saved = _read_state(Path(checkpoint), plan.fingerprint) if checkpoint else {}
+    trainer, task, epochs = build_trainer(cfg, run_dir, validated)  # its refusals (model path, dtype) come first
     state.wait_for_everyone()  # every process has decided before the main one changes the directory
     if state.is_main_process:
         plan.apply(run_dir)
     state.wait_for_everyone()
-    trainer, task, epochs = build_trainer(cfg, run_dir, validated)
     seed, steps = int(cfg.seed_offset), int(cfg.trainer.steps)
     main = trainer.accelerator.is_main_process
     eval_rows = task.eval_rows() if cfg.task.eval_every else []

@@ -1,7 +1,8 @@
 """Seed statistics exactly as spec §7, percentile-bootstrap intervals over seeds, and paired comparisons.
 
-* final = seed mean at the last step; at_step = seed mean at a given step; steps_to X = first step whose seed-mean
-  curve is strictly below X (``inf`` = never). Means skip non-finite values (seeds that diverged).
+* final = seed mean at the last step; at_step = seed mean at a given step; mean = seed mean of each seed's mean over
+  all logged steps; steps_to X = first step whose seed-mean curve is strictly below X (``inf`` = never). Means skip
+  non-finite values (seeds that diverged).
 * s.e. = population std / sqrt(n).
 * Bootstrap: resample seeds with replacement (``RESAMPLES`` draws from ``numpy.random.default_rng(SEED)``), apply
   the same statistic to each resample's seed-mean curve, take the 2.5% and 97.5% quantiles (no interpolation, so
@@ -69,9 +70,11 @@ def first_below(curves: np.ndarray, steps: np.ndarray, threshold: float) -> np.n
 
 
 def _column(stat: Stat, matrix: SeedMatrix) -> np.ndarray:
-    """The per-seed values a final/at_step statistic averages."""
+    """The per-seed values a final/at_step/mean statistic averages."""
     if stat.kind == "final":
         return matrix.values[:, -1]
+    if stat.kind == "mean":
+        return _nanmean(matrix.values, axis=1)
     hits = np.flatnonzero(matrix.steps == stat.step)
     return matrix.values[:, hits[0]] if hits.size else np.full(len(matrix.seeds), np.nan)
 
