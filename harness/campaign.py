@@ -9,7 +9,9 @@ split into runs of ``chunk`` seeds (``seed_offset`` ranges, merged by the report
 is committed) and the preset's report is regenerated into ``results/<preset>/``.
 
 Everything is decided from files: the same command after an interruption (Ctrl-C, a kill, the end of a session)
-skips the exported runs, resumes the interrupted ones from their checkpoints and starts the rest. Seeds already in
+exports runs that finished meanwhile, skips the exported ones, resumes the interrupted ones from their checkpoints
+and starts the rest. ``--hours H`` starts no run after H hours (a session's budget); Ctrl-C or SIGTERM stops the
+runs, each at its last checkpoint. Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
 """
@@ -161,11 +163,25 @@ def report(preset: str, results: Path) -> None:
                         "--out", str(results / target)], check=False, stdout=subprocess.DEVNULL)
 
 
-def run(jobs: list[Job], parallel: int, work: Path, results: Path) -> int:
+def finished(job: Job, work: Path) -> str | None:
+    """The status of the job's run when it already finished in its work folder (e.g. the runner was stopped
+    between the run's end and its export), else None."""
+    summary = job.work_dir(work) / "summary.json"
+    status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+    return status if status in DONE else None
+
+
+def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None) -> int:
     """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
-    interactive work when ``parallel`` is below the core count); returns the number of failed jobs."""
+    interactive work when ``parallel`` is below the core count), starting none after ``hours``; returns the number
+    of failed jobs."""
     cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
-    pending, running, failed = list(jobs), {}, 0
+    deadline = None if hours is None else time.time() + 3600 * hours
+    for job in [job for job in jobs if finished(job, work)]:
+        export(job, work, results)
+        report(job.preset, results)
+        print(f"exported {job.preset}/{job.cell}/{job.name}, finished earlier → {job.result_dir(results)}", flush=True)
+    pending, running, failed = [job for job in jobs if not finished(job, work)], {}, 0
 
     def stop(signum, frame):
         for process, _ in running.values():
@@ -179,6 +195,8 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     while pending or running:
         free = [slot for slot in range(parallel) if slot not in running]
+        if deadline is not None and time.time() >= deadline:
+            pending = []  # past --hours: let the running ones finish, start nothing new
         while pending and free:
             job, slot = pending.pop(0), free.pop(0)
             job.work_dir(work).mkdir(parents=True, exist_ok=True)
@@ -215,17 +233,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
     parser.add_argument("--only", default=None, help="comma list of priorities to run, e.g. P1,P2")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="start no run after this many hours (running ones finish); 0: only export finished runs")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
+    if args.hours is not None and args.hours < 0:
+        parser.error(f"--hours={args.hours} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
     only = set(args.only.split(",")) if args.only else None
     planned = plan(queue, args.results, only)
     todo = [job for job, state in planned if state.startswith("to run")]
     for job, state in planned:
-        if state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
+        if state.startswith("to run") and finished(job, args.work):
+            state = "finished, to be exported"
+        elif state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
             state = "resumable" + state[len("to run"):]
         name = "" if state.startswith("done") else job.name
         print(f"{job.priority}  {job.preset:<18} {job.cell:<24} {name:<12} {job.steps:>6} steps "
@@ -234,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
     if args.dry_run or not todo:  # costs: measured on the cell's finished runs, else the queue's estimate
         return
-    sys.exit(1 if run(todo, args.jobs, args.work, args.results) else 0)
+    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours) else 0)
 
 
 if __name__ == "__main__":

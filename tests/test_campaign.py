@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,14 @@ def test_a_campaign_killed_at_any_moment_finishes_with_the_same_numbers(tmp_path
                      for cell in ("grpo", "tpo") for a in (0, 20)]
     report = (full / "results" / "fig3_tabular_multi" / "README.md").read_text()
     assert "fig3_tabular_multi" in report
+    exported = metrics(full)
+    shutil.rmtree(full / "results" / "runs" / "fig3_tabular_multi" / "grpo")  # as if stopped before its export
+    only_export = subprocess.run([sys.executable, "-m", "harness.campaign", str(tmp_path / "queue.yaml"), "--hours",
+                                  "0", "--work", str(full / "work"), "--results", str(full / "results")],
+                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                 text=True, timeout=300)
+    assert only_export.returncode == 0 and "start" not in only_export.stdout
+    assert only_export.stdout.count("exported fig3_tabular_multi/grpo") == 2 and metrics(full) == exported
 
     process, killed = start(tmp_path, "killed")
     deadline = time.time() + 300

@@ -91,6 +91,31 @@ def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path,
     assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "full" / "metrics.csv").read_text()
 
 
+def test_a_damaged_trl_checkpoint_is_refused_in_one_line(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(Gsm8k, "score", text_score)
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "trainer.steps=2",
+                 "trainer.checkpoint_every=1"]
+    save = llm_train.StepLogger.on_save
+
+    def killed_after_step_1(self, args, state, control, **kwargs):
+        save(self, args, state, control, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_train.StepLogger, "on_save", killed_after_step_1)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(overrides, tmp_path / "run")
+    monkeypatch.setattr(llm_train.StepLogger, "on_save", save)
+    weights = max((tmp_path / "run" / "trl").rglob("*.safetensors"), key=lambda path: path.stat().st_size)
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    before = (tmp_path / "run" / "metrics.csv").read_bytes()
+    with pytest.raises(llm_train.outputs.CheckpointError, match="is damaged or incomplete") as error:
+        run_config([*overrides, "trainer.resume=true"], tmp_path / "run")
+    assert weights.name in str(error.value) and "\n" not in str(error.value)
+    assert (tmp_path / "run" / "metrics.csv").read_bytes() == before
+
+
 def test_report_reads_llm_runs(tiny_llm, gsm8k_dir, tmp_path):
     for algorithm in ("tpo", "grpo"):
         run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), f"algorithm={algorithm}",

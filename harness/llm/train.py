@@ -9,6 +9,7 @@ that same policy. LLM runs train one seed per run: sweep ``seed_offset`` for mor
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -155,7 +156,21 @@ class StepLogger(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         outputs.write_json(folder / STATE_FILE, {
             "rows": self.writer.rows, "pending_test": _json_float(self.pending_test), "fingerprint": self.fingerprint,
-            "step": state.global_step // self.epochs, "resumes": self.resumes, "cpu_seconds": self.cpu_seconds()})
+            "step": state.global_step // self.epochs, "resumes": self.resumes, "cpu_seconds": self.cpu_seconds(),
+            "sha256": _checksums(folder)})
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file TRL wrote into a checkpoint folder (model, optimizer, scheduler, RNG states)."""
+    sums = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != STATE_FILE:
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            sums[str(path.relative_to(folder))] = digest.hexdigest()
+    return sums
 
 
 def _last_checkpoint(run_dir: Path) -> str | None:
@@ -173,6 +188,12 @@ def _read_state(checkpoint: Path, fingerprint: str) -> dict[str, Any]:
         found = saved.get("fingerprint") if isinstance(saved, dict) else None
         raise outputs.CheckpointError(f"{path} belongs to another run (fingerprint {found}, this run's is "
                                       f"{fingerprint}); {outputs.CHECKPOINT_HELP}")
+    recorded, found = saved.get("sha256"), _checksums(checkpoint)
+    if not isinstance(recorded, dict) or recorded != found:
+        damaged = sorted(name for name in set(recorded or {}) | set(found)
+                         if (recorded or {}).get(name) != found.get(name))
+        raise outputs.CheckpointError(f"{checkpoint} is damaged or incomplete (SHA-256 differs for "
+                                      f"{', '.join(damaged[:3]) or STATE_FILE}); {outputs.CHECKPOINT_HELP}")
     return saved
 
 
