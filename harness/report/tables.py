@@ -349,8 +349,9 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     main.index.name = ""
     (out / f"{table.name}.tex").write_text(latex(main, table.title))
     budget = cells.budget.iloc[0]
-    lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; paper: {table.seeds} seeds × "
-             f"{table.steps:,} steps. {RULES}" + (f" {table.note}" if table.note else "") + "\n",
+    published = f"paper: {table.seeds} seeds × {table.steps:,} steps" if table.seeds else "not in the paper"
+    lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; {published}. {RULES}"
+             + (f" {table.note}" if table.note else "") + "\n",
              main.to_markdown(), ""]
     notes = cells[cells.paper_note != ""].drop_duplicates("cell")
     if not notes.empty:
