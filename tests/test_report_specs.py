@@ -92,3 +92,14 @@ def test_every_published_number_belongs_to_a_table_cell():
     assert rounded.overlaps(393, 400) and not rounded.overlaps(394, 400)
     six_nine = paper.lookup("table3", "final", {"algorithm.name": "tpo", "task.match": "prompts", "task.H": 7})
     assert six_nine.overlaps(0.0694, 0.08) and not six_nine.overlaps(0.0696, 0.08)  # 6.9% stands for [6.85, 6.95]
+
+
+def test_a_cell_merges_runs_launched_with_other_resume_options():
+    """Seed ranges of one cell run by different launches (resume, overwrite, logging) are one configuration."""
+    from harness.report.load import signature
+
+    base = {"task.name": "token_reversal", "task.H": 10, "algorithm.name": "tpo", "seeds": 5, "seed_offset": 0}
+    other = {**base, "seed_offset": 5, "trainer.resume": "auto", "trainer.overwrite": False,
+             "logger.init_timeout": 10.0, "threads": 1}
+    assert signature(base) == signature(other)
+    assert signature(base) != signature({**base, "task.H": 7})

@@ -22,8 +22,9 @@ from harness.outputs import METRICS_FILE, SUMMARY_FILE
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran); budget keys are checked, not matched.
-IGNORED = ("logger", "device", "threads", "trainer.resume", "trainer.progress", "trainer.checkpoint_every",
-           "task.checkpoint_every", "task.data_dir", "task.source", "task.steps_to", "experiment_name")
+IGNORED = ("logger", "device", "threads", "trainer.resume", "trainer.overwrite", "trainer.progress",
+           "trainer.checkpoint_every", "task.checkpoint_every", "task.data_dir", "task.source", "task.steps_to",
+           "experiment_name")
 BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
 ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
 Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name
