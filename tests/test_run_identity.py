@@ -83,18 +83,7 @@ def test_resume_true_without_a_checkpoint_is_refused_and_auto_starts(tmp_path):
 
 
 def test_a_run_killed_before_its_first_checkpoint_restarts_only_with_auto(tmp_path, monkeypatch):
-    task_cls = type(run_config_task())
-    original = task_cls.step
-
-    def die_at_5(self, step):
-        if step == 5:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(task_cls, "step", die_at_5)
-    with pytest.raises(KeyboardInterrupt):
-        run_config(TABULAR, tmp_path / "run")
-    monkeypatch.undo()
+    _interrupted_run(tmp_path, monkeypatch, at=5)  # before the first checkpoint (step 10)
     with pytest.raises(ConfigError, match=r"no checkpoint to resume \(interrupted\)"):
         run_config([*TABULAR, "trainer.resume=true"], tmp_path / "run")
     run_config([*TABULAR, "trainer.resume=auto"], tmp_path / "run")
@@ -131,17 +120,17 @@ def test_overwrite_with_resume_is_contradictory(tmp_path):
 
 # --- checkpoint integrity -------------------------------------------------------------------------------------
 
-def _interrupted_run(tmp_path: Path, monkeypatch) -> Path:
-    """A run killed at step 25 (last checkpoint at step 20)."""
+def _interrupted_run(tmp_path: Path, monkeypatch, at: int = 25) -> Path:
+    """A run interrupted at step ``at`` (checkpoints every 10 steps: the default leaves one at step 20)."""
     task_cls = type(run_config_task())
     original = task_cls.step
 
-    def die_at_25(self, step):
-        if step == 25:
+    def die(self, step):
+        if step == at:
             raise KeyboardInterrupt
         return original(self, step)
 
-    monkeypatch.setattr(task_cls, "step", die_at_25)
+    monkeypatch.setattr(task_cls, "step", die)
     with pytest.raises(KeyboardInterrupt):
         run_config(TABULAR, tmp_path / "run")
     monkeypatch.undo()
