@@ -48,15 +48,20 @@ _started: set[Path] = set()  # run directories this process has started writing 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
     """The resolved configuration less the keys in NOT_IDENTITY."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return _without_volatile(OmegaConf.to_container(cfg, resolve=True))
+
+
+def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` less the keys in NOT_IDENTITY, in place; also applied to a recorded identity, so that a run
+    recorded before a key joined NOT_IDENTITY still resumes."""
     for dotted in NOT_IDENTITY:
         *parents, leaf = dotted.split(".")
-        node = resolved
+        node = config
         for parent in parents:
             node = node.get(parent, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
-    return resolved
+    return config
 
 
 def _canonical(node: Any) -> Any:
@@ -222,17 +227,21 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
         raise ConfigError(f"{run_dir} holds a run with no readable {IDENTITY_FILE} (written before tpo-bench "
                           "recorded run identity, or damaged), so it cannot be checked against this configuration; "
                           "trainer.overwrite=true replaces it")
-    if recorded.get("fingerprint") != current_fingerprint:
-        changes = differing_keys(recorded.get("config", {}), current)
+    recorded_config = recorded.get("config")
+    recorded_fingerprint = (fingerprint(_without_volatile(recorded_config)) if isinstance(recorded_config, dict)
+                            else recorded.get("fingerprint"))
+    if recorded_fingerprint != current_fingerprint:
+        changes = differing_keys(recorded_config if isinstance(recorded_config, dict) else {}, current)
         raise ConfigError(f"{run_dir} was run with another configuration ({'; '.join(changes) or 'fingerprint'}); "
                           "resume it with its own configuration, choose another run directory, or "
                           "trainer.overwrite=true to replace it")
     uid = recorded.get("uid", current_fingerprint)
+    run_fingerprint = recorded.get("fingerprint", current_fingerprint)  # what its checkpoints were written under
     if status in FINISHED:
         summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
-        return RunStart(current_fingerprint, uid, resume=False, finished=summary, _record=None)
+        return RunStart(run_fingerprint, uid, resume=False, finished=summary, _record=None)
     if checkpoint_exists(run_dir):
-        return RunStart(current_fingerprint, uid, resume=True, finished=None, _record=None)
+        return RunStart(run_fingerprint, uid, resume=True, finished=None, _record=None)
     if resume == "auto":  # failed or killed before its first checkpoint: nothing to keep
         return start_fresh()
     raise ConfigError(f"trainer.resume=true but {run_dir} has no checkpoint to resume ({status}); "

@@ -91,6 +91,22 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_only_with_auto(tmp_pa
     assert (tmp_path / "run" / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
 
 
+@pytest.mark.parametrize("at", [5, 25])  # killed before its first checkpoint / after one (step 20)
+def test_a_run_recorded_before_a_key_left_its_identity_still_resumes(tmp_path, monkeypatch, at):
+    """Identity files written when ``task.checkpoint_every`` still counted (as ``task.steps`` once did) must
+    resume to the numbers of an uninterrupted run, not be refused as another configuration."""
+    monkeypatch.setattr(rundir, "NOT_IDENTITY", tuple(k for k in rundir.NOT_IDENTITY if k != "task.checkpoint_every"))
+    run_dir = _interrupted_run(tmp_path, monkeypatch, at=at)  # undoes the patch once interrupted
+    assert json.loads((run_dir / rundir.IDENTITY_FILE).read_text())["config"]["task"]["checkpoint_every"] == 10
+    run_config([*TABULAR, "trainer.resume=auto"], run_dir)
+    run_config(TABULAR, tmp_path / "full")
+    assert (run_dir / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+    summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+    assert summary["status"] == "completed" and len(summary["resumed_from"]) == (at > 20)
+    with pytest.raises(ConfigError, match="algorithm.eta: 1.0 → 2"):  # a real change is still refused
+        run_config([*TABULAR, "algorithm.eta=2", "trainer.resume=true"], run_dir)
+
+
 def run_config_task():
     from harness.run import build_task
 
