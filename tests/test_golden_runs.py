@@ -1,0 +1,118 @@
+"""Golden runs: the metrics.csv of every supported (task, algorithm) pair at tiny size, byte for byte.
+
+They pin the numbers a refactor of the algorithms, tasks or trainer must keep: a change that moves any of them
+changes a committed result. Regenerate (only for a change that is meant to move numbers, and say so in the
+commit) with ``python tests/test_golden_runs.py``; it rewrites ``tests/golden/runs/``.
+
+The LLM trainer's loss is pinned on seeded group tensors (value and gradient, as float.hex) rather than by a run:
+its runs depend on a tokenizer trained on the fly, and the loss is what the algorithm library supplies to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from conftest import run_config  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden" / "runs"
+
+_TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=4",
+          "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
+_TERMINAL, _DENSE = [*_TOKEN, "task.reward=terminal"], [*_TOKEN, "task.reward=bag_of_tokens"]
+_MNIST = ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=20", "task.checkpoint_every=0", "seeds=2",
+          "task.batch_size=16"]
+_TABULAR_SINGLE = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "trainer.steps=12", "seeds=2"]
+_TABULAR_MULTI = ["task=tabular_multi", "task.contexts=4", "task.arms=5", "trainer.steps=12", "seeds=2"]
+
+CASES: dict[str, list[str]] = {
+    **{f"token_terminal_{a}": [*_TERMINAL, f"algorithm={a}"]
+       for a in ("tpo", "tpo_no_anchor", "grpo", "grpo_no_kl", "grpo_masked", "group_pg", "ppo", "dg", "pg")},
+    "token_dense_tpo": [*_DENSE, "algorithm=tpo"],
+    "token_sequential_tpo": [*_TOKEN, "task.reward=sequential", "algorithm=tpo"],
+    "token_dense_grpo_unguarded": [*_DENSE, "algorithm=grpo", "algorithm.zero_variance_guard=false"],
+    "token_dense_tpo_token": [*_DENSE, "algorithm=tpo_token"],
+    "token_sequential_tpo_token": [*_TOKEN, "task.reward=sequential", "algorithm=tpo_token"],
+    "token_dense_grpo_token": [*_DENSE, "algorithm=grpo_token"],
+    "token_terminal_tpo_epochs1": [*_TERMINAL, "algorithm=tpo", "algorithm.epochs=1"],
+    "token_terminal_dg_epochs4": [*_TERMINAL, "algorithm=dg", "algorithm.epochs=4"],
+    "token_terminal_tpo_no_dedup": [*_TERMINAL, "algorithm=tpo", "task.dedup=false"],
+    "token_terminal_grpo_no_dedup": [*_TERMINAL, "algorithm=grpo", "task.dedup=false"],
+    "token_terminal_tpo_chunk_all": [*_TERMINAL, "algorithm=tpo", "task.seed_chunk=2"],
+    "token_terminal_grpo_chunk_all": [*_TERMINAL, "algorithm=grpo", "task.seed_chunk=2"],
+    "token_terminal_ppo_chunk1": [*_TERMINAL, "algorithm=ppo", "task.seed_chunk=1"],
+    "token_terminal_ppo_interactions": [*_TERMINAL, "algorithm=ppo", "task.match=interactions"],
+    "token_terminal_dg_interactions": [*_TERMINAL, "algorithm=dg", "task.match=interactions"],
+    "token_dense_dg_surprisal_clip": [*_DENSE, "algorithm=dg", "algorithm.surprisal_clip=0.5"],
+    "token_dense_tpo_zero_variance_zero": [*_DENSE, "algorithm=tpo", "algorithm.zero_variance=zero"],
+    "token_dense_group_pg_zero_variance_zero": [*_DENSE, "algorithm=group_pg", "algorithm.zero_variance=zero"],
+    **{f"mnist_{a}": [*_MNIST, f"algorithm={a}"] for a in ("tpo", "group_pg", "grpo", "dg", "pg", "ce")},
+    "mnist_dg_surprisal_clip": [*_MNIST, "algorithm=dg", "algorithm.surprisal_clip=0.5"],
+    "mnist_tpo_zero_variance_zero": [*_MNIST, "algorithm=tpo", "algorithm.zero_variance=zero"],
+    "mnist_grpo_unguarded": [*_MNIST, "algorithm=grpo", "algorithm.zero_variance_guard=false"],
+    **{f"tabular_single_{a}": [*_TABULAR_SINGLE, f"algorithm={a}"] for a in ("pg", "dg", "grpo", "tpo")},
+    **{f"tabular_multi_{a}": [*_TABULAR_MULTI, f"algorithm={a}"] for a in ("ce", "pg", "dg", "grpo", "tpo")},
+    "tabular_multi_tpo_eta3": [*_TABULAR_MULTI, "algorithm=tpo", "algorithm.eta=3"],
+}
+
+LLM_LOSS_FILE = GOLDEN / "llm_group_losses.json"
+
+
+def run_case(name: str, run_dir: Path) -> bytes:
+    run_config(CASES[name], run_dir)
+    return (run_dir / "metrics.csv").read_bytes()
+
+
+def llm_group_losses() -> dict[str, dict[str, list[str]]]:
+    """Each LLM algorithm's group loss and its gradient on ℓ for seeded (1, groups, K) tensors, as float.hex."""
+    from conftest import compose_config
+    from harness.llm.trainer import group_policy_loss
+    from tasks.llm.base import LLM_ALGORITHMS
+
+    generator = torch.Generator().manual_seed(0)
+    logp_old = -torch.rand(1, 3, 4, generator=generator, dtype=torch.float64) * 5
+    logp = (logp_old + 0.3 * torch.randn(1, 3, 4, generator=generator, dtype=torch.float64)).requires_grad_(True)
+    scores = torch.tensor([[[0.0, 1.0, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]]], dtype=torch.float64)
+    out = {}
+    for name in LLM_ALGORITHMS:
+        hp = compose_config(["task=tabular_single", f"algorithm={name}"]).algorithm
+        loss = group_policy_loss(name, hp, logp, logp_old, scores)
+        (grad,) = torch.autograd.grad(loss.sum(), logp)
+        out[name] = {"loss": [v.hex() for v in loss.tolist()], "grad": [v.hex() for v in grad.flatten().tolist()]}
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_run_is_unchanged(name, tmp_path):
+    expected = (GOLDEN / name / "metrics.csv").read_bytes()
+    assert run_case(name, tmp_path / name) == expected, f"{name}: metrics.csv differs from tests/golden/runs"
+
+
+def test_llm_group_losses_are_unchanged():
+    assert llm_group_losses() == json.loads(LLM_LOSS_FILE.read_text())
+
+
+def test_every_golden_folder_has_a_case():
+    assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == sorted(CASES)
+
+
+if __name__ == "__main__":
+    import shutil
+    import tempfile
+
+    if GOLDEN.exists():
+        shutil.rmtree(GOLDEN)
+    with tempfile.TemporaryDirectory() as work:
+        for case in sorted(CASES):
+            (GOLDEN / case).mkdir(parents=True)
+            (GOLDEN / case / "metrics.csv").write_bytes(run_case(case, Path(work) / case))
+            print(case)
+    LLM_LOSS_FILE.write_text(json.dumps(llm_group_losses(), indent=1) + "\n")
