@@ -1,5 +1,6 @@
-"""Pure tensor functions for TPO and its baselines: scores → signals, losses, exact tabular directions."""
+"""TPO and its baselines: the algorithm interface and registry, the library of methods, their pure formulas."""
 
-from algorithms.registry import ALGORITHMS, Advantage, AlgorithmSpec, Rollout, get_algorithm
+from algorithms import library  # noqa: F401  (registers every algorithm)
+from algorithms.registry import ALGORITHMS, Aggregation, Algorithm, Groups, Rollout, build, get_algorithm, register
 
-__all__ = ["ALGORITHMS", "Advantage", "AlgorithmSpec", "Rollout", "get_algorithm"]
+__all__ = ["ALGORITHMS", "Aggregation", "Algorithm", "Groups", "Rollout", "build", "get_algorithm", "register"]

@@ -1,13 +1,9 @@
-"""Policy losses, one small pure function each (spec §2).
+"""The pure formulas the algorithm library (``library.py``) is written in: TPO's target and cross-entropy, the
+clipped importance-weighted objective, DG's gate, sequence log-probs and the KL to a reference (spec §2).
 
-Shapes: every function takes tensors of shape (R, ..., L) and returns a loss per replica, shape (R,).
-R is the replica (seed) axis: a seed-batched run sums the R losses, so each seed's parameters receive exactly
-their own gradient. L is the last axis: the K candidates of a group for the group losses, the T tokens of a
-sample for the single-sample losses (T = 1 for bandits). The axes between are batch axes, averaged.
-
-``logp_new`` carries the gradient; ``logp_old``, scores and advantages are treated as constants (detached here,
-so a caller cannot leak gradient through them). Because the TPO target and every advantage are recomputed from
-``logp_old`` and the scores, they stay frozen across the epochs of one batch by construction.
+Tensors have the replica (seed) axis first and the comparison set (K candidates) or the tokens last.
+``logp_new`` carries the gradient; ``logp_old``, scores and advantages are constants (detached here, so a caller
+cannot leak gradient through them).
 """
 
 from __future__ import annotations
@@ -15,12 +11,7 @@ from __future__ import annotations
 import torch
 
 from algorithms.functional import log_softmax
-from algorithms.scores import ZERO_VARIANCE_THRESHOLD, population_std, standardize
-
-
-def _mean_over_batch(per_unit: torch.Tensor) -> torch.Tensor:
-    """(R, ...) → (R,): average over every axis but the replica axis."""
-    return per_unit.flatten(1).mean(1) if per_unit.dim() > 1 else per_unit
+from algorithms.scores import standardize
 
 
 class _CrossEntropyToTarget(torch.autograd.Function):
@@ -42,6 +33,11 @@ class _CrossEntropyToTarget(torch.autograd.Function):
         return grad_output.unsqueeze(-1) * (log_p.exp() - target), None
 
 
+def cross_entropy_to_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """−Σ_k q_k log softmax(ℓ)_k over the last axis, with gradient softmax(ℓ) − q on ℓ (Eq. 3)."""
+    return _CrossEntropyToTarget.apply(logits, target)
+
+
 def tpo_target(
     logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, anchor: bool = True, zero_variance: str = "centered"
 ) -> torch.Tensor:
@@ -51,39 +47,6 @@ def tpo_target(
     return log_softmax(logits).exp()
 
 
-def tpo_loss(
-    logp_new: torch.Tensor,
-    logp_old: torch.Tensor,
-    scores: torch.Tensor,
-    eta: float = 1.0,
-    anchor: bool = True,
-    zero_variance: str = "centered",
-) -> torch.Tensor:
-    """TPO (Eq. 3): mean over groups of −Σ_k q_k log p^θ_k, p^θ = softmax over the group of ``logp_new``."""
-    q = tpo_target(logp_old, scores, eta, anchor, zero_variance)
-    return _mean_over_batch(_CrossEntropyToTarget.apply(logp_new, q))
-
-
-def tpo_no_anchor_loss(logp_new, logp_old, scores, eta: float = 1.0, zero_variance: str = "centered"):
-    """Ablation: TPO with q = softmax(u/η), i.e. without the p_old factor (Fig 8)."""
-    return tpo_loss(logp_new, logp_old, scores, eta, anchor=False, zero_variance=zero_variance)
-
-
-def group_pg_loss(
-    logp_new: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, zero_variance: str = "centered",
-    sampled: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Group PG (same-signal scalar ablation): −mean over groups of Σ_k (u_k/η) ℓ^θ_k.
-
-    ``sampled`` (0/1, same shape) restricts the sum to the members that were actually sampled, for bandits whose
-    group is the full action set (spec §2.16: the MNIST weight is u at the sampled class only).
-    """
-    weights = standardize(scores.detach(), zero_variance=zero_variance) / eta
-    if sampled is not None:
-        weights = weights * sampled
-    return _mean_over_batch(-(weights * logp_new).sum(-1))
-
-
 def clipped_objective(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -91,75 +54,36 @@ def clipped_objective(
     clip_eps: float = 0.2,
     beta: float = 0.0,
     log_ratio_clip: float | None = None,
+    clip_eps_high: float | None = None,
+    length: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
-    """Per-item min(ρA, clip(ρ, 1±ε)A) − β·KL_k3, with ρ = exp(x), x = ℓ^θ − ℓ^old, KL_k3 = e^{−x} + x − 1.
+    """Per-item min(ρA, clip(ρ, 1 − ε, 1 + ε_high)A) − β·KL_k3, with ρ = exp(x), x = (ℓ^θ − ℓ^old)/L,
+    KL_k3 = e^{−x} + x − 1; ε_high defaults to ε (DAPO's clip-higher sets it apart), L to 1 (GSPO's length).
 
     The k3 estimator is the reverse KL to the rollout snapshot π_old, evaluated on the sampled items.
     """
     log_ratio = logp_new - logp_old.detach()
+    if length is not None:
+        log_ratio = log_ratio / length
     if log_ratio_clip is not None:
         log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
     ratio = log_ratio.exp()
     advantages = advantages.detach()
-    objective = torch.minimum(ratio * advantages, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    objective = torch.minimum(ratio * advantages, ratio.clamp(1.0 - clip_eps, 1.0 + high) * advantages)
     if beta:
         objective = objective - beta * ((-log_ratio).exp() + log_ratio - 1.0)
     return objective
 
 
-def clipped_surrogate_loss(logp_new, logp_old, advantages, clip_eps=0.2, beta=0.0, log_ratio_clip=None):
-    """−mean over the batch of Σ_L ``clipped_objective`` (PPO over tokens, GRPO over a group's candidates)."""
-    objective = clipped_objective(logp_new, logp_old, advantages, clip_eps, beta, log_ratio_clip)
-    return _mean_over_batch(-objective.sum(-1))
-
-
-def grpo_loss(
-    logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor,
-    clip_eps: float = 0.2, beta: float = 0.04, log_ratio_clip: float = 20.0,
-) -> torch.Tensor:
-    """GRPO (spec §2.7): clipped surrogate on the group's sequence ratios, log-ratio clipped to ±20, k3 KL
-    (β = 0.04) to the rollout snapshot, summed over the K candidates, averaged over groups.
-    ``advantages`` are the group z-scores (``scores.zscore_advantages``)."""
-    return clipped_surrogate_loss(logp_new, logp_old, advantages, clip_eps, beta, log_ratio_clip)
-
-
-def grpo_masked_loss(
-    logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor,
-    clip_eps: float = 0.2, beta: float = 0.04, log_ratio_clip: float = 20.0,
-) -> torch.Tensor:
-    """GRPO with zero-variance groups masked out (spec §2.10): −Σ_b 1{σ_b > 1e-6} G_b / max(1, #informative)."""
-    group_objective = clipped_objective(logp_new, logp_old, advantages, clip_eps, beta, log_ratio_clip).sum(-1)
-    informative = (population_std(scores.detach()).squeeze(-1) > ZERO_VARIANCE_THRESHOLD).to(group_objective.dtype)
-    total = (informative * group_objective).flatten(1).sum(1)
-    return -total / informative.flatten(1).sum(1).clamp_min(1.0)
-
-
-def ppo_loss(logp_new, logp_old, advantages, clip_eps: float = 0.2) -> torch.Tensor:
-    """PPO (spec §2.13): per-token ratios, no log-ratio clip, no KL; −mean over samples of Σ_t."""
-    return clipped_surrogate_loss(logp_new, logp_old, advantages, clip_eps, beta=0.0)
-
-
-def dg_loss(
-    logp_new: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_clip: float | None = None
-) -> torch.Tensor:
-    """Delightful gradient (spec §2.14): −mean Σ_t sg(σ(A·ℓ/η)·A) log π, surprisal ℓ = −log π under the current
-    parameters; ``surprisal_clip`` clips ℓ to [−c, c] (never enabled in the paper)."""
-    surprisal = -logp_new.detach()
+def dg_gate(logp: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_clip: float | None = None
+            ) -> torch.Tensor:
+    """DG's weight sg(σ(A·ℓ/η)·A) (spec §2.14), surprisal ℓ = −log π of ``logp``, clipped to [−c, c] if set."""
+    surprisal = -logp.detach()
     if surprisal_clip is not None:
         surprisal = surprisal.clamp(-surprisal_clip, surprisal_clip)
     advantages = advantages.detach()
-    weight = torch.sigmoid(advantages * surprisal / eta) * advantages
-    return _mean_over_batch(-(weight * logp_new).sum(-1))
-
-
-def pg_loss(logp_new: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """REINFORCE with a baseline: −mean Σ_t A_t log π(a_t)."""
-    return _mean_over_batch(-(advantages.detach() * logp_new).sum(-1))
-
-
-def ce_loss(logp_label: torch.Tensor) -> torch.Tensor:
-    """Supervised cross-entropy oracle: −mean log π(y) (full information, no sampling)."""
-    return _mean_over_batch(-logp_label.sum(-1))
+    return torch.sigmoid(advantages * surprisal / eta) * advantages
 
 
 def sequence_logprob(token_logp: torch.Tensor, mask: torch.Tensor, length_normalized: bool = False) -> torch.Tensor:
@@ -177,4 +101,5 @@ def reference_kl(token_logp_new: torch.Tensor, token_logp_ref: torch.Tensor, mas
     delta = token_logp_ref.detach() - token_logp_new
     per_token = delta.exp() - delta - 1.0
     mask = mask.to(per_token.dtype)
-    return _mean_over_batch((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0))
+    per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+    return per_sequence.flatten(1).mean(1) if per_sequence.dim() > 1 else per_sequence

@@ -1,24 +1,38 @@
-"""Algorithm id → loss, the rollout shapes it can run on, its advantage estimator and default epochs.
+"""The algorithm interface every task and trainer calls, and the registry of algorithms.
 
-A task offers some rollout shapes; an algorithm runs on the first of its shapes that the task offers. Adding an
-algorithm means one loss function in ``losses.py``, one entry here and one ``conf/algorithm/<id>.yaml`` (and, for
-a hyperparameter no other algorithm has, its valid range in ``HYPERPARAMETERS``).
+An algorithm is a subclass of ``Algorithm`` decorated with ``@register`` (see ``library.py``): its id, the
+rollout shapes it runs on, its default epochs, its hyperparameters (a frozen dataclass built once from
+``conf/algorithm/<id>.yaml``), how its loss terms are aggregated, and three methods on one rollout batch:
+
+* ``signal(groups)``: the frozen per-batch signal (TPO's target q, or advantages), from ℓ_old and the scores;
+  computed once per batch, so it cannot drift across epochs;
+* ``terms(logp, groups, signal)``: the loss terms per candidate (or per token), shape of ``logp``, whose
+  aggregation (``Aggregation``: TRL's split of a loss into objective and reduction) is the loss;
+* ``weights(groups, signal)``: the first-epoch weights w, shape of ``logp``, such that the gradient of the loss
+  at θ = θ_old is −aggregate(w ⊙ ∇ℓ). Section 4's diagnostics read them, and the MNIST bandit's one-update
+  closed form uses them, so neither re-derives an algorithm's formula.
+
+A task builds ``Groups`` (scores, ℓ_old and what else its rollout has) and calls ``loss``; it never names an
+algorithm. The registry refuses an algorithm on a task that does not offer one of its rollout shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, ClassVar
 
-from algorithms import losses
-from algorithms.scores import ZERO_VARIANCE_MODES
+import torch
+
+from algorithms.checks import ConfigError, check_bool, check_choice, check_number
+from algorithms.scores import ZERO_VARIANCE_MODES, ZERO_VARIANCE_THRESHOLD, population_std
 
 
 class Rollout(str, Enum):
     """How candidates are produced for one context."""
 
-    SINGLE = "single"  # one sampled action/sequence per context (PPO, DG, PG; GRPO standardizes over the batch)
+    SINGLE = "single"  # one sampled action/sequence per context; the batch is the comparison set
     GROUP = "group"  # K sampled full sequences per context
     TOKEN_CANDIDATES = "token_candidates"  # K sampled next tokens at every state of one behaviour path
     FULL_ACTION_SET = "full_action_set"  # a bandit's whole action set is the group (only sampled arms are scored)
@@ -26,69 +40,226 @@ class Rollout(str, Enum):
     SUPERVISED = "supervised"  # the label itself (CE oracle)
 
 
-class Advantage(str, Enum):
-    """What the loss consumes in place of raw scores."""
+class Aggregation(str, Enum):
+    """How the loss terms of a batch become one loss per replica (seed)."""
 
-    SCORES = "scores"  # raw scores; the loss standardizes them itself (TPO family)
-    ZSCORE = "zscore"  # (s − mean)/(popstd + 1e-8) over the comparison set (the group, or the batch)
-    BASELINE = "baseline"  # r − b with the task's baseline
-    NONE = "none"  # no reward signal (CE)
-
-
-@dataclass(frozen=True)
-class AlgorithmSpec:
-    name: str
-    loss: Callable
-    rollouts: tuple[Rollout, ...]
-    advantage: Advantage
-    epochs: int
-    summary: str
-
-    def rollout_for(self, offered: tuple[Rollout, ...] | frozenset[Rollout]) -> Rollout | None:
-        return next((shape for shape in self.rollouts if shape in offered), None)
+    GROUPS = "groups"  # mean over groups of the sum over the last axis (the paper's losses)
+    INFORMATIVE_GROUPS = "informative_groups"  # the same sum over groups, / #groups with σ > 1e-6 (min 1)
+    SEQUENCES = "sequences"  # mean over every candidate (TRL/verl "seq-mean"); per-token terms are summed first
+    TOKENS = "tokens"  # sum over every token / number of tokens in the batch (DAPO's token mean)
+    CONSTANT = "constant"  # sum over every token / (number of candidates · longest answer) (Dr. GRPO)
 
 
-_G, _S, _T, _F, _E = Rollout.GROUP, Rollout.SINGLE, Rollout.TOKEN_CANDIDATES, Rollout.FULL_ACTION_SET, Rollout.EXACT
-
-ALGORITHMS: dict[str, AlgorithmSpec] = {
-    spec.name: spec
-    for spec in (
-        AlgorithmSpec("tpo", losses.tpo_loss, (_G, _F, _E), Advantage.SCORES, 4, "Target Policy Optimization"),
-        AlgorithmSpec("tpo_token", losses.tpo_loss, (_T,), Advantage.SCORES, 4, "TPO over K next-token candidates"),
-        AlgorithmSpec("tpo_no_anchor", losses.tpo_no_anchor_loss, (_G,), Advantage.SCORES, 4, "TPO, q = softmax(u/η)"),
-        AlgorithmSpec("grpo", losses.grpo_loss, (_G, _S, _E), Advantage.ZSCORE, 4, "GRPO, clip + k3 KL to π_old"),
-        AlgorithmSpec("grpo_token", losses.grpo_loss, (_T,), Advantage.ZSCORE, 4, "GRPO over K next-token candidates"),
-        AlgorithmSpec("grpo_no_kl", losses.grpo_loss, (_G,), Advantage.ZSCORE, 4, "GRPO with β = 0"),
-        AlgorithmSpec("grpo_masked", losses.grpo_masked_loss, (_G,), Advantage.ZSCORE, 4, "GRPO, zero-variance masked"),
-        AlgorithmSpec("group_pg", losses.group_pg_loss, (_G, _F), Advantage.SCORES, 4, "PG weighted by TPO's u"),
-        AlgorithmSpec("ppo", losses.ppo_loss, (_S,), Advantage.BASELINE, 4, "PPO, clipped per-token ratio"),
-        AlgorithmSpec("dg", losses.dg_loss, (_S, _E), Advantage.BASELINE, 1, "Delightful gradient, σ(A·ℓ/η) gate"),
-        AlgorithmSpec("pg", losses.pg_loss, (_S, _E), Advantage.BASELINE, 4, "REINFORCE with a baseline"),
-        AlgorithmSpec("ce", losses.ce_loss, (Rollout.SUPERVISED, _E), Advantage.NONE, 1, "cross-entropy oracle"),
-    )
-}
+# Aggregations whose value is a mean over groups: micro-batches of whole groups accumulate the full-batch loss
+# exactly (the LLM trainer's requirement).
+PER_GROUP = (Aggregation.GROUPS, Aggregation.SEQUENCES)
 
 
-# The valid values of every hyperparameter a conf/algorithm/*.yaml sets, whichever task reads it: a range (the
-# keywords of tasks.base.check_number), a tuple of choices, or bool. tests/test_validation.py checks that every key
-# of every conf/algorithm/*.yaml has an entry.
+@dataclass
+class Groups:
+    """One rollout batch as an algorithm sees it. Every tensor has the replica (seed) axis first.
+
+    Group rollouts: ``scores`` (R, ..., K) with the comparison set (the K candidates) on the last axis;
+    ``logp_old`` the rollout policy's log-probs in the shape the task will pass as ``logp``: (R, ..., K), or
+    (R, ..., K, T) per token for an algorithm with ``token_level``. Single-sample rollouts: ``scores`` are the
+    rewards (R, B, T) and the comparison set is the batch (axis 1); ``advantages`` the task's baseline
+    advantages r − b, same shape."""
+
+    scores: torch.Tensor
+    logp_old: torch.Tensor
+    rollout: Rollout
+    advantages: torch.Tensor | None = None  # single-sample rollouts: the task's r − b
+    sampled: torch.Tensor | None = None  # full-action-set groups: 1 at the members that were sampled
+    mask: torch.Tensor | None = None  # per-token log-probs: 1 at answer tokens (None: every token counts)
+    lengths: torch.Tensor | float = 1.0  # answer tokens per candidate (GSPO's L_i); bandits: 1
+    max_length: int | None = None  # the longest possible answer (Dr. GRPO's constant); None: the token axis
+    # When this batch is one of M equal parts of a larger one (LLM micro-batches): the whole batch's count that a
+    # count-normalised aggregation divides by (tokens, informative groups), divided by M.
+    normaliser: float | None = None
+    zscore_eps_in_sqrt: bool = False  # the task's reference z-scores by sqrt(var + 1e-8) (tabular, spec §2.12)
+
+    @property
+    def compare_dim(self) -> int:
+        return 1 if self.rollout is Rollout.SINGLE else -1
+
+    def informative(self) -> torch.Tensor:
+        """1.0 for groups whose scores have σ > 1e-6, shape of the scores less their last axis."""
+        return (population_std(self.scores).squeeze(-1) > ZERO_VARIANCE_THRESHOLD).to(self.scores.dtype)
+
+
+def _mean_over_batch(per_unit: torch.Tensor) -> torch.Tensor:
+    """(R, ...) → (R,): average over every axis but the replica axis."""
+    return per_unit.flatten(1).mean(1) if per_unit.dim() > 1 else per_unit
+
+
+def aggregate(terms: torch.Tensor, groups: Groups, how: Aggregation, token_level: bool = False,
+              count: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Loss per replica (R,) from loss terms shaped like ``logp``: per candidate (R, ..., K), or per token
+    (R, ..., K, T) with ``token_level`` (masked by ``groups.mask``). ``count``: what TOKENS and
+    INFORMATIVE_GROUPS divide by (``Algorithm.count``)."""
+    if token_level and groups.mask is not None:
+        terms = terms * groups.mask.to(terms.dtype)
+    if how in (Aggregation.GROUPS, Aggregation.INFORMATIVE_GROUPS):
+        per_group = terms.sum((-1, -2)) if token_level else terms.sum(-1)
+        if how is Aggregation.GROUPS:
+            return _mean_over_batch(per_group)
+        return (groups.informative() * per_group).flatten(1).sum(1) / count
+    if how is Aggregation.SEQUENCES:
+        return _mean_over_batch(terms.sum(-1) if token_level else terms)
+    total = terms.flatten(1).sum(1)
+    if how is Aggregation.TOKENS:
+        return total / count
+    if how is Aggregation.CONSTANT:
+        candidates = terms[0].numel() // (terms.shape[-1] if token_level else 1)
+        longest = groups.max_length or (terms.shape[-1] if token_level else 1)
+        return total / (candidates * longest)
+    raise ValueError(f"aggregation {how!r}")
+
+
+def token_count(groups: Groups, token_level: bool, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """(R,) tokens in the batch (per-candidate terms: candidates), only those of groups where ``keep`` is 1."""
+    tokens = groups.logp_old.new_ones(groups.logp_old.shape) if groups.mask is None or not token_level \
+        else groups.mask.to(groups.logp_old.dtype)
+    if keep is not None:
+        tokens = tokens * (keep[..., None, None] if token_level else keep[..., None])
+    return tokens.flatten(1).sum(1).clamp_min(1.0)
+
+
+class Algorithm:
+    """Base class of the algorithm library; subclasses set the class attributes and implement the methods."""
+
+    id: ClassVar[str]
+    label: ClassVar[str]  # the report's name for it
+    style: ClassVar[tuple[str, str]] = ("#7f7f7f", "-")  # the report's colour and line style
+    summary: ClassVar[str]
+    rollouts: ClassVar[tuple[Rollout, ...]]  # in order of preference: a task runs the first one it offers
+    epochs: ClassVar[int] = 4  # updates per rollout batch unless ``algorithm.epochs`` says otherwise
+    aggregation: ClassVar[Aggregation] = Aggregation.GROUPS
+    token_level: ClassVar[bool] = False  # group rollouts pass per-token log-probs (R, ..., K, T)
+    length_normalised: ClassVar[bool] = False  # divides sequence log-probs by their length itself (GSPO)
+    target: ClassVar[bool] = False  # the signal is a distribution over the group (its weights sum to 1)
+    trl_loss: ClassVar[bool] = False  # TRL's own GRPO loss can stand in for it (LLM ``task.loss_impl=trl``)
+
+    @dataclass(frozen=True)
+    class Hyperparameters:
+        pass
+
+    def __init__(self, hp: Any = None):
+        self.hp = self.Hyperparameters() if hp is None else hp
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @classmethod
+    def rollout_for(cls, offered) -> Rollout | None:
+        """The first of its rollout shapes that a task offers (None: it cannot run there)."""
+        return next((shape for shape in cls.rollouts if shape in offered), None)
+
+    def check(self, rollout: Rollout) -> None:
+        """Refuse (ConfigError) hyperparameters that mean nothing on the rollout shape a task chose."""
+
+    def signal(self, groups: Groups) -> torch.Tensor | None:
+        raise NotImplementedError
+
+    def terms(self, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def weights(self, groups: Groups, signal: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def loss(self, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None) -> torch.Tensor:
+        """Per-replica loss (R,): the aggregated terms."""
+        count = None
+        if self.aggregation in (Aggregation.TOKENS, Aggregation.INFORMATIVE_GROUPS):
+            count = self.count(groups) if groups.normaliser is None else groups.normaliser
+        return aggregate(self.terms(logp, groups, signal), groups, self.aggregation, self._token_level(groups), count)
+
+    def count(self, groups: Groups) -> torch.Tensor:
+        """(R,) what a count-normalised aggregation divides by: the batch's tokens (TOKENS) or its informative
+        groups (INFORMATIVE_GROUPS), at least 1. Needs only the scores, the mask and ℓ_old's shape, so a trainer
+        that splits a batch into micro-batches computes it once on the whole batch (``Groups.normaliser``)."""
+        if self.aggregation is Aggregation.INFORMATIVE_GROUPS:
+            return groups.informative().flatten(1).sum(1).clamp_min(1.0)
+        return token_count(groups, self._token_level(groups))
+
+    def _token_level(self, groups: Groups) -> bool:
+        return self.token_level and groups.rollout is Rollout.GROUP
+
+    def exact_direction(self, probs: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+        """Tabular one-hot bandit (spec §2.6): the exact expected update direction on the logits; only algorithms
+        with ``Rollout.EXACT`` among their rollouts define it."""
+        raise NotImplementedError
+
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: add an algorithm to the registry under ``cls.id`` (an id may be registered once)."""
+    if cls.__dict__.get("id") is None:
+        raise TypeError(f"{cls.__name__} sets no id")
+    if cls.id in ALGORITHMS:
+        raise ValueError(f"algorithm id {cls.id!r} is registered twice ({ALGORITHMS[cls.id].__name__}, "
+                         f"{cls.__name__})")
+    ALGORITHMS[cls.id] = cls
+    return cls
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The registered class of ``name``; ValueError naming the valid ids otherwise."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"algorithm={name!r} is unknown; valid choices: {', '.join(ALGORITHMS)}") from None
+
+
+# The valid values of every hyperparameter a conf/algorithm/*.yaml sets: a range (the keywords of
+# algorithms.checks.check_number), a tuple of choices, or bool. tests/test_validation.py checks that every key of every
+# conf/algorithm/*.yaml has an entry.
 HYPERPARAMETERS: dict[str, dict | tuple | type] = {
     "epochs": dict(low=1, integer=True, optional=True),  # updates per rollout batch; null = the registry default
     "eta": dict(low=0, low_open=True),  # η > 0: TPO's q ∝ p_old·exp(u/η), Group PG's u/η, DG's gate σ(A·ℓ/η)
     "clip_eps": dict(low=0, low_open=True),  # ε of clip(ρ, 1 − ε, 1 + ε); ε = 0 pins the ratio at 1
+    "clip_eps_low": dict(low=0, low_open=True, high=1, high_open=True),  # DAPO's 1 − ε_low
+    "clip_eps_high": dict(low=0, low_open=True),  # DAPO's 1 + ε_high, GSPO's upper bound
+    "is_clip": dict(low=0, low_open=True),  # CISPO's ε_max: the IS weight is min(ρ, ε_max), stopped
     "beta": dict(low=0),  # weight of the k3 KL to π_old; 0 = none
     "log_ratio_clip": dict(low=0, low_open=True, allow_inf=True),  # |log ρ| ≤ c before exp; inf = no clip
     "surprisal_clip": dict(low=0, low_open=True, optional=True, allow_inf=True),  # ℓ ∈ [−c, c]; null = never
     "zero_variance": ZERO_VARIANCE_MODES,
     "zero_variance_guard": bool,
+    "filter_groups": bool,
 }
+
+
+def build(cfg) -> Algorithm:
+    """The algorithm of an ``algorithm`` config node, its hyperparameters checked and typed once.
+
+    ConfigError (one line, naming the key and its valid range) for an unknown id, an unknown key or a bad value."""
+    try:
+        cls = get_algorithm(cfg.name)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    check_hyperparameters(cfg)
+    fields = {field.name: field for field in dataclasses.fields(cls.Hyperparameters)}
+    unknown = sorted(set(cfg) - set(fields) - {"name", "epochs"})
+    if unknown:
+        raise ConfigError(f"algorithm.{unknown[0]} is not a hyperparameter of algorithm={cls.id}; valid keys: "
+                          f"{', '.join(['epochs', *fields]) }")
+    values = {name: _typed(cfg[name], field.type) for name, field in fields.items() if name in cfg}
+    return cls(cls.Hyperparameters(**values))
+
+
+def _typed(value, annotation) -> Any:
+    if value is None or annotation not in ("float", float, "float | None"):
+        return value
+    return float(value)
 
 
 def check_hyperparameters(cfg) -> None:
     """Raise a ConfigError naming the key, the value and its valid range for any hyperparameter of the
     ``algorithm`` config node outside ``HYPERPARAMETERS``."""
-    from tasks.base import check_bool, check_choice, check_number  # tasks.base imports this package
-
     for name, value in cfg.items():
         valid, key = HYPERPARAMETERS.get(name), f"algorithm.{name}"
         if isinstance(valid, dict):
@@ -97,10 +268,3 @@ def check_hyperparameters(cfg) -> None:
             check_choice(key, value, valid)
         elif valid is bool:
             check_bool(key, value)
-
-
-def get_algorithm(name: str) -> AlgorithmSpec:
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"algorithm={name!r} is unknown; valid choices: {', '.join(ALGORITHMS)}") from None

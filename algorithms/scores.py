@@ -34,16 +34,23 @@ def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "cente
     return torch.where(informative, centred / std.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
 
 
-def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, guard: bool = True) -> torch.Tensor:
+def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, guard: bool = True,
+                      eps_in_sqrt: bool = False) -> torch.Tensor:
     """GRPO's A = (s - mean s) / (popstd(s) + eps) over ``dim``.
 
     ``guard=True`` sets A = 0 in groups whose popstd <= 1e-6 (the paper's intent). ``guard=False`` is the
     reference code's unguarded formula: for dense scores the float mean of K equal values can be off by one ulp,
     and dividing that by 1e-8 gives every member of the group the same spurious advantage of order ±1.
+    ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (spec §2.12).
     """
     centred = scores - scores.mean(dim, keepdim=True)
-    std = centred.pow(2).mean(dim, keepdim=True).sqrt()
-    advantages = centred / (std + eps)
+    variance = centred.pow(2).mean(dim, keepdim=True)
+    if eps_in_sqrt:
+        advantages = centred / variance.add(eps).sqrt()
+        std = variance.sqrt()
+    else:
+        std = variance.sqrt()
+        advantages = centred / (std + eps)
     if guard:
         advantages = torch.where(std > ZERO_VARIANCE_THRESHOLD, advantages, torch.zeros_like(advantages))
     return advantages

@@ -65,7 +65,10 @@ def main() -> None:
     if data_dir is None:
         fail("no GSM8K data: pass --data-dir with train.jsonl and test.jsonl")
 
+    from harness import process
     from harness.run import compose_config, train
+
+    process.tune_memory()
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     out = Path(os.environ.get("OUT") or ROOT / "results" / "bench")

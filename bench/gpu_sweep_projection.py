@@ -31,7 +31,10 @@ from pathlib import Path
 
 import torch
 
+from harness import process
 from harness.run import build_task, compose_config
+
+process.tune_memory()  # as python -m harness does (harness.process)
 
 CHECKS = [
     ["task=tabular_single", "algorithm=tpo"],

@@ -16,7 +16,10 @@ import time
 import torch
 from omegaconf import open_dict
 
+from harness import process
 from harness.run import build_task, compose_config
+
+process.tune_memory()  # as python -m harness does (harness.process)
 
 
 def make_task(algorithm: str, seeds: int, seed_offset: int = 0):

@@ -24,7 +24,10 @@ import time
 
 import torch
 
+from harness import process
 from harness.run import build_task, compose_config
+
+process.tune_memory()  # as python -m harness does (harness.process)
 
 
 def make_task(algorithm: str, seeds: int, args, chunk: int | str = "auto", seed_offset: int = 0):

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-import traceback
-from pathlib import Path
+from harness import process
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+process.tune_memory()  # before torch allocates anything
 
-from harness import outputs, rundir, sweep
-from harness.run import CONFIG_DIR, train
-from tasks.base import ConfigError
+import logging  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from harness import outputs, rundir, sweep  # noqa: E402
+from harness.run import CONFIG_DIR, train  # noqa: E402
+from algorithms.checks import ConfigError  # noqa: E402
 
 log = logging.getLogger("harness")
 REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the run directory is left as it was

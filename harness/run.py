@@ -15,13 +15,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from algorithms import get_algorithm
-from algorithms.registry import check_hyperparameters
+import algorithms
 from harness import outputs, rundir
 from harness.tracking import check_logger_config, make_tracker
 from tasks import get_task
-from tasks.base import (
-    ConfigError, Task, check_bool, check_choice, check_non_negative, check_number, check_positive_int)
+from algorithms.checks import (
+    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int)
+from tasks.base import Task
 from tasks.models import linear
 
 log = logging.getLogger(__name__)
@@ -87,14 +87,15 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     ``device`` overrides ``cfg.device`` without its checks: the tests build tasks on PyTorch's ``meta`` device,
     where any tensor made on the host fails, to check on a CPU-only machine that the GPU path makes every tensor on
     the task's device."""
-    algorithm = get_algorithm_or_config_error(cfg.algorithm.name)
+    algorithm = algorithms.build(cfg.algorithm)  # its hyperparameters checked and typed
     task_cls = get_task(cfg.task.name)
     rollout = algorithm.rollout_for(task_cls.rollouts)
-    supported = task_cls.supported_algorithms()
-    if rollout is None or algorithm.name not in supported:
+    if rollout is None or not task_cls.supports(type(algorithm)):
         needs = ", ".join(shape.value for shape in algorithm.rollouts)
-        raise ConfigError(f"algorithm={algorithm.name} cannot run on task={task_cls.name} (it needs a rollout of "
-                          f"shape {needs}); valid algorithms for {task_cls.name}: {', '.join(supported)}")
+        raise ConfigError(f"algorithm={algorithm.id} cannot run on task={task_cls.name} (it needs a rollout of "
+                          f"shape {needs}); valid algorithms for {task_cls.name}: "
+                          f"{', '.join(task_cls.supported_algorithms())}")
+    algorithm.check(rollout)
     check_positive_int("seeds", cfg.seeds)
     check_positive_int("trainer.steps", cfg.trainer.steps)
     check_non_negative("trainer.checkpoint_every", cfg.trainer.checkpoint_every, integer=True)  # 0 = at the end
@@ -105,7 +106,6 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
         raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")
     for threshold in thresholds:
         check_number("task.steps_to", threshold, low=0, high=1)
-    check_hyperparameters(cfg.algorithm)
     check_logger_config(cfg.logger)
     check_bool("flush_denormal", cfg.flush_denormal)
     check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
@@ -128,13 +128,6 @@ def set_threads(threads) -> None:
         raise ConfigError(f"threads={threads!r} is not valid; expected null, 0 (torch's default) or a positive integer")
     if threads:
         torch.set_num_threads(threads)
-
-
-def get_algorithm_or_config_error(name: str):
-    try:
-        return get_algorithm(name)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
 
 
 class _Interrupted(Exception):

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from harness import outputs
-from tasks.base import ConfigError
+from algorithms.checks import ConfigError
 
 IDENTITY_FILE, LOCK_FILE = "identity.json", "run.lock"
 TRL_DIR = "trl"  # the LLM trainer's checkpoints

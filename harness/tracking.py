@@ -49,7 +49,7 @@ DEFAULT_INIT_TIMEOUT = 10.0  # seconds; wandb's own default, 90 s, is how long a
 
 def check_logger_config(logger_cfg) -> None:
     """Validate the ``logger`` node before any work (ConfigError naming the key and the valid values)."""
-    from tasks.base import check_choice, check_number
+    from algorithms.checks import check_choice, check_number
 
     if check_choice("logger.name", logger_cfg.name, ("wandb", "none")) == "none":
         return

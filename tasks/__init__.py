@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from tasks.base import ConfigError, Task
+from algorithms.checks import ConfigError
+from tasks.base import Task
 
 TASKS: dict[str, str] = {
     "tabular_single": "tasks.tabular:TabularSingle",

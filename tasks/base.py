@@ -6,79 +6,14 @@ Every tensor a task returns has a leading seed axis S: all seeds train as one ba
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from omegaconf import DictConfig
 
-from algorithms import AlgorithmSpec, Rollout
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot run; raised before any work is done."""
-
-
-def check_choice(key: str, value: Any, choices: tuple | list) -> Any:
-    """Raise a ConfigError naming ``key`` and the valid choices if ``value`` is not one of them (booleans and
-    numbers are told apart: 1 is not true)."""
-    if not any(value == choice and isinstance(value, bool) == isinstance(choice, bool) for choice in choices):
-        raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, choices))}")
-    return value
-
-
-def check_positive_int(key: str, value: Any) -> int:
-    """Raise a ConfigError naming ``key`` unless ``value`` is a positive integer."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{key}={value!r} is not valid; expected a positive integer")
-    return value
-
-
-def check_number(key: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False, integer: bool = False, optional: bool = False,
-                 allow_inf: bool = False) -> Any:
-    """Raise a ConfigError naming ``key``, the value and the valid range unless ``value`` is a number (an integer
-    with ``integer``) within [low, high] (``low_open`` / ``high_open``: that end excluded); ``optional``: null is
-    valid too. NaN is never valid, ±inf only with ``allow_inf``. Returns ``value``."""
-    if value is None and optional:
-        return value
-    valid = isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or not integer)
-    if valid and isinstance(value, float):
-        valid = not math.isnan(value) and (allow_inf or math.isfinite(value))
-    if valid and low is not None:
-        valid = value > low if low_open else value >= low
-    if valid and high is not None:
-        valid = value < high if high_open else value <= high
-    if not valid:
-        if low is not None and high is not None:
-            bounds = f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        elif low is not None:
-            bounds = f" {'>' if low_open else '>='} {low}"
-        elif high is not None:
-            bounds = f" {'<' if high_open else '<='} {high}"
-        else:
-            bounds = ""
-        kind, shown = "an integer" if integer else "a number", "null" if value is None else repr(value)
-        raise ConfigError(f"{key}={shown} is not valid; expected {'null or ' if optional else ''}{kind}{bounds}")
-    return value
-
-
-def check_positive_float(key: str, value: Any, optional: bool = False) -> Any:
-    """A number > 0 (η, clip ε, learning rates, temperatures, timeouts); ``optional``: null is valid too."""
-    return check_number(key, value, low=0, low_open=True, optional=optional)
-
-
-def check_non_negative(key: str, value: Any, integer: bool = False) -> Any:
-    """A number (an integer with ``integer``) >= 0: KL coefficients, "0 = off" counts such as checkpoint_every."""
-    return check_number(key, value, low=0, integer=integer)
-
-
-def check_bool(key: str, value: Any) -> bool:
-    """Raise a ConfigError naming ``key`` unless ``value`` is true or false."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r} is not valid; valid choices: true, false")
-    return value
+from algorithms import Algorithm, Rollout
+from algorithms.checks import ConfigError
 
 
 @dataclass
@@ -100,16 +35,15 @@ class Task:
     name: ClassVar[str]
     rollouts: ClassVar[frozenset[Rollout]]
     metric_names: ClassVar[tuple[str, ...]] = ("error",)
-    algorithms: ClassVar[tuple[str, ...] | None] = None  # restricts the algorithms further, when set
 
-    def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: AlgorithmSpec, rollout: Rollout,
+    def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: Algorithm, rollout: Rollout,
                  seeds: torch.Tensor, device: torch.device, model: DictConfig | None = None,
                  optim: DictConfig | None = None):
         self.cfg = cfg
         self.model_cfg = model  # top-level ``model`` / ``optim`` nodes, present when the task's defaults pull them in
         self.optim_cfg = optim
         self.algorithm_cfg = algorithm_cfg
-        self.algorithm = algorithm
+        self.algorithm = algorithm  # the registry's algorithm, hyperparameters typed (``algorithm.hp``)
         self.rollout = rollout
         self.seeds = seeds
         self.device = device
@@ -126,11 +60,15 @@ class Task:
                               "per batch; valid choices: null, 1")
 
     @classmethod
+    def supports(cls, algorithm: type[Algorithm]) -> bool:
+        """Whether the task can run the algorithm: it offers one of its rollout shapes (a task may refine this)."""
+        return algorithm.rollout_for(cls.rollouts) is not None
+
+    @classmethod
     def supported_algorithms(cls) -> list[str]:
         from algorithms import ALGORITHMS
 
-        return [name for name, spec in ALGORITHMS.items()
-                if spec.rollout_for(cls.rollouts) is not None and (cls.algorithms is None or name in cls.algorithms)]
+        return [name for name, algorithm in ALGORITHMS.items() if cls.supports(algorithm)]
 
     def step(self, step: int) -> StepOutput:
         raise NotImplementedError

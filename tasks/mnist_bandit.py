@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from algorithms import Rollout, losses
+from algorithms import Groups, Rollout, mechanism
 from algorithms.functional import log_softmax, softmax
-from algorithms.scores import standardize, zscore_advantages
-from harness import rng
-from harness.optim import FusedAdam
-from tasks.base import (
-    ConfigError, StepOutput, Task, check_bool, check_choice, check_positive_float, check_positive_int)
+from tasks import rng
+from tasks.models.optim import FusedAdam
+from algorithms.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
+from tasks.base import StepOutput, Task
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist
-from tasks.mnist_mechanism import mechanism_by_bin
 from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
 
-MECHANISM_ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")
 MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
 STEP_LABELS = ("reference", "updates")
 RNG_BLOCK = 200  # steps of random draws made per call
@@ -30,7 +27,6 @@ RNG_BLOCK = 200  # steps of random draws made per call
 class MnistBandit(Task):
     name = "mnist_bandit"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET, Rollout.SUPERVISED})
-    algorithms = ("tpo", "dg", "group_pg", "grpo", "pg", "ce")
 
     @classmethod
     def check_steps(cls, cfg, steps: int) -> None:
@@ -56,80 +52,59 @@ class MnistBandit(Task):
         self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
-        self.mechanism = bool(cfg.mechanism) and self.algorithm.name in MECHANISM_ALGORITHMS
+        self.mechanism = bool(cfg.mechanism) and self.algorithm.id in mechanism.ALGORITHMS
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
         self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
         self._block = None
         self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
 
+    def groups(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
+               ) -> tuple[torch.Tensor, Groups]:
+        """The algorithm's log-probs and its view of a batch, by rollout shape (spec §2.5, §2.11, §2.16):
+
+        * full action set (TPO, Group PG): the group is the 10 classes, scored r − Σπ² at the sampled class and 0
+          elsewhere; an algorithm whose signal is a target fits the group softmax of the logits themselves (the
+          policy), so its gradient on them is p_θ − q as written;
+        * single sample: ℓ = log π(a) (S, B, 1), rewards 1{a = y}, advantages r − Σπ² (the expected reward, a
+          constant baseline); the batch is the comparison set;
+        * supervised (CE): ℓ = log π(y)."""
+        if self.rollout is Rollout.FULL_ACTION_SET:
+            sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
+            groups = Groups(self.class_scores(log_probs, actions, labels), log_probs.detach(), self.rollout,
+                            sampled=sampled)
+            return (logits if self.algorithm.target else log_probs), groups
+        if self.rollout is Rollout.SUPERVISED:
+            logp = log_probs.gather(-1, labels.unsqueeze(-1))
+            return logp, Groups(torch.zeros_like(logp), logp.detach(), self.rollout)
+        rewards = (actions == labels).to(log_probs.dtype).unsqueeze(-1)
+        baseline = log_probs.detach().exp().pow(2).sum(-1, keepdim=True)  # expected reward Σπ², constant in θ
+        taken = log_probs.gather(-1, actions.unsqueeze(-1))  # (S, B, 1)
+        return taken, Groups(rewards, taken.detach(), self.rollout, advantages=rewards - baseline)
+
     def loss(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
              ) -> torch.Tensor:
-        """Per-seed loss for the configured algorithm, built from the shared library functions: the definition
-        the step's closed form (``loss_and_logit_grad``) is tested against, value and gradient.
-
-        ``log_probs`` = log softmax(``logits``). TPO's cross-entropy takes the logits themselves (its group softmax
-        is the policy), so its gradient on them is p_θ − q as written."""
-        hp, name = self.algorithm_cfg, self.algorithm.name
-        if name == "tpo":  # group = the 10 classes; only the sampled class is scored (spec §2.5)
-            scores = self.class_scores(log_probs, actions, labels)
-            return losses.tpo_loss(logits, log_probs.detach(), scores, float(hp.eta), zero_variance=hp.zero_variance)
-        if name == "group_pg":  # weight u at the sampled class: ±3 for one-hot scores (spec §2.16)
-            sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
-            return losses.group_pg_loss(log_probs, self.class_scores(log_probs, actions, labels), float(hp.eta),
-                                        hp.zero_variance, sampled=sampled)
-        rewards = (actions == labels).to(log_probs.dtype)
-        baseline = log_probs.detach().exp().pow(2).sum(-1)  # expected reward Σπ², constant w.r.t. θ
-        taken = log_probs.gather(-1, actions.unsqueeze(-1))  # (S, B, 1)
-        if name == "grpo":  # single-sample GRPO: advantages z-scored over the batch (spec §2.11)
-            advantages = zscore_advantages(rewards, dim=-1, guard=bool(hp.zero_variance_guard)).unsqueeze(-1)
-            return losses.grpo_loss(taken, taken.detach(), advantages, float(hp.clip_eps), float(hp.beta),
-                                    float(hp.log_ratio_clip))
-        if name == "dg":
-            clip = hp.get("surprisal_clip")
-            return losses.dg_loss(taken, (rewards - baseline).unsqueeze(-1), float(hp.eta),
-                                  None if clip is None else float(clip))
-        if name == "pg":
-            return losses.pg_loss(taken, (rewards - baseline).unsqueeze(-1))
-        return losses.ce_loss(log_probs.gather(-1, labels.unsqueeze(-1)))
+        """Per-seed loss (S,) of the configured algorithm through autograd: the definition the step's closed form
+        (``loss_and_logit_grad``) is tested against, value and gradient. ``log_probs`` = log softmax(``logits``)."""
+        logp, groups = self.groups(logits, log_probs, actions, labels)
+        return self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
 
     def loss_and_logit_grad(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor]:
         """``loss``'s value (S,) and its gradient on the logits (S, B, 10) in closed form, without autograd.
 
-        Each batch gets one update, from the rollout policy itself, and there every loss here is −(1/B) Σ_b Σ_k
-        w_bk log π_bk with constant weights w: TPO the target q (Eq. 3); Group PG u/η at the sampled class; DG the
-        gate σ(A·ℓ/η)·A; PG r − Σπ²; CE 1 at the label; GRPO its advantage at the sampled class, in the gradient
-        only: its ratio is exactly 1, so the clip is inactive, the k3 KL has zero gradient and the loss is −mean A.
-        Through log softmax the gradient on the logits is (π Σ_k w − w) / B; for TPO, Σ_k q = 1 and it is written
-        as the paper's (π − q) / B. Autograd through the losses' small ops cost 0.03–0.25 ms of a 1-seed step;
-        tests check value and gradient against ``loss`` and its autograd."""
-        hp, name = self.algorithm_cfg, self.algorithm.name
-        if name in ("grpo", "ce"):  # a weight at one class: GRPO's z-scored reward, CE's 1 at the label
-            rewards = (actions == labels).to(log_probs.dtype)
-            if name == "grpo":
-                weight = zscore_advantages(rewards, dim=-1, guard=bool(hp.zero_variance_guard))
-            else:
-                weight, actions = torch.ones_like(rewards), labels
-            weights = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), weight.unsqueeze(-1))
-        else:  # from the class scores (r − Σπ² at the sampled class, 0 elsewhere), as the library losses use them
-            scores = self.class_scores(log_probs, actions, labels)
-            if name == "tpo":
-                weights = losses.tpo_target(log_probs, scores, float(hp.eta), zero_variance=hp.zero_variance)
-            elif name == "group_pg":
-                sampled = torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), 1.0)
-                weights = standardize(scores, zero_variance=hp.zero_variance) / float(hp.eta) * sampled
-            elif name == "dg":  # the gate σ(A·ℓ/η)·A at the sampled class, A its score
-                sampled = actions.unsqueeze(-1)
-                surprisal, advantage = -log_probs.gather(-1, sampled), scores.gather(-1, sampled)
-                if (clip := hp.get("surprisal_clip")) is not None:
-                    surprisal = surprisal.clamp(-float(clip), float(clip))
-                gated = torch.sigmoid(advantage * surprisal / float(hp.eta)) * advantage
-                weights = torch.zeros_like(scores).scatter_(-1, sampled, gated)
-            else:  # pg
-                weights = scores
-        loss = -(weights.sum(-1) if name == "grpo" else (weights * log_probs).sum(-1)).mean(-1)
-        mass = 1.0 if name == "tpo" else weights.sum(-1, keepdim=True)  # Σq = 1: exactly the paper's π − q
+        Each batch gets one update, from the rollout policy itself, where the gradient of every loss is
+        −(1/B) Σ_b Σ_k w_bk ∇log π_bk with the algorithm's first-epoch weights w (``Algorithm.weights``; on a
+        bandit every aggregation is the mean over the batch). Through log softmax the gradient on the logits is
+        (π Σ_k w − w) / B; for a target (TPO), Σ_k q = 1 and it is written as the paper's (π − q) / B."""
+        logp, groups = self.groups(log_probs, log_probs, actions, labels)
+        signal = self.algorithm.signal(groups)
+        weights = self.algorithm.weights(groups, signal)
+        if self.rollout is not Rollout.FULL_ACTION_SET:  # one weight, at the sampled class (CE: the label)
+            at = labels if self.rollout is Rollout.SUPERVISED else actions
+            weights = torch.zeros_like(log_probs).scatter_(-1, at.unsqueeze(-1), weights)
+        mass = 1.0 if self.algorithm.target else weights.sum(-1, keepdim=True)
+        loss = self.algorithm.loss(logp, groups, signal)
         return loss, (log_probs.exp() * mass - weights) / log_probs.shape[1]
 
     @staticmethod
@@ -144,8 +119,8 @@ class MnistBandit(Task):
         probs = softmax(mlp_logits(self.params, self.test_images))  # (S, N, 10)
         metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
         if self.mechanism:
-            eta = float(self.algorithm_cfg.get("eta", 1.0))
-            bins = mechanism_by_bin(probs, self.test_labels, self.algorithm.name, eta)
+            eta = float(getattr(self.algorithm.hp, "eta", 1.0))
+            bins = mechanism.mechanism_by_bin(probs, self.test_labels, self.algorithm.id, eta)
             for stat in MECHANISM_STATS:
                 for b in range(4):
                     metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from algorithms import Rollout, losses
-from algorithms.exact import EXACT_DIRECTIONS
+from algorithms import Groups, Rollout
+from algorithms.exact import ce_direction
 from algorithms.functional import log_softmax, softmax
-from harness import rng
-from tasks.base import StepOutput, Task, check_number, check_positive_int
+from tasks import rng
+from algorithms.checks import check_number, check_positive_int
+from tasks.base import StepOutput, Task
 
 
 def normalised_step(logits: torch.Tensor, direction: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -40,38 +41,36 @@ class TabularSingle(Task):
     name = "tabular_single"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET})
     metric_names = ("error", "misalignment")
-    algorithms = ("pg", "dg", "grpo", "tpo")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
         arms = check_arms_and_alpha(self.cfg)
         self.alpha, self.batch_size = float(self.cfg.alpha), check_positive_int("task.batch_size", self.cfg.batch_size)
-        self.eta = float(self.algorithm_cfg.get("eta", 1.0))
         self.logits = torch.zeros(len(self.seeds), arms, device=self.device)
 
     def _direction(self, step: int) -> torch.Tensor:
+        """−∇ of the algorithm's loss on the logit table for this step's B sampled actions (rewards 1{a = 0}).
+
+        Full action set (TPO): the group is the K arms, each scored by its summed advantage r − 0.5 over the batch
+        divided by B, the anchor log(π + 1e-8). Single samples: ℓ = log π(a), advantages r − 0.5, the batch the
+        comparison set, z-scores with the reference's sqrt(var + 1e-8) (spec §2.12)."""
         logits = self.logits.detach().requires_grad_(True)
         log_probs = log_softmax(logits)
         u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
         actions = rng.sample_categorical(log_probs.detach().unsqueeze(1), u)  # (S, B)
         rewards = (actions == 0).float()
-        name, eta = self.algorithm.name, self.eta
-        if name == "tpo":
-            # Per-arm aggregated advantage over the batch; the group is the full action set.
+        if self.rollout is Rollout.FULL_ACTION_SET:
             arm_scores = torch.zeros_like(logits).scatter_add_(1, actions, rewards - 0.5) / actions.shape[1]
             anchor = torch.log(log_probs.detach().exp() + 1e-8)
-            loss = losses.tpo_loss(log_probs.unsqueeze(1), anchor.unsqueeze(1), arm_scores.unsqueeze(1), eta,
-                                   zero_variance=self.algorithm_cfg.zero_variance)
+            sampled = torch.zeros_like(logits).scatter_(1, actions, 1.0)
+            logp = log_probs.unsqueeze(1)
+            groups = Groups(arm_scores.unsqueeze(1), anchor.unsqueeze(1), self.rollout, sampled=sampled.unsqueeze(1))
         else:
-            taken = log_probs.gather(1, actions).unsqueeze(-1)  # (S, B, 1)
-            if name == "grpo":  # spec §2.12: the epsilon sits inside the square root here
-                centred = rewards - rewards.mean(1, keepdim=True)
-                advantages = centred / centred.pow(2).mean(1, keepdim=True).add(1e-8).sqrt()
-            else:
-                advantages = rewards - 0.5
-            advantages = advantages.unsqueeze(-1)
-            loss = losses.dg_loss(taken, advantages, eta) if name == "dg" else losses.pg_loss(taken, advantages)
+            logp = log_probs.gather(1, actions).unsqueeze(-1)  # (S, B, 1)
+            rewards = rewards.unsqueeze(-1)
+            groups = Groups(rewards, logp.detach(), self.rollout, advantages=rewards - 0.5, zscore_eps_in_sqrt=True)
+        loss = self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
         (grad,) = torch.autograd.grad(loss.sum(), logits)
         return -grad
 
@@ -105,15 +104,13 @@ class TabularMulti(Task):
         self.require_single_update()
         shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
         self.alpha = float(self.cfg.alpha)
-        self.direction = EXACT_DIRECTIONS[self.algorithm.name]
-        self.direction_kwargs = {"eta": float(self.algorithm_cfg.eta)} if self.algorithm.name in ("dg", "tpo") else {}
         self.logits = rng.normal(self.seeds, "init/logits", 0, shape).to(self.device)
         self.correct = torch.zeros(len(self.seeds), shape[0], dtype=torch.long, device=self.device)
 
     def step(self, step: int) -> StepOutput:
         probs = softmax(self.logits)
-        direction = self.direction(probs, self.correct, **self.direction_kwargs)
-        alignment = misalignment(direction, EXACT_DIRECTIONS["ce"](probs, self.correct))
+        direction = self.algorithm.exact_direction(probs, self.correct)
+        alignment = misalignment(direction, ce_direction(probs, self.correct))
         self.logits = normalised_step(self.logits, direction, self.alpha)
         error = 1.0 - softmax(self.logits)[..., 0].mean(-1)
         return StepOutput(loss=direction.flatten(1).sum(1), metrics={"error": error, "misalignment": alignment},

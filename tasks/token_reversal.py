@@ -25,19 +25,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from algorithms import Advantage, Rollout, losses
-from algorithms.scores import (
-    ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std, standardize, zscore_advantages)
-from harness import rng
-from harness.optim import MUON_SPLITS, transformer_optimizer
-from tasks.base import (
-    ConfigError, StepOutput, Task, check_choice, check_number, check_positive_float, check_positive_int)
+from algorithms import Groups, Rollout
+from algorithms.scores import ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std
+from tasks import rng
+from tasks.models.optim import MUON_SPLITS, transformer_optimizer
+from algorithms.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
+from tasks.base import StepOutput, Task
 from tasks.models import transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")
 MATCHES = ("prompts", "interactions")
-TPO_FAMILY = ("tpo", "tpo_token", "tpo_no_anchor")
 METRICS = ("error", "grad_norm", "frac_success", "all_fail", "frac_zero_var", "weight_winners", "weight_losers",
            "target_entropy")
 
@@ -187,9 +185,10 @@ class Batch:
     # the seeds this batch belongs to (a chunk, when seeds are computed in chunks)
     seeds: slice = field(default_factory=lambda: slice(None))
     candidates: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
     distinct: tuple[torch.Tensor, torch.Tensor] | None = None  # (keep, inverse) of ``distinct_answers``
-    logp_old: torch.Tensor | None = None
+    logp_old: torch.Tensor | None = None  # the first epoch's ℓ, detached
+    groups: Groups | None = None  # the algorithm's view, with ℓ_old
+    signal: torch.Tensor | None = None  # the algorithm's frozen signal for this batch
 
 
 class TokenReversal(Task):
@@ -277,59 +276,46 @@ class TokenReversal(Task):
         return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error, seeds=seeds)
 
     def log_probs(self, batch: Batch, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """Current log-probs of the batch's candidates: sequence sums (S, B, K), token candidates (S, B, H, K),
-        or per-token (S, B, H) for single samples; one teacher-forced forward in every case (of the distinct
-        answers only, when ``task.dedup``). ``params``: the chunk's parameters, by default ``chunk_params``."""
+        """Current log-probs of the batch's candidates: sequence sums (S, B, K), or per token (S, B, K, H) for an
+        algorithm that reads tokens, token candidates (S, B, H, K), or per-token (S, B, H) for single samples; one
+        teacher-forced forward in every case (of the distinct answers only, when ``task.dedup``). ``params``: the
+        chunk's parameters, by default ``chunk_params``."""
         params = self.chunk_params(batch.seeds) if params is None else params
         if self.rollout is Rollout.TOKEN_CANDIDATES:
             return answer_log_probs(params, batch.prompts, batch.actions).gather(-1, batch.candidates)
         S, B, K, H = batch.actions.shape
+        per_token = self.rollout is Rollout.GROUP and self.algorithm.token_level
         actions = batch.actions.reshape(S, B * K, H)
         if batch.distinct is not None:
             keep, inverse = batch.distinct
             answers = actions.gather(1, keep.unsqueeze(-1).expand(-1, -1, H))
             taken = answer_log_probs(params, batch.prompts, answers, keep // K).gather(-1, answers.unsqueeze(-1))
+            if per_token:
+                return taken.squeeze(-1).gather(1, inverse.unsqueeze(-1).expand(-1, -1, H)).view(S, B, K, H)
             return taken.squeeze(-1).sum(-1).gather(1, inverse).view(S, B, K)
         taken = answer_log_probs(params, batch.prompts, actions).gather(-1, actions.unsqueeze(-1)).view(S, B, K, H)
+        if per_token:
+            return taken
         return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
 
-    # ---- losses ----------------------------------------------------------------------------------------------
-    def advantages(self, scores: torch.Tensor) -> torch.Tensor | None:
-        """Frozen per-episode signal: group z-scores (GRPO family), batch-mean baseline (single), none (TPO family)."""
-        if self.algorithm.advantage is Advantage.ZSCORE:
-            return zscore_advantages(scores, guard=bool(self.algorithm_cfg.zero_variance_guard))
-        if self.algorithm.advantage is Advantage.BASELINE:
-            return batch_mean_baseline(scores, batch_dim=1)
-        return None
-
     def loss(self, logp: torch.Tensor, logp_old: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Per-seed loss (S,) of the configured algorithm, from ``algorithms.losses``."""
-        name, hp, A = self.algorithm.name, self.algorithm_cfg, batch.advantages
-        if name in TPO_FAMILY:
-            return losses.tpo_loss(logp, logp_old, batch.scores, float(hp.eta), anchor=name != "tpo_no_anchor",
-                                   zero_variance=hp.zero_variance)
-        if name == "group_pg":
-            return losses.group_pg_loss(logp, batch.scores, float(hp.eta), hp.zero_variance)
-        if name == "grpo_masked":
-            return losses.grpo_masked_loss(logp, logp_old, A, batch.scores, float(hp.clip_eps), float(hp.beta),
-                                           float(hp.log_ratio_clip))
-        if name.startswith("grpo"):
-            return losses.grpo_loss(logp, logp_old, A, float(hp.clip_eps), float(hp.beta), float(hp.log_ratio_clip))
-        if name == "ppo":
-            return losses.ppo_loss(logp, logp_old, A, float(hp.clip_eps))
-        if name == "dg":
-            return losses.dg_loss(logp, A, float(hp.eta), self._surprisal_clip())
-        return losses.pg_loss(logp, A)
+        """Per-seed loss (S,) of the configured algorithm. The batch's first call freezes ℓ_old and the
+        algorithm's signal on it (``batch.groups``, ``batch.signal``); later epochs reuse them."""
+        if batch.groups is None:
+            batch.groups = self.groups(batch, logp_old)
+            batch.signal = self.algorithm.signal(batch.groups)
+        return self.algorithm.loss(logp, batch.groups, batch.signal)
 
-    def _surprisal_clip(self) -> float | None:
-        clip = self.algorithm_cfg.get("surprisal_clip")
-        return None if clip is None else float(clip)
+    def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
+        """The algorithm's view of a batch: scores, ℓ_old and, for single samples, the batch-mean baseline
+        advantages A_t = r_t − mean over the batch of r_t."""
+        single = self.rollout is Rollout.SINGLE
+        return Groups(batch.scores, logp_old, self.rollout, lengths=float(self.H),
+                      advantages=batch_mean_baseline(batch.scores, batch_dim=1) if single else None)
 
     # ---- episode ---------------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOutput:
         batches = [self.rollout_batch(step, seeds) for seeds in self.chunks]
-        for batch in batches:
-            batch.advantages = self.advantages(batch.scores)
         for epoch in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             chunk_losses = []
@@ -348,7 +334,7 @@ class TokenReversal(Task):
                 first_loss, grad_norm = torch.cat(chunk_losses), self.grad_norm()
                 self.active &= torch.isfinite(first_loss) & torch.isfinite(grad_norm)  # freeze diverged seeds
             self.optimizer.step(active=self.active)
-        diagnostics = [self.diagnostics(batch.logp_old, batch) for batch in batches]
+        diagnostics = [self.diagnostics(batch) for batch in batches]
         metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,
                    **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]}}
         return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
@@ -369,27 +355,18 @@ class TokenReversal(Task):
         return sum(p.grad.pow(2).flatten(1).sum(1) for p in self.params.values() if p.grad is not None).sqrt()
 
     @torch.no_grad()
-    def diagnostics(self, logp_old: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+    def diagnostics(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Section 4 diagnostics (spec §6.9) on the episode's rollout, with the pre-update (rollout) policy.
 
-        Per-candidate weights: TPO family q; Group PG |u|/η; GRPO family |A|; PPO, PG |A_t| and DG |gate·A_t|
-        averaged over the tokens. Groups are the K sequences of a prompt or the K candidates of a state."""
-        name, hp, A = self.algorithm.name, self.algorithm_cfg, batch.advantages
+        Per-candidate weight: |w| of the algorithm's first-epoch weights (TPO family q, Group PG u/η, GRPO family
+        A, DG gate·A), averaged over the tokens of a single sample or of a per-token group candidate; the target's
+        entropy for algorithms whose signal is a target. Groups are the K sequences of a prompt or the K candidates
+        of a state."""
+        weights = self.algorithm.weights(batch.groups, batch.signal).abs()
+        if weights.dim() > batch.success.dim():
+            weights = weights.mean(-1)
         nan = torch.full_like(batch.error, math.nan)
-        entropy = nan
-        if name in TPO_FAMILY:
-            weights = losses.tpo_target(logp_old, batch.scores, float(hp.eta), name != "tpo_no_anchor",
-                                        hp.zero_variance)
-            entropy = torch.special.entr(weights).sum(-1).flatten(1).mean(1)
-        elif name == "group_pg":
-            weights = standardize(batch.scores, zero_variance=hp.zero_variance).abs() / float(hp.eta)
-        elif name == "dg":
-            surprisal = -logp_old
-            if (clip := self._surprisal_clip()) is not None:
-                surprisal = surprisal.clamp(-clip, clip)
-            weights = (torch.sigmoid(A * surprisal / float(hp.eta)) * A).abs().mean(-1)
-        else:
-            weights = A.abs().mean(-1) if self.rollout is Rollout.SINGLE else A.abs()
+        entropy = (torch.special.entr(batch.signal).sum(-1).flatten(1).mean(1) if self.algorithm.target else nan)
         success = batch.success.float()
 
         def weighted_mean(mask: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_leaves
 
 from algorithms import functional
 from conftest import compose_config
-from harness import rng
+from tasks import rng
 from harness.run import build_task
 from tasks import TASKS, get_task
 from tasks import token_reversal as tr
@@ -60,7 +60,6 @@ def _first_epoch(task, step=0):
     logps, loss_values = [], []
     for seeds in task.chunks:
         batch = task.rollout_batch(step, seeds)
-        batch.advantages = task.advantages(batch.scores)
         logp = task.log_probs(batch)
         loss = task.loss(logp, logp.detach(), batch)
         loss.sum().backward()

@@ -18,7 +18,8 @@ import torch
 from conftest import ROOT, compose_config, run_cli, run_config
 from harness import outputs
 from harness.run import build_task
-from tasks.base import ConfigError, StepOutput
+from algorithms.checks import ConfigError
+from tasks.base import StepOutput
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
@@ -158,11 +159,12 @@ def test_unknown_names_fail_before_work_with_the_valid_choices(tmp_path):
 
 def test_an_algorithm_the_task_cannot_run_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="tpo_token cannot run on task=mnist_bandit .*token_candidates.*; "
-                                          "valid algorithms for mnist_bandit: tpo, grpo, group_pg, dg, pg, ce"):
+                                          "valid algorithms for mnist_bandit: tpo, group_pg, grpo, ppo, dg, pg, ce, "
+                                          "rloo, dr_grpo, dapo, gspo, cispo$"):
         build_task(compose_config(["task=mnist_bandit", "algorithm=tpo_token"]))
-    result = run_cli(["task=tabular_single", "algorithm=ppo", "logger=none"], tmp_path)
+    result = run_cli(["task=tabular_single", "algorithm=tpo_no_anchor", "logger=none"], tmp_path)
     assert result.returncode == 2
-    assert "valid algorithms for tabular_single: tpo, grpo, dg, pg" in result.stderr
+    assert "valid algorithms for tabular_single: tpo, group_pg, grpo, ppo, dg, pg, rloo" in result.stderr
     assert not list(tmp_path.rglob("metrics.csv"))
 
 
@@ -178,12 +180,12 @@ def test_bad_values_name_the_key(override, key):
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, launcher):
-    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo,ppo,pg", "seeds=2", "trainer.steps=5",
+    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo,tpo_no_anchor,pg", "seeds=2", "trainer.steps=5",
                       "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}", *launcher], tmp_path)
     statuses = {json.loads(p.read_text())["algorithm"]: json.loads(p.read_text())["status"]
                 for p in (tmp_path / "sweep").rglob("summary.json")}
-    assert statuses == {"tpo": "completed", "ppo": "failed", "pg": "completed"}, result.stderr
-    failed = next(p.parent for p in (tmp_path / "sweep").rglob("summary.json") if "ppo" in str(p))
+    assert statuses == {"tpo": "completed", "tpo_no_anchor": "failed", "pg": "completed"}, result.stderr
+    failed = next(p.parent for p in (tmp_path / "sweep").rglob("summary.json") if "tpo_no_anchor" in str(p))
     assert "valid algorithms" in (failed / "error.txt").read_text()
 
 
@@ -221,7 +223,9 @@ def test_mnist_bandit_learns(tmp_path):
 
 
 REUSE_PROBE = """
-import ctypes, resource, harness
+import ctypes, resource
+from harness import process
+KEEPS_FREED_MEMORY = process.tune_memory()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 def faults_of_one_round():  # a training step in miniature: 3 blocks of 8 MB live together, then freed together
@@ -232,7 +236,7 @@ def faults_of_one_round():  # a training step in miniature: 3 blocks of 8 MB liv
     for block in blocks:
         libc.free(block)
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(harness.KEEPS_FREED_MEMORY, *[faults_of_one_round() for _ in range(6)])
+print(KEEPS_FREED_MEMORY, *[faults_of_one_round() for _ in range(6)])
 """
 
 

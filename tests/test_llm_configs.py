@@ -7,15 +7,14 @@ import itertools
 import pytest
 import yaml
 
-from algorithms import ALGORITHMS
+from algorithms import ALGORITHMS, Rollout
 from conftest import CONF, compose_config
 from harness.llm.models import model_source
 from harness.llm.train import check_llm_config
 from harness.run import build_task
 from harness.run import compose_config as harness_compose
 from tasks import TASKS, get_task
-from tasks.base import ConfigError
-from tasks.llm.base import LLM_ALGORITHMS
+from algorithms.checks import ConfigError
 
 LLM_TASKS = sorted(name for name, target in TASKS.items() if target.startswith("tasks.llm."))
 LLM_PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
@@ -43,12 +42,13 @@ def test_every_llm_preset_combination_validates(preset):
 
 @pytest.mark.parametrize("task", LLM_TASKS)
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_llm_tasks_refuse_algorithms_without_whole_group_losses(task, algorithm):
-    if algorithm in LLM_ALGORITHMS:
+def test_llm_tasks_run_every_group_algorithm_and_refuse_the_rest(task, algorithm):
+    if Rollout.GROUP in ALGORITHMS[algorithm].rollouts:
         assert algorithm in get_task(task).supported_algorithms()
         validate([f"task={task}", f"algorithm={algorithm}"])
     else:
-        with pytest.raises(ConfigError, match=f"valid algorithms for {task}: tpo, tpo_no_anchor, grpo"):
+        with pytest.raises(ConfigError, match=f"valid algorithms for {task}: tpo, tpo_no_anchor, group_pg, grpo, "
+                                              "grpo_no_kl, grpo_masked, rloo, dr_grpo, dapo, gspo, cispo$"):
             build_task(compose_config([f"task={task}", f"algorithm={algorithm}"]))
 
 
@@ -147,3 +147,9 @@ def test_model_sources():
         model_source(compose_config(["task=gsm8k", "model.package=no_such_package"]).model)
     with pytest.raises(ConfigError, match="model.path is not set"):
         model_source(compose_config(["task=gsm8k", "model=hf"]).model)
+
+
+@pytest.mark.parametrize("algorithm", ["dapo", "cispo", "dr_grpo", "gspo"])
+def test_length_normalised_sequence_log_probs_are_refused_where_they_would_count_twice(algorithm):
+    with pytest.raises(ConfigError, match=f"task.sequence_logprob=mean is not valid for algorithm={algorithm}"):
+        validate(["task=gsm8k", f"algorithm={algorithm}", "task.sequence_logprob=mean"])

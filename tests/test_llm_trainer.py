@@ -9,7 +9,9 @@ import itertools
 import pytest
 import torch
 
-from algorithms import losses
+import algorithms
+import loss_calls
+from algorithms import Groups, Rollout, losses
 from algorithms.scores import zscore_advantages
 from conftest import compose_config
 from harness.llm.train import build_trainer
@@ -105,8 +107,11 @@ def test_every_micro_batch_holds_whole_groups(tiny_llm, gsm8k_dir, tmp_path, gro
     assert len(set(seen)) == 4  # the update sees every prompt exactly once: no group was split
 
 
-@pytest.mark.parametrize("algorithm", ["tpo", "grpo", "tpo_no_anchor", "group_pg"])
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo", "tpo_no_anchor", "group_pg", "grpo_masked", "rloo", "dr_grpo",
+                                       "dapo", "gspo", "cispo"])
 def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, algorithm):
+    """Micro-batches of whole groups accumulate the full batch's loss exactly, including the aggregations that
+    divide by a count over the whole batch (DAPO's and CISPO's token mean, masked GRPO's informative groups)."""
     eta = ["algorithm.eta=0.5"] if algorithm.startswith("tpo") else []  # η ≠ 1: u/η and u·η differ
     trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, f"algorithm={algorithm}", "task.K=4", *eta,
                                 score=alternating_score())
@@ -120,17 +125,27 @@ def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, 
     logp = (token_logp * mask).sum(-1).view(1, 2, 4)
     assert scores.std(-1).min() > 0
     if algorithm.startswith("tpo"):
-        expected = losses.tpo_loss(logp, logp.detach(), scores, hp.eta, anchor=algorithm == "tpo",
+        expected = loss_calls.tpo_loss(logp, logp.detach(), scores, hp.eta, anchor=algorithm == "tpo",
                                    zero_variance=hp.zero_variance)
         written = independent_tpo_loss(logp, logp, scores, 0.5, anchor=algorithm == "tpo")
         torch.testing.assert_close(actual, written.squeeze(0), rtol=1e-5, atol=1e-6)
     elif algorithm == "group_pg":
-        expected = losses.group_pg_loss(logp, scores, hp.eta, hp.zero_variance)
-    else:
-        expected = losses.grpo_loss(logp, logp.detach(), zscore_advantages(scores), hp.clip_eps, hp.beta,
-                                    hp.log_ratio_clip)
+        expected = loss_calls.group_pg_loss(logp, scores, hp.eta, hp.zero_variance)
+    elif algorithm == "grpo":
+        expected = loss_calls.grpo_loss(logp, logp.detach(), zscore_advantages(scores), hp.clip_eps, hp.beta,
+                                        hp.log_ratio_clip)
         written = independent_grpo_loss(logp, logp, scores, hp.clip_eps, hp.beta, hp.log_ratio_clip)
         torch.testing.assert_close(actual, written.squeeze(0), rtol=1e-5, atol=1e-6)
+    else:  # the registry's loss on the whole batch at once (per token for the token-level methods)
+        method, lengths = algorithms.build(hp), mask.sum(-1).float().view(1, 2, 4)
+        if method.token_level:
+            shape = (1, 2, 4, token_logp.size(-1))
+            groups = Groups(scores, token_logp.detach().view(shape), Rollout.GROUP, mask=mask.view(shape),
+                            lengths=lengths, max_length=trainer.max_completion_length)
+            expected = method.loss(token_logp.view(shape), groups, method.signal(groups))
+        else:
+            groups = Groups(scores, logp.detach(), Rollout.GROUP, lengths=lengths)
+            expected = method.loss(logp, groups, method.signal(groups))
     torch.testing.assert_close(actual, expected.squeeze(0), rtol=1e-5, atol=1e-6)
 
 
@@ -144,7 +159,7 @@ def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_
     scores = torch.rand(8, generator=generator)
     loss, kl = trainer.rlvr_loss(token_logp, token_logp_old, None, mask, scores)
     shape = (1, 2, 4)
-    expected = losses.tpo_loss(losses.sequence_logprob(token_logp, mask, True).view(shape),
+    expected = loss_calls.tpo_loss(losses.sequence_logprob(token_logp, mask, True).view(shape),
                                losses.sequence_logprob(token_logp_old, mask, True).view(shape), scores.view(shape),
                                cfg.algorithm.eta, zero_variance=cfg.algorithm.zero_variance)
     assert torch.equal(loss, expected.squeeze(0)) and kl is None

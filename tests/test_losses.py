@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import loss_calls
 from algorithms import losses
 from algorithms.exact import EXACT_DIRECTIONS, beta_closed_form
 from algorithms.scores import standardize, zscore_advantages
@@ -37,7 +38,7 @@ def test_tpo_gradient_on_group_logits_is_p_minus_q(eta):
     logits = torch.randn(2, 3, 6, generator=gen, requires_grad=True)
     logp_old = torch.randn(2, 3, 6, generator=gen)
     scores = torch.randn(2, 3, 6, generator=gen)
-    loss = losses.tpo_loss(logits, logp_old, scores, eta)
+    loss = loss_calls.tpo_loss(logits, logp_old, scores, eta)
     (grad,) = torch.autograd.grad(loss.sum(), logits)
     q = numpy_target(logp_old.numpy(), scores.numpy(), eta)
     p = torch.softmax(logits.detach(), -1).numpy()
@@ -58,11 +59,11 @@ def test_tpo_gradient_vanishes_at_the_target(eta):
     np.testing.assert_allclose(q[0, 3], np.exp(logp_old[0, 3].numpy()) / np.exp(logp_old[0, 3].numpy()).sum(),
                                atol=1e-12)
     logits = torch.log(torch.from_numpy(q)).requires_grad_(True)
-    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
+    (grad,) = torch.autograd.grad(loss_calls.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
     assert grad.abs().max() < 1e-12
     other = numpy_target(logp_old.numpy(), scores.numpy(), 1.0 / eta)
     logits = torch.log(torch.from_numpy(other)).requires_grad_(True)
-    (grad,) = torch.autograd.grad(losses.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
+    (grad,) = torch.autograd.grad(loss_calls.tpo_loss(logits, logp_old, scores, eta).sum(), logits)
     assert grad.abs().max() > 1e-2
     np.testing.assert_allclose(grad.numpy(), (other - q) / 4, atol=1e-12)  # p − q, mean over the 4 groups
     np.testing.assert_allclose(losses.tpo_target(logp_old, scores, eta).numpy(), q, atol=1e-12)
@@ -74,8 +75,8 @@ def test_zero_variance_group_gives_exactly_zero_first_epoch_gradient(value):
     scores = torch.full((3, 4, 8), value, dtype=torch.float32)
     scores[:, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])  # one informative group keeps the loss non-trivial
     for loss_fn in (
-        lambda lp: losses.tpo_loss(lp, logp_old, scores),
-        lambda lp: losses.grpo_loss(lp, logp_old, zscore_advantages(scores)),
+        lambda lp: loss_calls.tpo_loss(lp, logp_old, scores),
+        lambda lp: loss_calls.grpo_loss(lp, logp_old, zscore_advantages(scores)),
     ):
         logp_new = logp_old.clone().requires_grad_(True)  # first epoch: the policy is still the rollout policy
         (grad,) = torch.autograd.grad(loss_fn(logp_new).sum(), logp_new)
@@ -145,11 +146,11 @@ def test_grpo_first_epoch_gradient_and_clipping():
     logp_old = torch.randn(1, 2, 4, generator=gen)
     adv = zscore_advantages(torch.randn(1, 2, 4, generator=gen))
     logp_new = logp_old.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(losses.grpo_loss(logp_new, logp_old, adv).sum(), logp_new)
+    (grad,) = torch.autograd.grad(loss_calls.grpo_loss(logp_new, logp_old, adv).sum(), logp_new)
     torch.testing.assert_close(grad, -adv / 2)  # ρ = 1, KL gradient 0; sum over K, mean over 2 groups
     # ρ beyond 1+ε with A > 0 (or below 1-ε with A < 0): the clipped branch has no gradient.
     shifted = (logp_old + 0.5 * torch.sign(adv)).requires_grad_(True)
-    (grad,) = torch.autograd.grad(losses.grpo_loss(shifted, logp_old, adv, beta=0.0).sum(), shifted)
+    (grad,) = torch.autograd.grad(loss_calls.grpo_loss(shifted, logp_old, adv, beta=0.0).sum(), shifted)
     assert torch.count_nonzero(grad) == 0
 
 
@@ -157,7 +158,7 @@ def test_k3_kl_value():
     logp_old = torch.zeros(1, 1, 3)
     x = torch.tensor([[[0.3, -0.2, 25.0]]])
     adv = torch.zeros(1, 1, 3)
-    loss = losses.grpo_loss(logp_old + x, logp_old, adv, beta=1.0)
+    loss = loss_calls.grpo_loss(logp_old + x, logp_old, adv, beta=1.0)
     clipped = x.clamp(-20, 20)
     torch.testing.assert_close(loss, (torch.exp(-clipped) + clipped - 1).sum(-1).mean(-1))
 
@@ -168,7 +169,7 @@ def test_grpo_masked_normalises_by_informative_groups():
     scores = torch.tensor([[[1.0, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 1]]])
     adv = zscore_advantages(scores)
     logp_new = (logp_old + 0.01 * torch.randn(1, 4, 3, generator=gen)).requires_grad_(True)
-    masked = losses.grpo_masked_loss(logp_new, logp_old, adv, scores)
+    masked = loss_calls.grpo_masked_loss(logp_new, logp_old, adv, scores)
     per_group = -losses.clipped_objective(logp_new, logp_old, adv, 0.2, 0.04, 20.0).sum(-1)
     torch.testing.assert_close(masked, (per_group[:, 0] + per_group[:, 2]) / 2)
 
@@ -179,8 +180,8 @@ def test_ppo_and_pg_agree_at_ratio_one():
     adv = torch.randn(2, 5, 3, generator=gen)
     a = logp.clone().requires_grad_(True)
     b = logp.clone().requires_grad_(True)
-    (ga,) = torch.autograd.grad(losses.ppo_loss(a, logp, adv).sum(), a)
-    (gb,) = torch.autograd.grad(losses.pg_loss(b, adv).sum(), b)
+    (ga,) = torch.autograd.grad(loss_calls.ppo_loss(a, logp, adv).sum(), a)
+    (gb,) = torch.autograd.grad(loss_calls.pg_loss(b, adv).sum(), b)
     torch.testing.assert_close(ga, gb)
     torch.testing.assert_close(gb, -adv / 5)
 
@@ -188,10 +189,10 @@ def test_ppo_and_pg_agree_at_ratio_one():
 def test_dg_gate():
     logp = torch.log(torch.tensor([[[0.2], [0.9]]])).requires_grad_(True)
     adv = torch.tensor([[[1.5], [-0.5]]])
-    (grad,) = torch.autograd.grad(losses.dg_loss(logp, adv, eta=0.5).sum(), logp)
+    (grad,) = torch.autograd.grad(loss_calls.dg_loss(logp, adv, eta=0.5).sum(), logp)
     surprisal = -logp.detach()
     torch.testing.assert_close(grad, -torch.sigmoid(adv * surprisal / 0.5) * adv / 2)
-    (clipped,) = torch.autograd.grad(losses.dg_loss(logp, adv, 0.5, surprisal_clip=0.1).sum(), logp)
+    (clipped,) = torch.autograd.grad(loss_calls.dg_loss(logp, adv, 0.5, surprisal_clip=0.1).sum(), logp)
     torch.testing.assert_close(clipped, -torch.sigmoid(adv * surprisal.clamp(max=0.1) / 0.5) * adv / 2)
 
 
@@ -214,7 +215,7 @@ def test_exact_tpo_direction_is_minus_the_tpo_loss_gradient():
     probs, correct = _probs_with_p(0.3)
     logits = torch.log(probs).requires_grad_(True)
     scores = torch.nn.functional.one_hot(correct, 10).double()
-    loss = losses.tpo_loss(logits.log_softmax(-1)[None], torch.log(probs + 1e-8)[None], scores[None])
+    loss = loss_calls.tpo_loss(logits.log_softmax(-1)[None], torch.log(probs + 1e-8)[None], scores[None])
     (grad,) = torch.autograd.grad(loss.sum(), logits)
     torch.testing.assert_close(-grad, EXACT_DIRECTIONS["tpo"](probs, correct))
 
@@ -237,11 +238,11 @@ def test_group_pg_is_six_times_pg_in_expectation():
         return float(action == label.item()) - baseline
 
     def pg(log_probs, action):
-        return losses.pg_loss(log_probs[:, action].view(1, 1, 1), advantage(action).view(1, 1, 1))
+        return loss_calls.pg_loss(log_probs[:, action].view(1, 1, 1), advantage(action).view(1, 1, 1))
 
     def group_pg(log_probs, action):
         sampled = torch.nn.functional.one_hot(torch.tensor([action]), 10).double()
-        return losses.group_pg_loss(log_probs[None], (advantage(action) * sampled)[None], sampled=sampled[None])
+        return loss_calls.group_pg_loss(log_probs[None], (advantage(action) * sampled)[None], sampled=sampled[None])
 
     pg_direction = _expected_gradient(probs, label, pg)
     torch.testing.assert_close(pg_direction, EXACT_DIRECTIONS["pg"](probs, label))
@@ -253,7 +254,7 @@ def test_exact_dg_direction_matches_enumerated_dg_loss():
 
     def dg(log_probs, action):
         reward = torch.tensor(float(action == label.item())).view(1, 1, 1)
-        return losses.dg_loss(log_probs[:, action].view(1, 1, 1), reward)
+        return loss_calls.dg_loss(log_probs[:, action].view(1, 1, 1), reward)
 
     torch.testing.assert_close(_expected_gradient(probs, label, dg), EXACT_DIRECTIONS["dg"](probs, label))
     assert math.isclose(beta_closed_form("dg", 0.2), 0.2 / 1.2)

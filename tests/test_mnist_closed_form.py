@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import compose_config
-from harness import rng
+from tasks import rng
 from harness.run import build_task
 from tasks.models.mlp import mlp_forward
 

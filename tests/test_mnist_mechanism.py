@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from algorithms import losses
+import loss_calls
 from tasks.mnist_bandit import MnistBandit
-from tasks.mnist_mechanism import BIN_EDGES, mechanism_by_bin, mechanism_per_example
+from algorithms.mechanism import BIN_EDGES, mechanism_by_bin, mechanism_per_example
 
 
 def _random_probs(n, generator, scale=2.0):
@@ -65,7 +65,7 @@ def test_tpo_gain_is_the_expected_update_of_the_library_loss(eta):
         logits = pi.log().expand(10, 10).clone().requires_grad_()  # one row per possible sampled class
         log_probs = logits.log_softmax(-1)
         scores = MnistBandit.class_scores(log_probs, actions, torch.full((10,), y))
-        loss = losses.tpo_loss(logits[None], log_probs.detach()[None], scores[None], eta)
+        loss = loss_calls.tpo_loss(logits[None], log_probs.detach()[None], scores[None], eta)
         (grad,) = torch.autograd.grad(loss.sum(), logits)  # row a: (π − q_a) / 10
         library = -(10 * grad * pi[:, None]).sum(0)  # E_a[q_a − π]
         written = sum(pi[a] * _enumerated_update("tpo", pi, y, a, eta) for a in range(10))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness import optim
+from tasks.models import optim
 from tasks.models import transformer
 
 torch.set_num_threads(1)

@@ -21,7 +21,7 @@ import pytest
 from harness.report import tables
 from harness.report.build import write_report
 from harness.report.load import load_runs
-from harness.report.specs import TABLES
+from harness.report.specs import SHARED_RUNS, TABLES
 from harness.report.synthetic import make_config, write_run
 from harness.report.tables import Report
 
@@ -56,14 +56,17 @@ def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, n
 
 
 def run_keys() -> dict[tuple[str, str], dict]:
-    """Every distinct (experiment, config key) the tables ask for."""
+    """Every distinct (experiment, config key) the tables ask for; a cell that a preset reads from another's runs
+    (``SHARED_RUNS``) is written once, under the preset that owns it."""
     keys = {}
     for spec in SPECS.values():
         for _, _, key in spec.cells():
             key = {k: v for k, v in key.items() if k != "metric"}
             experiment = key.pop("experiment", spec.preset)
             keys[(experiment, tables.key_text(key))] = key
-    return keys
+    owned = {(experiment, frozenset(key.items())) for (experiment, _), key in keys.items()}
+    return {(experiment, text): key for (experiment, text), key in keys.items()
+            if not any((source, frozenset(key.items())) in owned for source in SHARED_RUNS.get(experiment, ()))}
 
 
 def write(root: Path, experiment: str, key: dict, index: int, seeds: int = SEEDS, offset: int = 0,

@@ -20,7 +20,7 @@ import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config
 from harness import outputs, rundir
-from tasks.base import ConfigError
+from algorithms.checks import ConfigError
 
 TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
 

@@ -13,7 +13,7 @@ from algorithms.registry import HYPERPARAMETERS, check_hyperparameters
 from conftest import CONF, compose_config, run_cli
 from harness.run import build_task, experiment_presets
 from harness.run import compose_config as harness_compose
-from tasks.base import ConfigError
+from algorithms.checks import ConfigError
 
 TOKEN, MNIST = "task=token_reversal", "task=mnist_bandit"
 SINGLE, MULTI = "task=tabular_single", "task=tabular_multi"
@@ -158,7 +158,8 @@ def test_every_numeric_task_key_has_a_row(task):
 
 # ---- experiment presets ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides, fragment", [
-    (["experiment=nosuch"], "experiment='nosuch' is not valid; valid choices (conf/experiment/*.yaml): demo_llm"),
+    (["experiment=nosuch"], "experiment='nosuch' is not valid; valid choices (conf/experiment/*.yaml): "
+                            "beyond_terminal_baselines, demo_llm"),
     (["experiment=table3_terminnal"], "experiment='table3_terminnal' is not valid"),
     (["experiment=fig4_mnist,nosuch"], "experiment='nosuch' is not valid"),  # every value of a sweep
     (["experiment=choice(fig4_mnist,nosuch)"], "experiment='nosuch' is not valid"),

@@ -25,17 +25,17 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
+from algorithms import ALGORITHMS
 from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
 from harness.run import flush_denormals, set_threads
 from harness.tracking import NullTracker, make_tracker
-from tasks.base import (
+from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
 log = logging.getLogger(__name__)
 STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
-TRL_ALGORITHMS = ("grpo", "grpo_no_kl")  # what task.loss_impl=trl can stand in for
 
 
 def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
@@ -45,10 +45,15 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
         raise ConfigError(f"seeds={cfg.seeds} is not valid for task={task.name}: an LLM run trains one seed; valid "
                           "choices: 1 (sweep seed_offset=0,1,2 for more seeds)")
     check_choice("task.loss_impl", task.loss_impl, ("project", "trl"))
-    if task.loss_impl == "trl" and algorithm.name not in TRL_ALGORITHMS:
-        raise ConfigError(f"task.loss_impl=trl runs TRL's own GRPO loss; valid algorithms with it: "
-                          f"{', '.join(TRL_ALGORITHMS)} (got algorithm={algorithm.name})")
+    if task.loss_impl == "trl" and not algorithm.trl_loss:
+        valid = ", ".join(name for name, cls in ALGORITHMS.items() if cls.trl_loss)
+        raise ConfigError(f"task.loss_impl=trl runs TRL's own GRPO loss; valid algorithms with it: {valid} "
+                          f"(got algorithm={algorithm.id})")
     check_choice("task.sequence_logprob", task.sequence_logprob, ("sum", "mean"))
+    if task.sequence_logprob == "mean" and (algorithm.token_level or algorithm.length_normalised):
+        raise ConfigError(f"task.sequence_logprob=mean is not valid for algorithm={algorithm.id}, which "
+                          f"{'reads per-token log-probs' if algorithm.token_level else 'divides by the length itself'}"
+                          "; valid choices: sum")
     check_positive_float("task.temperature", task.temperature)  # sampling temperature; 0 is not a distribution
     check_non_negative("task.ref_kl", task.ref_kl)  # λ of the KL to the base model; 0 = none
     check_non_negative("task.lora_rank", task.lora_rank, integer=True)  # 0 = full fine-tuning
@@ -228,7 +233,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     trainer = RLVRTrainer(
         model=model, reward_funcs=make_reward_function(task), args=grpo_config(cfg, run_dir, epochs, world_size),
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
-        algorithm=task.algorithm, algorithm_cfg=cfg.algorithm, task_cfg=cfg.task)
+        algorithm=task.algorithm, task_cfg=cfg.task)
     trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
     trainer.remove_callback(ProgressCallback)
     return trainer, task, epochs

@@ -8,9 +8,12 @@ What changes against TRL (everything else, generation included, is TRL's):
   each micro-batch holds whole groups, and every generation batch is checked for it.
 * Scores. The raw rewards of each completion travel with the batch (``scores``); the loss standardises them per
   group itself (population std, zero variance → 0), instead of TRL's advantages (Bessel std, + 1e-4).
-* Loss (``task.loss_impl=project``): sequence log-probs ℓ = Σ_t log π(y_t) (or their length-normalised mean),
-  shaped (1, groups, K), through ``algorithms.losses`` (TPO, GRPO with the paper's clipped surrogate, z-scores and
-  k3 KL to π_old, ...). The anchor ℓ_old is the rollout-time forward: TRL computes it at generation when a batch is
+* Loss (``task.loss_impl=project``): the registry algorithm's loss on sequence log-probs ℓ = Σ_t log π(y_t) (or
+  their length-normalised mean) shaped (1, groups, K), or on per-token log-probs (1, groups, K, T) for an
+  algorithm that reads tokens (DAPO, CISPO, Dr. GRPO). Aggregations that divide by a count over the whole batch
+  (tokens, informative groups) divide each micro-batch by that count over the step's whole generation batch
+  (all devices), so micro-batches accumulate the full-batch loss exactly; Dr. GRPO's constant denominator uses
+  ``max_completion_length``. The anchor ℓ_old is the rollout-time forward: TRL computes it at generation when a batch is
   reused (epochs > 1); with one epoch the parameters have not moved, and the first forward, detached, is it.
   ``task.ref_kl`` adds λ·KL(π_θ ‖ π_ref) (k3, per-token mean) for every algorithm. ``task.loss_impl=trl`` keeps
   TRL's own GRPO loss instead.
@@ -31,20 +34,16 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import split_tensor_dict
 
-from algorithms import AlgorithmSpec, losses
-from algorithms.scores import ZERO_VARIANCE_THRESHOLD, population_std, zscore_advantages
+from algorithms import Aggregation, Algorithm, Groups, Rollout, losses
+from algorithms.scores import ZERO_VARIANCE_THRESHOLD, population_std
 
 
-def group_policy_loss(name: str, hp: DictConfig, logp: torch.Tensor, logp_old: torch.Tensor,
-                      scores: torch.Tensor) -> torch.Tensor:
-    """The algorithm's loss on group tensors (R, groups, K), exactly as the token tasks call it."""
-    if name in ("tpo", "tpo_no_anchor"):
-        return losses.tpo_loss(logp, logp_old, scores, float(hp.eta), anchor=name == "tpo",
-                               zero_variance=hp.zero_variance)
-    if name == "group_pg":
-        return losses.group_pg_loss(logp, scores, float(hp.eta), hp.zero_variance)
-    advantages = zscore_advantages(scores, guard=bool(hp.zero_variance_guard))
-    return losses.grpo_loss(logp, logp_old, advantages, float(hp.clip_eps), float(hp.beta), float(hp.log_ratio_clip))
+def group_policy_loss(algorithm: Algorithm, logp: torch.Tensor, logp_old: torch.Tensor, scores: torch.Tensor,
+                      **batch: Any) -> torch.Tensor:
+    """The algorithm's loss on group tensors: ℓ (R, groups, K), or (R, groups, K, T) per token; ``batch``: the
+    other ``Groups`` fields (mask, lengths, normaliser, max_length). Exactly as the token tasks call it."""
+    groups = Groups(scores, logp_old, Rollout.GROUP, **batch)
+    return algorithm.loss(logp, groups, algorithm.signal(groups))
 
 
 def completion_texts(completions: list) -> list[str]:
@@ -66,14 +65,15 @@ def make_reward_function(task):
 class RLVRTrainer(GRPOTrainer):
     """GRPOTrainer with whole-group micro-batches and the project's losses; records per-step metrics."""
 
-    def __init__(self, *args, algorithm: AlgorithmSpec, algorithm_cfg: DictConfig, task_cfg: DictConfig, **kwargs):
-        self.algorithm, self.algorithm_cfg = algorithm, algorithm_cfg
+    def __init__(self, *args, algorithm: Algorithm, task_cfg: DictConfig, **kwargs):
+        self.algorithm = algorithm
         self.loss_impl = task_cfg.loss_impl
         self.length_normalized = task_cfg.sequence_logprob == "mean"
         self.ref_kl = float(task_cfg.ref_kl)
         self.rollout_metrics: dict[str, float] = {}
         self.update_metrics: list[dict[str, float]] = []  # one per optimizer step of the current rollout batch
         self._loss_sum = self._kl_sum = 0.0
+        self._normaliser: float | None = None  # the step's batch-wide count for count-normalised aggregations
         super().__init__(*args, **kwargs)
 
     # ---- batches ------------------------------------------------------------------------------------------------
@@ -104,7 +104,27 @@ class RLVRTrainer(GRPOTrainer):
         output["scores"] = rewards[index * len(inputs):(index + 1) * len(inputs)]
         if self.model.training:
             self._record_rollout(rewards, output)
+            self._normaliser = self._batch_normaliser(rewards, output["completion_mask"])
         return output
+
+    def _batch_normaliser(self, rewards: torch.Tensor, mask: torch.Tensor) -> float | None:
+        """For an aggregation that divides by a count over the whole batch (tokens, informative groups): the
+        algorithm's count on this generation batch (all devices: one optimizer step's micro-batches), divided by
+        the number of micro-batch losses averaged into the step (accumulation steps × devices)."""
+        if self.algorithm.aggregation not in (Aggregation.TOKENS, Aggregation.INFORMATIVE_GROUPS):
+            return None
+        K = self.num_generations
+        mask = gather(self.accelerator.pad_across_processes(mask.contiguous(), dim=1))  # (N, T), every device
+        shape = (1, -1, K, mask.size(-1)) if self.algorithm.token_level else (1, -1, K)
+        token_mask = mask.view(shape) if self.algorithm.token_level else None
+        logp_shape = mask.shape if self.algorithm.token_level else mask.shape[:1]  # only its shape is read
+        groups = Groups(rewards.float().view(1, -1, K), torch.zeros(logp_shape, device=mask.device).view(shape),
+                        Rollout.GROUP, mask=token_mask)
+        if self.args.steps_per_generation != self.args.gradient_accumulation_steps:  # one generation = one step
+            raise RuntimeError("count-normalised aggregations need steps_per_generation == "
+                               "gradient_accumulation_steps (TRL's default)")
+        parts = self.args.gradient_accumulation_steps * self.accelerator.num_processes
+        return self.algorithm.count(groups).item() / parts
 
     def _record_rollout(self, rewards: torch.Tensor, output: dict[str, Any]) -> None:
         mask = output["completion_mask"]
@@ -129,9 +149,17 @@ class RLVRTrainer(GRPOTrainer):
 
         token_logp, token_logp_old, token_logp_ref, mask: (N, T) completion tokens; scores: (N,), N = groups·K."""
         shape = (1, -1, self.num_generations)
-        logp = losses.sequence_logprob(token_logp.float(), mask, self.length_normalized).view(shape)
-        logp_old = losses.sequence_logprob(token_logp_old.float(), mask, self.length_normalized).view(shape)
-        loss = group_policy_loss(self.algorithm.name, self.algorithm_cfg, logp, logp_old, scores.float().view(shape))
+        lengths = mask.sum(-1).float().view(shape)
+        if self.algorithm.token_level:
+            token_shape = (*shape, token_logp.size(-1))
+            logp, logp_old = token_logp.float().view(token_shape), token_logp_old.float().view(token_shape)
+            batch = {"mask": mask.view(token_shape), "max_length": self.max_completion_length}
+        else:
+            logp = losses.sequence_logprob(token_logp.float(), mask, self.length_normalized).view(shape)
+            logp_old = losses.sequence_logprob(token_logp_old.float(), mask, self.length_normalized).view(shape)
+            batch = {}
+        loss = group_policy_loss(self.algorithm, logp, logp_old, scores.float().view(shape), lengths=lengths,
+                                 normaliser=self._normaliser, **batch)
         kl = None
         if self.ref_kl:
             kl = losses.reference_kl(token_logp.float().unsqueeze(0), token_logp_ref.float().unsqueeze(0),

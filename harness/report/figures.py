@@ -12,18 +12,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from algorithms import ALGORITHMS
 from harness.outputs import git_commit
 from harness.report import paper, stats
 from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, label
 from harness.report.tables import Report, Resolved, command
 
-# One fixed colour and line style per algorithm across every figure.
-ALGORITHM_STYLE = {
-    "tpo": ("#d62728", "-"), "tpo_token": ("#d62728", "-"), "tpo_no_anchor": ("#ff9896", "--"),
-    "grpo": ("#1f77b4", "-"), "grpo_token": ("#1f77b4", "-"), "grpo_no_kl": ("#aec7e8", "--"),
-    "grpo_masked": ("#17becf", ":"), "group_pg": ("#9467bd", "--"), "ppo": ("#2ca02c", "-"),
-    "dg": ("#ff7f0e", "-"), "pg": ("#7f7f7f", "-"), "ce": ("#000000", ":"),
-}
+# One fixed colour and line style per algorithm across every figure, from the registry.
+ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
 METRIC_STYLE = ("-", "--", ":")  # panels with several metrics (Fig 10b): line style marks the metric
 LOG_FLOOR = 1e-7
 MECHANISM_BINS = ("[0, .25)", "[.25, .5)", "[.5, .75)", "[.75, 1]")
@@ -102,7 +98,7 @@ class Drawer:
                 mean, se = smooth(mean, window, panel.centred), smooth(se, window, panel.centred)
                 style = METRIC_STYLE[m_index] if len(panel.metrics) > 1 else line
                 name = _series_label(series, panel) + ("†" if resolved.status == "partial" else "")
-                on_top = 3 if str(series.key.get("algorithm.name", "")).startswith("tpo") else 2
+                on_top = 3 if getattr(ALGORITHMS.get(series.key.get("algorithm.name")), "target", False) else 2
                 ax.plot(matrix.steps, mean, style, color=colour, linewidth=1.4, zorder=on_top,
                         label=name if m_index == 0 else None)
                 ax.fill_between(matrix.steps, mean - se, mean + se, color=colour, alpha=0.2, linewidth=0)

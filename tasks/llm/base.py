@@ -11,11 +11,9 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig
 
 from algorithms import Rollout
-from tasks.base import ConfigError, Task, check_number, check_positive_int
+from algorithms.checks import ConfigError, check_number, check_positive_int
+from tasks.base import Task
 
-# Group losses whose value is a mean over groups, so micro-batches of whole groups accumulate the exact full-batch
-# gradient. grpo_masked is not one (it normalises by the batch's count of informative groups).
-LLM_ALGORITHMS = ("tpo", "tpo_no_anchor", "grpo", "grpo_no_kl", "group_pg")
 # error = 1 − reward_mean, the same training-rollout error the token tasks log, so every report table reads LLM runs.
 METRICS = ("error", "reward_mean", "frac_solved", "frac_zero_var", "test_accuracy", "completion_length",
            "truncated", "loss", "grad_norm", "kl_ref")
@@ -26,7 +24,6 @@ class LLMTask(Task):
 
     kind: ClassVar[str] = "llm"
     rollouts = frozenset({Rollout.GROUP})
-    algorithms = LLM_ALGORITHMS
     metric_names = METRICS
     columns: ClassVar[tuple[str, ...]] = ()  # dataset columns ``score`` reads besides the prompt
     whole_eval_split: ClassVar[bool] = False  # task.eval_size=null means the whole held-out split

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from harness import rng
+from tasks import rng
 from tasks.models.linear import linear, seed_linear
 
 

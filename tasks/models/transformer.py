@@ -3,7 +3,7 @@
 Parameters are a flat ``dict[str, Tensor]``; every tensor has a leading seed axis S, so S independent models run as
 one batched program (einsum/bmm over S) and a seed's numbers never depend on which other seeds share the batch.
 Shapes follow the Flax reference tree, kernels in JAX layout (in, out) so a layer is ``x @ kernel + bias``; this
-is what lets ``harness.optim`` reproduce optax's rank-based Muon/Adam split (D = d_model, L = 2H, hd = D / heads):
+is what lets ``tasks.models.optim`` reproduce optax's rank-based Muon/Adam split (D = d_model, L = 2H, hd = D / heads):
 
     tok_emb (S, V, D)                       pos_emb (S, L, D)
     h{i}.ln1.scale, h{i}.ln1.bias (S, D)    h{i}.ln2.scale, h{i}.ln2.bias (S, D)
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithms.functional import gelu_tanh, log_softmax
-from harness import rng
+from tasks import rng
 from tasks.models.linear import seed_dense
 
 LN_EPS = 1e-6
@@ -42,7 +42,7 @@ def init_params(
     layers: int = 2,
     ffn: int = 256,
 ) -> dict[str, torch.Tensor]:
-    """Flax-default initialisation, one independent model per seed (stream ``init/<name>`` of ``harness.rng``).
+    """Flax-default initialisation, one independent model per seed (stream ``init/<name>`` of ``tasks.rng``).
 
     Kernels: truncated LeCun normal (fan_in = input width); token embedding N(0, 1/d_model); positions N(0, 0.02²);
     biases 0; LayerNorm scale 1. Returned tensors are leaves with ``requires_grad=True``.

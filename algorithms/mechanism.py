@@ -1,4 +1,4 @@
-"""Mechanism analysis of the MNIST bandit (spec §6.4, paper Appendix C, Fig 4b).
+"""Mechanism analysis of the algorithms on the MNIST bandit (spec §6.4, paper Appendix C, Fig 4b).
 
 For each test example with class probabilities π, label y, p = π_y and v = e_y − π, the exact expected logit update
 d of an algorithm (one sampled action, reward 1{a = y}, baseline b = Σπ²) has the form
@@ -17,7 +17,7 @@ import math
 
 import torch
 
-ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")
+ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")  # those with an exact expected update here
 BIN_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
 LOG_CLIP = 1e-8
 
