@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
-from harness import outputs, rundir
-from harness.tracking import check_logger_config, make_tracker
-from tasks import get_task
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int)
+from harness import outputs, rundir
+from harness.session import Session
+from harness.tracking import check_logger_config
+from tasks import get_task
 from tasks.base import Task
 from tasks.models import linear
 
@@ -130,27 +129,8 @@ def set_threads(threads) -> None:
         torch.set_num_threads(threads)
 
 
-class _Interrupted(Exception):
-    pass
-
-
-def _raise_interrupt(signum, frame):
-    raise _Interrupted(signal.Signals(signum).name)
-
-
 def _to_numpy(metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {name: value.detach().to("cpu", torch.float64).numpy() for name, value in metrics.items()}
-
-
-def flush_denormals(enabled: bool) -> bool:
-    """Flush subnormal floats to zero (x86 FTZ/DAZ) if ``enabled``; returns whether it did, so the caller restores
-    the process default with ``torch.set_flush_denormal(False)`` when its run ends.
-
-    CPUs take ~10–100× longer on subnormal operands, which appear late in training: Adam's g² for tiny gradients,
-    softmax tails, near-target TPO gradients deep in a backward pass. Flushing changes values below 1.2e-38 only
-    (measured: MNIST Adam step 185 → 67 µs, LLM CPU backward 154 → 12 s), and it is what the JAX reference gets on
-    CPU: XLA's CPU client runs every computation with denormals flushed. ``flush_denormal=false`` keeps them."""
-    return enabled and torch.set_flush_denormal(True)
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -189,11 +169,10 @@ def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[s
         log.info("resuming %s from step %d", run_dir, start)
     else:
         start, diverged, resumes, cpu_before = 0, {}, [], 0.0
-    started_cpu = time.process_time()
+    session = Session(cfg, run_dir, task.metric_names, seeds, started, cpu_before, resumes)
     plan.apply(run_dir)
-    writer = outputs.MetricsWriter(run_dir, task.metric_names, seeds, checkpoint["rows"] if checkpoint else None)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    tracker = make_tracker(cfg, run_dir, seeds, resolved, plan.uid)
+    session.open(checkpoint["rows"] if checkpoint else None, plan.uid)
+    writer, tracker = session.writer, session.tracker
     # first step with a non-finite loss per seed (−1: none), kept on the device and read only when metrics are
     # recorded or saved, so that no step waits for the device just to check for divergence
     diverged_at = torch.tensor([diverged.get(str(seed), -1) for seed in seeds], device=task.device)
@@ -218,54 +197,35 @@ def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[s
         writer.flush()
         outputs.save_checkpoint(run_dir, {"step": step, "task": task.state_dict(), "rows": writer.rows,
                                           "diverged": diverged, "resumes": resumes, "fingerprint": plan.fingerprint,
-                                          "cpu_seconds": cpu_before + time.process_time() - started_cpu})
+                                          "cpu_seconds": session.cpu_seconds()})
         tracker.flush()
 
-    # SIGTERM (a scheduler's kill) ends the run like Ctrl-C: summary says "interrupted", the checkpoint resumes it.
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_interrupt)} if in_main_thread else {}
-    status = "completed"
     progress = _progress_bar(cfg, steps, start)
-    flushing = flush_denormals(bool(cfg.flush_denormal) and task.device.type == "cpu")
-    try:
-        if start == 0 and (initial := task.initial_metrics()) is not None:
-            record(*initial)
-        for step in range(start, steps):
-            out = task.step(step)
-            if out.loss is not None:
-                diverged_at = torch.where(~torch.isfinite(out.loss) & (diverged_at < 0), step, diverged_at)
-            if out.metrics is not None:
-                values = record(out.log_step, out.metrics)
-                if progress is not None and "error" in values:
-                    progress.set_postfix(error=f"{np.nanmean(values['error']):.4f}", refresh=False)
+    with session.training(task.device):
+        try:
+            if start == 0 and (initial := task.initial_metrics()) is not None:
+                record(*initial)
+            for step in range(start, steps):
+                out = task.step(step)
+                if out.loss is not None:
+                    diverged_at = torch.where(~torch.isfinite(out.loss) & (diverged_at < 0), step, diverged_at)
+                if out.metrics is not None:
+                    values = record(out.log_step, out.metrics)
+                    if progress is not None and "error" in values:
+                        progress.set_postfix(error=f"{np.nanmean(values['error']):.4f}", refresh=False)
+                if progress is not None:
+                    progress.update(1)
+                if cfg.trainer.checkpoint_every and (step + 1) % int(cfg.trainer.checkpoint_every) == 0:
+                    save(step + 1)
+            save(steps)
+        finally:
+            read_diverged()
             if progress is not None:
-                progress.update(1)
-            if cfg.trainer.checkpoint_every and (step + 1) % int(cfg.trainer.checkpoint_every) == 0:
-                save(step + 1)
-        save(steps)
-    except (KeyboardInterrupt, _Interrupted):
-        status = "interrupted"
+                progress.close()
+    if session.status == "interrupted":
         log.warning("interrupted; the last checkpoint in %s resumes with trainer.resume=true", run_dir)
-    finally:
-        if flushing:
-            torch.set_flush_denormal(False)
-        read_diverged()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if progress is not None:
-            progress.close()
-        writer.close()
-    seed_status = {str(s): ("diverged" if str(s) in diverged else status) for s in seeds}
-    if status == "completed" and diverged:
-        status = "diverged"
-    summary = outputs.run_summary(cfg, run_dir, task.metric_names, status=status, seeds=seeds, seed_status=seed_status,
-                                  diverged=diverged, started=started, hardware={"device": str(task.device)},
-                                  resumed_from=resumes, cpu_seconds=cpu_before + time.process_time() - started_cpu)
-    outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
-    tracker.finish(summary)
-    if status == "interrupted":
-        raise KeyboardInterrupt
-    return summary
+    seed_status = {str(s): ("diverged" if str(s) in diverged else session.status) for s in seeds}
+    return session.finish(seed_status, diverged, {"device": str(task.device)})
 
 
 def _progress_bar(cfg: DictConfig, steps: int, start: int):

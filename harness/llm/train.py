@@ -13,8 +13,6 @@ import hashlib
 import json
 import logging
 import math
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ from algorithms import ALGORITHMS
 from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.run import flush_denormals, set_threads
-from harness.tracking import NullTracker, make_tracker
+from harness.run import set_threads
+from harness.session import Session
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
@@ -206,10 +204,6 @@ def _json_float(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def validate_llm(cfg: DictConfig) -> tuple[Any, int, int]:
     """(task, epochs, world size) of a validated configuration; every ConfigError comes from here."""
     from accelerate import PartialState
@@ -267,46 +261,22 @@ def _train_llm(cfg: DictConfig, run_dir: Path, validated, state, started: float)
     main = trainer.accelerator.is_main_process
     eval_rows = task.eval_rows() if cfg.task.eval_every else []
     resumes = [*saved.get("resumes", []), saved["step"]] if checkpoint else []
-    cpu_before, started_cpu = saved.get("cpu_seconds", 0.0), time.process_time()
+    session = Session(cfg, run_dir, task.metric_names, [seed], started, saved.get("cpu_seconds", 0.0), resumes,
+                      main=main)
     if checkpoint:
         log.info("resuming %s from %s", run_dir, checkpoint)
-    writer = outputs.MetricsWriter(run_dir, task.metric_names, [seed], saved.get("rows")) if main else None
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    tracker = make_tracker(cfg, run_dir, [seed], resolved, plan.uid) if main else NullTracker()
+    session.open(saved.get("rows"), plan.uid)
     pending = saved.get("pending_test")
-    logger = StepLogger(trainer, task, eval_rows, epochs, steps, writer, tracker,
+    logger = StepLogger(trainer, task, eval_rows, epochs, steps, session.writer, session.tracker,
                         math.nan if pending is None else pending, fingerprint=plan.fingerprint, resumes=resumes,
-                        cpu_seconds=lambda: cpu_before + time.process_time() - started_cpu)
+                        cpu_seconds=session.cpu_seconds)
     trainer.add_callback(logger)
-
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
-    status = "completed"
     # near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass
-    flushing = flush_denormals(bool(cfg.flush_denormal) and trainer.accelerator.device.type == "cpu")
-    try:
+    with session.training(trainer.accelerator.device):
         trainer.train(resume_from_checkpoint=checkpoint)
-    except KeyboardInterrupt:
-        status = "interrupted"
+    if session.status == "interrupted":
         log.warning("interrupted; trainer.resume=true continues from the last TRL checkpoint in %s", run_dir)
-    finally:
-        if flushing:
-            torch.set_flush_denormal(False)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        if writer is not None:
-            writer.close()
-    if logger.diverged_at is not None and status == "completed":
-        status = "diverged"
+    diverged = {} if logger.diverged_at is None else {str(seed): logger.diverged_at}
     hardware = {"device": str(trainer.accelerator.device), "processes": trainer.accelerator.num_processes,
                 **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})}
-    summary = outputs.run_summary(
-        cfg, run_dir, task.metric_names, status=status, seeds=[seed], seed_status={str(seed): status},
-        diverged={} if logger.diverged_at is None else {str(seed): logger.diverged_at}, started=started,
-        hardware=hardware, resumed_from=resumes, cpu_seconds=cpu_before + time.process_time() - started_cpu)
-    if main:
-        outputs.write_json(run_dir / outputs.SUMMARY_FILE, summary)
-        tracker.finish(summary)
-    if status == "interrupted":
-        raise KeyboardInterrupt
-    return summary
+    return session.finish({str(seed): "diverged" if diverged else session.status}, diverged, hardware)
