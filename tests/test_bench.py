@@ -1,6 +1,6 @@
 """The bench scripts' own logic: the GPU projection expands presets as Hydra does, its agreement check compares
 every task's metrics, and it refuses to run without CUDA; the phase profiler attributes a step's time to its phases;
-the thread comparison reads the token bench's output."""
+the thread comparison reads the token bench's output; the workload bench counts decoded rows."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import episode_workload  # noqa: E402
 import gpu_sweep_projection  # noqa: E402
 import profile_phases  # noqa: E402
 import threads  # noqa: E402
@@ -81,6 +82,12 @@ def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_workload_counts_the_prefix_rows_the_sampler_decodes():
+    answers = torch.tensor([[[[0, 0, 1], [0, 1, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 1], [1, 1, 0]]]])  # (1, 2, 3, 3)
+    # prompt 0: depth 1 {0}, depth 2 {00, 01}; prompt 1: depth 1 {1}, depth 2 {11}
+    assert episode_workload.decoded_rows(answers) == 5
+
+
 def test_projection_refuses_without_cuda():
     result = subprocess.run([sys.executable, "bench/gpu_sweep_projection.py"], cwd=ROOT, capture_output=True, text=True,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
