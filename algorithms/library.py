@@ -97,11 +97,11 @@ class _Advantages(Algorithm):
     """A policy-gradient method whose signal is an advantage per candidate (per token: broadcast over T)."""
 
     def weights(self, groups, signal):
-        return _per_token(signal, groups) if self._token_level(groups) else signal
+        return self._per_token(signal, groups)
 
-
-def _per_token(advantages: torch.Tensor, groups: Groups) -> torch.Tensor:
-    return advantages.unsqueeze(-1).expand_as(groups.logp_old)
+    def _per_token(self, advantages: torch.Tensor, groups: Groups) -> torch.Tensor:
+        """A per candidate, broadcast over the tokens when the log-probs are per token."""
+        return advantages.unsqueeze(-1).expand_as(groups.logp_old) if self._token_level(groups) else advantages
 
 
 def _zscores(groups: Groups, guard: bool = True) -> torch.Tensor:
@@ -294,7 +294,7 @@ class DrGRPO(_Advantages):
         return groups.scores - groups.scores.mean(groups.compare_dim, keepdim=True)
 
     def terms(self, logp, groups, signal):
-        advantages = _per_token(signal, groups) if self._token_level(groups) else signal
+        advantages = self._per_token(signal, groups)
         return -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps)
 
 
@@ -319,7 +319,7 @@ class DAPO(_Advantages):
         return _zscores(groups)
 
     def terms(self, logp, groups, signal):
-        advantages = _per_token(signal, groups) if self._token_level(groups) else signal
+        advantages = self._per_token(signal, groups)
         return -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps_low,
                                          clip_eps_high=self.hp.clip_eps_high)
 
@@ -380,7 +380,7 @@ class CISPO(_Advantages):
         return _zscores(groups)
 
     def terms(self, logp, groups, signal):
-        advantages = _per_token(signal, groups) if self._token_level(groups) else signal
+        advantages = self._per_token(signal, groups)
         weight = (logp.detach() - groups.logp_old.detach()).exp().clamp_max(self.hp.is_clip)
         return -(weight * advantages.detach() * logp)
 
