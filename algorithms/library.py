@@ -19,7 +19,7 @@ import torch
 from algorithms import exact, losses
 from algorithms.checks import ConfigError
 from algorithms.registry import Aggregation, Algorithm, Groups, Rollout, register, token_count
-from algorithms.scores import standardize, zscore_advantages
+from algorithms.scores import Spread, standardize, zscore_advantages
 
 _G, _S, _T, _F, _E = Rollout.GROUP, Rollout.SINGLE, Rollout.TOKEN_CANDIDATES, Rollout.FULL_ACTION_SET, Rollout.EXACT
 
@@ -37,12 +37,16 @@ class TPO(Algorithm):
     anchor = True
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         eta: float = 1.0
         zero_variance: str = "centered"
 
+    def check(self, rollout):
+        _check_spread(self, rollout)
+
     def signal(self, groups: Groups) -> torch.Tensor:
-        return losses.tpo_target(groups.logp_old, groups.scores, self.hp.eta, self.anchor, self.hp.zero_variance)
+        return losses.tpo_target(groups.logp_old, groups.scores, self.hp.eta, self.anchor, self.hp.zero_variance,
+                                 spread=self.hp)
 
     def terms(self, logp, groups, signal):
         return losses.cross_entropy_to_target(logp, signal).unsqueeze(-1)  # one term per group
@@ -78,12 +82,12 @@ class GroupPG(Algorithm):
     rollouts = (_G, _F)
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         eta: float = 1.0
         zero_variance: str = "centered"
 
     def signal(self, groups):
-        weights = standardize(groups.scores.detach(), zero_variance=self.hp.zero_variance) / self.hp.eta
+        weights = standardize(groups.scores.detach(), zero_variance=self.hp.zero_variance, spread=self.hp) / self.hp.eta
         return weights if groups.sampled is None else weights * groups.sampled
 
     def terms(self, logp, groups, signal):
@@ -104,9 +108,17 @@ class _Advantages(Algorithm):
         return advantages.unsqueeze(-1).expand_as(groups.logp_old) if self._token_level(groups) else advantages
 
 
-def _zscores(groups: Groups, guard: bool = True) -> torch.Tensor:
+def _zscores(groups: Groups, spread: Spread, guard: bool = True) -> torch.Tensor:
     """GRPO's A = (s − mean)/(popstd + 1e-8) over the comparison set (the group, or the batch of single samples)."""
-    return zscore_advantages(groups.scores, dim=groups.compare_dim, guard=guard, eps_in_sqrt=groups.zscore_eps_in_sqrt)
+    return zscore_advantages(groups.scores, dim=groups.compare_dim, guard=guard, eps_in_sqrt=groups.zscore_eps_in_sqrt,
+                             spread=spread)
+
+
+def _check_spread(algorithm: Algorithm, rollout: Rollout) -> None:
+    """The exact tabular direction standardises a one-hot reward in closed form: no ``Spread`` variant there."""
+    if rollout is Rollout.EXACT and not algorithm.hp.is_default:
+        raise ConfigError(f"algorithm.std_floor, std_shrinkage and rank_scores are not valid for algorithm="
+                          f"{algorithm.id} on an exact (closed-form) task; valid choices: 0, 0, false")
 
 
 @register
@@ -119,14 +131,17 @@ class GRPO(_Advantages):
     trl_loss = True
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         clip_eps: float = 0.2
         beta: float = 0.04
         log_ratio_clip: float = 20.0
         zero_variance_guard: bool = True
 
+    def check(self, rollout):
+        _check_spread(self, rollout)
+
     def signal(self, groups):
-        return _zscores(groups, self.hp.zero_variance_guard)
+        return _zscores(groups, self.hp, self.hp.zero_variance_guard)
 
     def terms(self, logp, groups, signal):
         hp = self.hp
@@ -310,13 +325,13 @@ class DAPO(_Advantages):
     token_level = True
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         clip_eps_low: float = 0.2
         clip_eps_high: float = 0.28
         filter_groups: bool = False
 
     def signal(self, groups):
-        return _zscores(groups)
+        return _zscores(groups, self.hp)
 
     def terms(self, logp, groups, signal):
         advantages = self._per_token(signal, groups)
@@ -345,13 +360,13 @@ class GSPO(_Advantages):
     length_normalised = True
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         clip_eps_low: float = 3e-4
         clip_eps_high: float = 4e-4
         log_ratio_clip: float = 10.0
 
     def signal(self, groups):
-        return _zscores(groups)
+        return _zscores(groups, self.hp)
 
     def terms(self, logp, groups, signal):
         hp = self.hp
@@ -373,11 +388,11 @@ class CISPO(_Advantages):
     token_level = True
 
     @dataclass(frozen=True)
-    class Hyperparameters:
+    class Hyperparameters(Spread):
         is_clip: float = 5.0
 
     def signal(self, groups):
-        return _zscores(groups)
+        return _zscores(groups, self.hp)
 
     def terms(self, logp, groups, signal):
         advantages = self._per_token(signal, groups)

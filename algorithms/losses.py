@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from algorithms.functional import log_softmax
-from algorithms.scores import standardize
+from algorithms.scores import DEFAULT_SPREAD, Spread, standardize
 
 
 class _CrossEntropyToTarget(torch.autograd.Function):
@@ -38,11 +38,10 @@ def cross_entropy_to_target(logits: torch.Tensor, target: torch.Tensor) -> torch
     return _CrossEntropyToTarget.apply(logits, target)
 
 
-def tpo_target(
-    logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, anchor: bool = True, zero_variance: str = "centered"
-) -> torch.Tensor:
+def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, anchor: bool = True,
+               zero_variance: str = "centered", spread: Spread = DEFAULT_SPREAD) -> torch.Tensor:
     """q_k ∝ p_old_k · exp(u_k / η) over the group (Eq. 2); with ``anchor=False``, q = softmax(u / η)."""
-    u = standardize(scores.detach(), zero_variance=zero_variance)
+    u = standardize(scores.detach(), zero_variance=zero_variance, spread=spread)
     logits = logp_old.detach() + u / eta if anchor else u / eta
     return log_softmax(logits).exp()
 

@@ -230,6 +230,11 @@ HYPERPARAMETERS: dict[str, dict | tuple | type] = {
     "zero_variance": ZERO_VARIANCE_MODES,
     "zero_variance_guard": bool,
     "filter_groups": bool,
+    # the divisor of the standardising algorithms (algorithms.scores.Spread); the defaults are the paper's σ
+    "std_floor": dict(low=0),  # σ → max(σ, floor); 0 = no floor
+    "std_shrinkage": dict(low=0),  # κ of σ̃² = (Kσ² + κσ₀²)/(K + κ); 0 = no shrinkage
+    "std_prior": dict(low=0, low_open=True),  # σ₀ of the shrinkage
+    "rank_scores": bool,  # standardise the scores' mid-ranks instead of the scores
 }
 
 

@@ -6,10 +6,58 @@ candidates, or a batch when single-sample methods standardize over it), every le
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 ZERO_VARIANCE_THRESHOLD = 1e-6
 ZERO_VARIANCE_MODES = ("centered", "zero")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What a group's scores are divided by, for the algorithms that standardise (TPO family, Group PG, GRPO
+    family). The default is the paper's population std σ. Standardisation makes a group whose scores differ by
+    0.001 as sharp as a 1-vs-0 group (the paper's Limitations); the variants temper that (issue 17):
+
+    * ``rank_scores``: the scores are replaced by their mid-ranks (ties share their mean rank) first;
+    * ``std_shrinkage`` κ > 0: σ̃² = (K σ² + κ σ₀²)/(K + κ), a prior std ``std_prior`` σ₀ worth κ members;
+    * ``std_floor`` f > 0: σ → max(σ̃, f).
+
+    They apply in that order. A group is zero-variance by its raw σ ≤ 1e-6 whatever the variant."""
+
+    std_floor: float = 0.0
+    std_shrinkage: float = 0.0
+    std_prior: float = 0.5
+    rank_scores: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        """The paper's σ (the prior std matters only with shrinkage)."""
+        return not (self.std_floor or self.std_shrinkage or self.rank_scores)
+
+    def prepare(self, scores: torch.Tensor, dim: int) -> torch.Tensor:
+        """The scores the standardisation reads: mid-ranks with ``rank_scores``, else ``scores`` itself."""
+        return mid_ranks(scores, dim) if self.rank_scores else scores
+
+    def std(self, variance: torch.Tensor, members: int) -> torch.Tensor:
+        """The divisor from a group's population variance (``members`` = K)."""
+        if self.std_shrinkage:
+            kappa = self.std_shrinkage
+            variance = (members * variance + kappa * self.std_prior ** 2) / (members + kappa)
+        std = variance.sqrt()
+        return std.clamp_min(self.std_floor) if self.std_floor else std
+
+
+DEFAULT_SPREAD = Spread()
+
+
+def mid_ranks(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Rank of each score within ``dim``, 1 = lowest; tied scores share the mean of their ranks."""
+    x = scores.movedim(dim, -1)
+    below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)
+    tied = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)
+    return (below + (tied + 1) / 2).to(scores.dtype).movedim(-1, dim)
 
 
 def population_std(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -18,8 +66,9 @@ def population_std(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return centred.pow(2).mean(dim, keepdim=True).sqrt()
 
 
-def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "centered") -> torch.Tensor:
-    """TPO's u = (s - mean s) / popstd(s) over ``dim``.
+def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "centered",
+                spread: Spread = DEFAULT_SPREAD) -> torch.Tensor:
+    """TPO's u = (s - mean s) / popstd(s) over ``dim`` (``spread``: another divisor, see ``Spread``).
 
     Groups with popstd <= 1e-6 carry no ranking information. ``zero_variance="centered"`` returns the centred
     scores there (reference code; they are 0 up to float rounding, and exactly 0 for identical scores whose mean
@@ -27,25 +76,33 @@ def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "cente
     """
     if zero_variance not in ZERO_VARIANCE_MODES:
         raise ValueError(f"zero_variance={zero_variance!r}; valid choices: {', '.join(ZERO_VARIANCE_MODES)}")
+    scores = spread.prepare(scores, dim)
     centred = scores - scores.mean(dim, keepdim=True)
-    std = centred.pow(2).mean(dim, keepdim=True).sqrt()
+    variance = centred.pow(2).mean(dim, keepdim=True)
+    std = variance.sqrt()
+    divisor = std if spread.is_default else spread.std(variance, scores.shape[dim])
     informative = std > ZERO_VARIANCE_THRESHOLD
     fallback = centred if zero_variance == "centered" else torch.zeros_like(centred)
-    return torch.where(informative, centred / std.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
+    return torch.where(informative, centred / divisor.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
 
 
 def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, guard: bool = True,
-                      eps_in_sqrt: bool = False) -> torch.Tensor:
-    """GRPO's A = (s - mean s) / (popstd(s) + eps) over ``dim``.
+                      eps_in_sqrt: bool = False, spread: Spread = DEFAULT_SPREAD) -> torch.Tensor:
+    """GRPO's A = (s - mean s) / (popstd(s) + eps) over ``dim`` (``spread``: another divisor, see ``Spread``).
 
     ``guard=True`` sets A = 0 in groups whose popstd <= 1e-6 (the paper's intent). ``guard=False`` is the
     reference code's unguarded formula: for dense scores the float mean of K equal values can be off by one ulp,
     and dividing that by 1e-8 gives every member of the group the same spurious advantage of order ±1.
     ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (spec §2.12).
     """
+    scores = spread.prepare(scores, dim)
     centred = scores - scores.mean(dim, keepdim=True)
     variance = centred.pow(2).mean(dim, keepdim=True)
-    if eps_in_sqrt:
+    if not spread.is_default:
+        std = variance.sqrt()
+        divisor = spread.std(variance, scores.shape[dim])
+        advantages = centred / (divisor.pow(2).add(eps).sqrt() if eps_in_sqrt else divisor + eps)
+    elif eps_in_sqrt:
         advantages = centred / variance.add(eps).sqrt()
         std = variance.sqrt()
     else:

@@ -153,12 +153,16 @@ def export(job: Job, work: Path, results: Path) -> None:
 
 
 def report(preset: str, results: Path) -> None:
-    """Regenerate the tables and figures of ``preset``, and of every preset that shares its runs, from everything
-    under results/runs."""
-    from harness.report.specs import SHARED_RUNS
+    """Regenerate the tables and figures of ``preset`` and of every preset whose report reads its runs
+    (``report_sources``: shared runs, and variant presets such as beyond_relapse_skip of beyond_relapse), from
+    everything under results/runs. A variant preset with no table or figure of its own gets no report folder."""
+    from harness.report.specs import FIGURES, TABLES, report_sources
 
-    for target in [preset, *(name for name, shared in SHARED_RUNS.items() if preset in shared)]:
-        sources = [results / "runs" / name for name in (target, *SHARED_RUNS.get(target, ()))]
+    owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
+    readers = [name for name in owners if name != preset and preset in report_sources(name)]
+    targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
+    for target in targets:
+        sources = [results / "runs" / name for name in report_sources(target)]
         subprocess.run([sys.executable, "-m", "harness.report", *map(str, filter(Path.exists, sources)),
                         "--out", str(results / target)], check=False, stdout=subprocess.DEVNULL)
 

@@ -200,8 +200,28 @@ def steps_to(curve: pd.Series, threshold: float) -> int | None:
     return int(below.index[0]) if len(below) else None
 
 
-def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[float]) -> dict[str, Any]:
-    """final.<metric> at each seed's last logged step, and steps_to for ``error`` on the seed-mean curve."""
+def relapse_events(steps: np.ndarray, errors: np.ndarray, solved_below: float, relapse_above: float
+                   ) -> dict[str, int | None]:
+    """A seed's solve and relapse events along its error curve: it *solves* when, unsolved, its error falls below
+    ``solved_below``; it *relapses* when, solved, its error rises above ``relapse_above``, and may then solve again.
+    Counts and the first step of each; a non-finite error (the seed diverged) ends the curve."""
+    solved, relapses, first_solved, first_relapse, is_solved = 0, 0, None, None, False
+    for step, error in zip(steps.tolist(), errors.tolist()):
+        if not math.isfinite(error):
+            break
+        if not is_solved and error < solved_below:
+            is_solved, solved = True, solved + 1
+            first_solved = step if first_solved is None else first_solved
+        elif is_solved and error > relapse_above:
+            is_solved, relapses = False, relapses + 1
+            first_relapse = step if first_relapse is None else first_relapse
+    return {"solved": solved, "relapses": relapses, "first_solved": first_solved, "first_relapse": first_relapse}
+
+
+def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[float], solved_below: float = 0.02,
+              relapse_above: float = 0.2) -> dict[str, Any]:
+    """final.<metric> at each seed's last logged step, steps_to for ``error`` on the seed-mean curve, and each
+    seed's solve and relapse events (``relapse_events``)."""
     path = run_dir / METRICS_FILE
     frame = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["step", "seed", *metric_names])
     if frame.empty:
@@ -210,7 +230,16 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
     final = {name: seed_statistics(last[name].to_numpy(dtype=float)) for name in metric_names}
     mean_curve = frame.groupby("step")["error"].mean() if "error" in frame else None
     reached = {str(t): steps_to(mean_curve, t) for t in thresholds} if mean_curve is not None else {}
-    return {"final": final, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}
+    summary = {"final": final, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}
+    if "error" in frame:
+        per_seed = {str(seed): relapse_events(rows["step"].to_numpy(), rows["error"].to_numpy(dtype=float),
+                                              solved_below, relapse_above)
+                    for seed, rows in frame.sort_values("step", kind="stable").groupby("seed")}
+        summary["events"] = {"solved_below": solved_below, "relapse_above": relapse_above,
+                             "seeds_solved": sum(e["solved"] > 0 for e in per_seed.values()),
+                             "seeds_relapsed": sum(e["relapses"] > 0 for e in per_seed.values()),
+                             "per_seed": per_seed}
+    return summary
 
 
 def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[int], seed_status: dict[str, str],
@@ -230,7 +259,8 @@ def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[in
         "seed_status": seed_status,
         "diverged_at_step": diverged,
         "resumed_from": resumed_from,
-        **summarize(run_dir, metric_names, list(cfg.task.steps_to)),
+        **summarize(run_dir, metric_names, list(cfg.task.steps_to), float(cfg.trainer.solved_below),
+                    float(cfg.trainer.relapse_above)),
         "wall_seconds": round(time.time() - started, 3),
         "cpu_seconds": round(cpu_seconds, 3),
         "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},

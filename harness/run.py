@@ -108,6 +108,8 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     check_logger_config(cfg.logger)
     check_bool("flush_denormal", cfg.flush_denormal)
     check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
+    check_number("trainer.solved_below", cfg.trainer.solved_below, low=0, high=1)
+    check_number("trainer.relapse_above", cfg.trainer.relapse_above, low=cfg.trainer.solved_below, high=1)
     if not isinstance(cfg.experiment_name, str) or not cfg.experiment_name:
         raise ConfigError(f"experiment_name={cfg.experiment_name!r} is not valid; expected a non-empty name")
     task_cls.check_steps(cfg.task, int(cfg.trainer.steps))

@@ -41,26 +41,36 @@ RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_D
 RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb", HYDRA_DIR)  # cleared by a fresh start
 NOT_IDENTITY = ("experiment_name", "logger", "threads", "trainer.progress", "trainer.resume", "trainer.overwrite",
                 "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to", "task.data_dir",
-                "task.source")  # task.steps: trainer.steps is the step count that runs
+                "task.source", "trainer.solved_below", "trainer.relapse_above")  # task.steps: trainer.steps runs
+# Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
+# the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
+# ranges merge with new ones; any other value is part of the identity.
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "optim.guard": "none", "optim.guard_tau": 0.0,
+    "algorithm.std_floor": 0.0, "algorithm.std_shrinkage": 0.0, "algorithm.std_prior": 0.5,
+    "algorithm.rank_scores": False,
+    "task.reward_noise": 0.0, "task.partial_credit": 0.0,
+}
 FINISHED = ("completed", "diverged")
 _started: set[Path] = set()  # run directories this process has started writing into (see ``started``)
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved configuration less the keys in NOT_IDENTITY."""
+    """The resolved configuration less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS at their value."""
     return _without_volatile(OmegaConf.to_container(cfg, resolve=True))
 
 
 def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` less the keys in NOT_IDENTITY, in place; also applied to a recorded identity, so that a run
-    recorded before a key joined NOT_IDENTITY still resumes."""
-    for dotted in NOT_IDENTITY:
+    """``config`` less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS at their value, in place; also applied to
+    a recorded identity, so that a run recorded before a key joined NOT_IDENTITY still resumes."""
+    for dotted in (*NOT_IDENTITY, *NEUTRAL_DEFAULTS):
         *parents, leaf = dotted.split(".")
         node = config
         for parent in parents:
             node = node.get(parent, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
+        if isinstance(node, dict) and leaf in node and (
+                dotted not in NEUTRAL_DEFAULTS or _canonical(node[leaf]) == _canonical(NEUTRAL_DEFAULTS[dotted])):
+            node.pop(leaf)
     return config
 
 

@@ -28,7 +28,7 @@ import torch
 from algorithms import Groups, Rollout
 from algorithms.scores import ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std
 from tasks import rng
-from tasks.models.optim import MUON_SPLITS, transformer_optimizer
+from tasks.models.optim import GUARDS, MUON_SPLITS, Guard, transformer_optimizer
 from algorithms.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
 from tasks.base import StepOutput, Task
 from tasks.models import transformer
@@ -36,8 +36,9 @@ from tasks.models import transformer
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")
 MATCHES = ("prompts", "interactions")
+OPTIMIZERS = ("muon", "adam")  # conf/optim/muon.yaml (the reference) | adam.yaml (Nesterov-Adam everywhere)
 METRICS = ("error", "grad_norm", "frac_success", "all_fail", "frac_zero_var", "weight_winners", "weight_losers",
-           "target_entropy")
+           "target_entropy", "update_muon", "update_adam")
 
 
 def target_tokens(prompts: torch.Tensor, target: str, vocab: int) -> torch.Tensor:
@@ -54,6 +55,14 @@ def token_rewards(actions: torch.Tensor, y: torch.Tensor, reward: str) -> torch.
     if reward == "sequential":
         return correct.cumprod(-1)
     return correct.prod(-1, keepdim=True).expand_as(correct)
+
+
+def partial_credit(rewards: torch.Tensor, actions: torch.Tensor, y: torch.Tensor, credit: float) -> torch.Tensor:
+    """Terminal reward with partial credit: a wrong answer gets credit · (its fraction of correct tokens) at every
+    token instead of 0, so most groups are no longer all-0 but differ by less than ``credit``: the low-variance groups
+    that standardisation amplifies (issue 17)."""
+    accuracy = (actions == y).float().mean(-1, keepdim=True)
+    return torch.where(rewards == 1, rewards, credit * accuracy.expand_as(rewards))
 
 
 def candidate_rewards(candidates: torch.Tensor, y: torch.Tensor, reward: str) -> torch.Tensor:
@@ -212,6 +221,13 @@ class TokenReversal(Task):
         self.target = check_choice("task.target", cfg.target, TARGETS)
         self.reward = check_choice("task.reward", cfg.reward, REWARDS)
         match = check_choice("task.match", cfg.match, MATCHES)
+        self.reward_noise = float(check_number("task.reward_noise", cfg.get("reward_noise", 0.0), low=0))
+        self.partial_credit = float(check_number("task.partial_credit", cfg.get("partial_credit", 0.0), low=0,
+                                                 high=1, high_open=True))
+        if self.partial_credit and self.reward != "terminal":
+            raise ConfigError(f"task.partial_credit={self.partial_credit} is not valid with task.reward={self.reward}: "
+                              "it grades the wrong answers of the terminal reward; valid choices: 0, or "
+                              "task.reward=terminal")
         if self.rollout is Rollout.TOKEN_CANDIDATES and self.reward == "terminal":
             raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
                               f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
@@ -228,7 +244,16 @@ class TokenReversal(Task):
         layers, ffn = check_positive_int("model.layers", model.layers), check_positive_int("model.ffn", model.ffn)
         if d_model % heads:
             raise ConfigError(f"model.heads={heads} is not valid; it must divide model.d_model={d_model}")
-        muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS)
+        optimizer = check_choice("optim.name", optim.name, OPTIMIZERS)
+        muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS) if optimizer == "muon" else "none"
+        self.guard = Guard(check_choice("optim.guard", optim.get("guard", "none"), GUARDS),
+                           float(check_number("optim.guard_tau", optim.get("guard_tau", 0.0), low=0)))
+        if self.guard.kind == "scale" and optimizer == "adam":
+            raise ConfigError("optim.guard=scale is not valid for optim=adam: it scales Muon's orthogonalised step, "
+                              "and Adam has none; valid choices: none, skip")
+        if self.guard.kind == "scale" and not self.guard.tau > 0:
+            raise ConfigError(f"optim.guard_tau={self.guard.tau} is not valid for optim.guard=scale (min(1, ‖g‖/τ)); "
+                              "expected τ > 0")
         self.params = {k: v.detach().to(self.device).requires_grad_(True) for k, v in transformer.init_params(
             self.seeds, self.V, 2 * self.H, d_model, heads, layers, ffn).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
@@ -262,18 +287,29 @@ class TokenReversal(Task):
             uniforms = rng.uniform(seed_ids, "actions", step, (B, H, K)).to(self.device)
             candidates, _ = sample_token_candidates(params, prompts, uniforms)
             scores = candidate_rewards(candidates, y, self.reward)
-            return Batch(prompts, candidates[..., 0], scores, scores == 1, 1 - scores[..., 0].flatten(1).mean(1),
-                         seeds=seeds, candidates=candidates)
+            return Batch(prompts, candidates[..., 0], self._noisy(scores, seed_ids, step), scores == 1,
+                         1 - scores[..., 0].flatten(1).mean(1), seeds=seeds, candidates=candidates)
         group = K if self.rollout is Rollout.GROUP else 1
         uniforms = rng.uniform(seed_ids, "actions", step, (B, group, H)).to(self.device)
         actions, _ = sample_sequences(params, prompts, uniforms, shared_prefixes=self.dedup)
         rewards = token_rewards(actions, y.unsqueeze(2), self.reward)  # (S, B, group, H)
         success = (rewards == 1).all(-1)
-        error = 1 - rewards.flatten(1).mean(1)
+        error = 1 - rewards.flatten(1).mean(1)  # of the task's reward, before partial credit and noise
+        if self.partial_credit:
+            rewards = partial_credit(rewards, actions, y.unsqueeze(2), self.partial_credit)
         if self.rollout is Rollout.GROUP:
             distinct = distinct_answers(actions) if self.dedup and group > 1 else None
-            return Batch(prompts, actions, rewards.mean(-1), success, error, seeds=seeds, distinct=distinct)
-        return Batch(prompts, actions, rewards.squeeze(2), success.squeeze(2), error, seeds=seeds)
+            return Batch(prompts, actions, self._noisy(rewards.mean(-1), seed_ids, step), success, error, seeds=seeds,
+                         distinct=distinct)
+        return Batch(prompts, actions, self._noisy(rewards.squeeze(2), seed_ids, step), success.squeeze(2), error,
+                     seeds=seeds)
+
+    def _noisy(self, scores: torch.Tensor, seed_ids: torch.Tensor, step: int) -> torch.Tensor:
+        """The scores the algorithm reads: plus i.i.d. N(0, task.reward_noise²) per score (stream "reward_noise")."""
+        if not self.reward_noise:
+            return scores
+        noise = rng.normal(seed_ids, "reward_noise", step, scores.shape[1:], std=self.reward_noise)
+        return scores + noise.to(scores.device, scores.dtype)
 
     def log_probs(self, batch: Batch, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Current log-probs of the batch's candidates: sequence sums (S, B, K), or per token (S, B, K, H) for an
@@ -316,6 +352,7 @@ class TokenReversal(Task):
     # ---- episode ---------------------------------------------------------------------------------------------
     def step(self, step: int) -> StepOutput:
         batches = [self.rollout_batch(step, seeds) for seeds in self.chunks]
+        start = self.optimizer.snapshot()
         for epoch in range(self.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             chunk_losses = []
@@ -333,10 +370,16 @@ class TokenReversal(Task):
             if epoch == 0:
                 first_loss, grad_norm = torch.cat(chunk_losses), self.grad_norm()
                 self.active &= torch.isfinite(first_loss) & torch.isfinite(grad_norm)  # freeze diverged seeds
-            self.optimizer.step(active=self.active)
+                moving = self.guard.moving(self.active, grad_norm)
+            factor = None
+            if self.guard.kind == "scale":
+                factor = self.guard.muon_factor(grad_norm if epoch == 0 else self.grad_norm())
+            self.optimizer.step(active=moving, muon_factor=factor)
+        moved = self.optimizer.displacement(start)
         diagnostics = [self.diagnostics(batch) for batch in batches]
         metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,
-                   **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]}}
+                   **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]},
+                   "update_muon": moved["muon"], "update_adam": moved["adam"]}
         return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
 
     def _backward_into_slices(self, loss: torch.Tensor, params: dict[str, torch.Tensor], seeds: slice) -> None:

@@ -82,6 +82,20 @@ BAD_VALUES = [
     ([TOKEN, "model.ffn=0"], "model.ffn=0 is not valid"),
     ([TOKEN, "optim.lr=0"], "optim.lr=0 is not valid; expected a number > 0"),
     ([TOKEN, "optim.lr=-0.001"], "optim.lr=-0.001 is not valid"),
+    ([TOKEN, "optim.guard=clip"], "optim.guard='clip' is not valid; valid choices: none, skip, scale"),
+    ([TOKEN, "optim.guard_tau=-1"], "optim.guard_tau=-1 is not valid; expected a number >= 0"),
+    ([TOKEN, "optim=adam", "optim.guard_tau=-1"], "optim.guard_tau=-1 is not valid"),
+    ([TOKEN, "optim=adam", "optim.lr=0"], "optim.lr=0 is not valid"),
+    ([TOKEN, "task.reward_noise=-0.1"], "task.reward_noise=-0.1 is not valid; expected a number >= 0"),
+    ([TOKEN, "task.reward=terminal", "task.partial_credit=1"], "task.partial_credit=1 is not valid; expected a number "
+                                                               "in [0, 1)"),
+    ([TOKEN, "trainer.solved_below=2"], "trainer.solved_below=2 is not valid; expected a number in [0, 1]"),
+    ([TOKEN, "trainer.relapse_above=1.5"], "trainer.relapse_above=1.5 is not valid"),
+    ([TOKEN, "algorithm=tpo", "algorithm.std_floor=-1"], "algorithm.std_floor=-1 is not valid; expected a number >= 0"),
+    ([TOKEN, "algorithm=grpo", "algorithm.std_shrinkage=-1"], "algorithm.std_shrinkage=-1 is not valid"),
+    ([TOKEN, "algorithm=group_pg", "algorithm.std_prior=0"],
+     "algorithm.std_prior=0 is not valid; expected a number > 0"),
+    ([TOKEN, "algorithm=dapo", "algorithm.rank_scores=maybe"], "algorithm.rank_scores='maybe' is not valid"),
     # MNIST bandit (tasks/mnist_bandit.py), before the data loads
     ([MNIST, "task.eval_every=0"], "task.eval_every=0 is not valid; expected a positive integer"),
     ([MNIST, "task.eval_every=-200"], "task.eval_every=-200 is not valid"),
@@ -145,7 +159,7 @@ def test_every_numeric_task_key_has_a_row(task):
     """A numeric key added to a toy task's yaml needs its check and a row above (LLM tasks: test_llm_configs.py)."""
     files = [CONF / "task" / f"{task}.yaml"]
     if task == "token_reversal":
-        files += [CONF / "model" / "transformer.yaml", CONF / "optim" / "muon.yaml"]
+        files += [CONF / "model" / "transformer.yaml", CONF / "optim" / "muon.yaml", CONF / "optim" / "adam.yaml"]
     keys = [(override.split("=")[0], overrides) for overrides, _ in BAD_VALUES for override in overrides]
     covered = {key for key, overrides in keys if TOY_CONFIGS[task] in overrides or key.startswith("trainer.")}
     for path in files:
@@ -159,7 +173,7 @@ def test_every_numeric_task_key_has_a_row(task):
 # ---- experiment presets ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides, fragment", [
     (["experiment=nosuch"], "experiment='nosuch' is not valid; valid choices (conf/experiment/*.yaml): "
-                            "beyond_terminal_baselines, demo_llm"),
+                            "beyond_amplification, beyond_amplification_floor"),
     (["experiment=table3_terminnal"], "experiment='table3_terminnal' is not valid"),
     (["experiment=fig4_mnist,nosuch"], "experiment='nosuch' is not valid"),  # every value of a sweep
     (["experiment=choice(fig4_mnist,nosuch)"], "experiment='nosuch' is not valid"),

@@ -6,7 +6,8 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
 * mean error at chosen episodes (seed mean, as the paper's Fig 1b summary);
 * per seed, the first episode with error below ``half`` (50%): how fast learning starts;
 * solved: seeds whose error ever falls below ``solved`` (2%); relapsed: solved seeds whose error later rises above
-  ``relapse`` (20%) at least once.
+  ``relapse`` (20%) at least once (``harness.outputs.relapse_events``, as in summary.json; a seed's curve ends where
+  it diverged).
 
 ``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
 for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.outputs import relapse_events
+
 EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
 PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "fig1b_seed_dynamics.json"
@@ -34,10 +37,9 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     steps = np.asarray(steps)
     index = {int(step): i for i, step in enumerate(steps)}
     below_half = [_first(row < half, steps) for row in errors]
-    first_solved = [_first(row < solved, steps) for row in errors]
-    relapsed = [step is not None and bool((errors[i, steps > step] > relapse).any())
-                for i, step in enumerate(first_solved)]
-    n_solved = sum(step is not None for step in first_solved)
+    events = [relapse_events(steps, row, solved, relapse) for row in errors]
+    relapsed = [seed["relapses"] > 0 for seed in events]
+    n_solved = sum(seed["solved"] > 0 for seed in events)
     reached = [step for step in below_half if step is not None]
     return {
         "seeds": int(errors.shape[0]),

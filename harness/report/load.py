@@ -19,12 +19,13 @@ import pandas as pd
 import yaml
 
 from harness.outputs import METRICS_FILE, SUMMARY_FILE
+from harness.rundir import NEUTRAL_DEFAULTS
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran); budget keys are checked, not matched.
 IGNORED = ("logger", "device", "threads", "trainer.resume", "trainer.overwrite", "trainer.progress",
            "trainer.checkpoint_every", "task.checkpoint_every", "task.data_dir", "task.source", "task.steps_to",
-           "experiment_name")
+           "experiment_name", "trainer.solved_below", "trainer.relapse_above")
 BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
 ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
 Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name
@@ -63,12 +64,23 @@ def _resolve(flat: dict) -> dict:
 
 
 def read_config(run_dir: Path) -> dict:
-    """The run's resolved config, flattened to dotted keys ({} when the run directory has none)."""
+    """The run's resolved config, flattened to dotted keys ({} when the run directory has none); a key added after
+    the run was recorded reads as its neutral default (``rundir.NEUTRAL_DEFAULTS``) wherever its section exists."""
     path = next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), None)
     if path is None:
         return {}
     with open(path) as handle:
-        return _resolve(flatten(yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}))
+        return with_neutral_defaults(
+            _resolve(flatten(yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})))
+
+
+def with_neutral_defaults(flat: dict) -> dict:
+    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has."""
+    sections = {key.split(".", 1)[0] for key in flat if "." in key}
+    for key, value in NEUTRAL_DEFAULTS.items():
+        if key.split(".", 1)[0] in sections:
+            flat.setdefault(key, value)
+    return flat
 
 
 def signature(config: dict) -> str:
@@ -144,7 +156,7 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
         api = wandb.Api()
     groups: dict[str, list] = {}
     for run in api.runs(path, filters=filters):
-        config = _resolve(flatten(dict(run.config)))
+        config = with_neutral_defaults(_resolve(flatten(dict(run.config))))
         groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config))
     records, frames = [], []
     for members in groups.values():

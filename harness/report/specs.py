@@ -18,12 +18,17 @@ from algorithms import ALGORITHMS
 class Stat:
     """A per-cell statistic over seeds (spec §7). ``kind``: final (seed mean at the last step), steps_to (first step
     whose seed mean is strictly below ``threshold``), at_step (seed mean at ``step``), mean (seed mean of each
-    seed's mean over every logged step: the area under the curve per step, which a late relapse cannot hide)."""
+    seed's mean over every logged step: the area under the curve per step, which a late relapse cannot hide),
+    solved (fraction of seeds whose error ever fell below ``threshold``), relapsed (fraction of seeds that, once
+    solved, rose above ``relapse_above``; ``harness.outputs.relapse_events``). ``when = (metric, value)`` keeps
+    only the steps where that metric has that value (e.g. episodes whose groups all have zero variance)."""
 
     kind: str
     threshold: float | None = None
     step: int | None = None
     metric: str = "error"
+    relapse_above: float | None = None
+    when: tuple[str, float] | None = None
     percent: bool = True  # shown ×100 (steps_to ignores it)
     dash_above: float | None = None  # shown as "−" above this value (Table 3: > 95%)
     higher_is_better: bool = False  # for paired P(better); errors and steps: lower is better
@@ -32,6 +37,10 @@ class Stat:
     def name(self) -> str:
         if self.kind == "steps_to":
             return f"steps_to_{self.threshold:g}"
+        if self.kind in ("solved", "relapsed"):
+            return f"{self.kind}_{self.threshold:g}" + (f"_{self.relapse_above:g}" if self.kind == "relapsed" else "")
+        if self.when is not None:
+            return f"{self.kind}_{self.metric}_when_{self.when[0]}_{self.when[1]:g}"
         return f"at_step_{self.step}" if self.kind == "at_step" else self.kind
 
     @property
@@ -39,6 +48,13 @@ class Stat:
         unit = " (%)" if self.percent else ""
         if self.kind == "steps_to":
             return f"steps to {100 * self.threshold:g}%"
+        share = "%" if self.percent else "fraction"
+        if self.kind == "solved":
+            return f"solved seeds ({share}; error < {100 * self.threshold:g}%)"
+        if self.kind == "relapsed":
+            return f"relapsed seeds ({share}; > {100 * self.relapse_above:g}% after solving)"
+        if self.kind == "mean" and self.when is not None:
+            return f"mean {self.metric} where {self.when[0]} = {self.when[1]:g}"
         if self.kind == "mean":
             return f"mean {self.metric} over the run{unit}"
         return f"{self.metric} at step {self.step}{unit}" if self.kind == "at_step" else f"final {self.metric}{unit}"
@@ -48,6 +64,8 @@ FINAL = Stat("final")
 MEAN = Stat("mean")
 TO_1 = Stat("steps_to", threshold=0.01)
 TO_5 = Stat("steps_to", threshold=0.05)
+SOLVED = Stat("solved", threshold=0.02)  # the thresholds of trainer.solved_below / relapse_above
+RELAPSED = Stat("relapsed", threshold=0.02, relapse_above=0.2)
 
 
 @dataclass(frozen=True)
@@ -112,12 +130,16 @@ class Figure:
 
 
 ALGORITHM_LABEL = {name: algorithm.label for name, algorithm in ALGORITHMS.items()}  # from the registry
-KEY_LABEL = {"task.V": "V", "task.H": "H", "task.K": "K", "algorithm.eta": "η", "algorithm.epochs": "epochs"}
+KEY_LABEL = {"task.V": "V", "task.H": "H", "task.K": "K", "algorithm.eta": "η", "algorithm.epochs": "epochs",
+             "task.reward_noise": "noise"}
 VALUE_LABEL = {
     "prompts": "Prompt", "interactions": "Interact.", "bag_of_tokens": "Bag of tokens", "sequential": "Sequential",
     "terminal": "Terminal", "copy": "Copy", "flip": "Flip", "reverse_copy": "Rev. copy", "reverse_flip": "Rev. flip",
     "fig10_diagnostics_tpo_1ep": "1 ep", "mech_surplus_bin0": "[0, .25)", "mech_surplus_bin1": "[.25, .5)",
     "mech_surplus_bin2": "[.5, .75)", "mech_surplus_bin3": "[.75, 1]",
+    "beyond_relapse": "Muon", "beyond_relapse_skip": "Muon + skip", "beyond_relapse_scale": "Muon + scale",
+    "beyond_relapse_adam": "Adam", "beyond_amplification": "σ", "beyond_amplification_floor": "σ floor",
+    "beyond_amplification_shrinkage": "shrunk σ", "beyond_amplification_rank": "ranks",
 }
 
 
@@ -131,7 +153,23 @@ def fmt_value(value) -> str:
 # presets whose table cells also read another preset's runs of the same configuration (the config fingerprints
 # agree; only the experiment's name differs): Fig 1b is Table 3's prompt-matched H = 10 column, and the modern
 # baselines' comparison reads TPO and GRPO from Table 3's prompt-matched H = 7 column
-SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines": ("table3_terminal",)}
+SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines": ("table3_terminal",),
+               "beyond_relapse": ("table3_terminal",)}
+
+
+def report_sources(preset: str) -> list[str]:
+    """The presets whose runs the report of ``preset`` reads: itself, the presets its tables' and figures' cells name
+    (``experiment`` keys), and the runs each of them shares (``SHARED_RUNS``)."""
+    named = [preset]
+    for spec in TABLES.values():
+        if spec.preset == preset:
+            named += [key["experiment"] for _, _, key in spec.cells() if "experiment" in key]
+            named += [spec.reference["experiment"]] if "experiment" in spec.reference else []
+    for figure in FIGURES.values():
+        for panel in figure.panels:
+            if panel.preset == preset:
+                named += [series.key["experiment"] for series in panel.series if "experiment" in series.key]
+    return list(dict.fromkeys(name for own in named for name in (own, *SHARED_RUNS.get(own, ()))))
 
 
 def label(key: dict) -> str:
@@ -172,6 +210,10 @@ VARIANTS = grid(**{"task.reward": ["bag_of_tokens", "sequential"],
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
 KS, EPOCHS, ETAS = (4, 8, 16, 32, 64), (1, 2, 4, 8, 16), (0.25, 0.5, 1.0, 2.0, 4.0)
 AT_400 = Stat("at_step", step=400)
+RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
+SPREAD_VARIANTS = ("beyond_amplification", "beyond_amplification_floor", "beyond_amplification_shrinkage",
+                   "beyond_amplification_rank")
+ZERO_VARIANCE_EPISODES = ("frac_zero_var", 1.0)  # every group of the episode has zero variance: the gradient is 0
 
 TABLES: dict[str, Table] = {t.name: t for t in (
     Table("table1", "Table 1 — steps to 1% error, token reversal, bag-of-tokens, V sweep", "table1_vocab_sweep",
@@ -238,6 +280,24 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"}, seeds=10, steps=2000,
           note="No paper values: the paper compares none of these baselines. Differences to TPO are paired over "
                "seeds (same prompts and sampling streams)."),
+    Table("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon, terminal reward, "
+          "prompt-matched H = 7", "beyond_relapse",
+          rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in RELAPSE_VARIANTS),
+          stats=(FINAL, TO_5, SOLVED, RELAPSED, MEAN,
+                 Stat("mean", metric="update_muon", when=ZERO_VARIANCE_EPISODES, percent=False),
+                 Stat("mean", metric="update_adam", when=ZERO_VARIANCE_EPISODES, percent=False)),
+          where={"task.H": 7, "task.match": "prompts"}, reference={"experiment": "beyond_relapse"}, seeds=10,
+          steps=2000,
+          note="Paired with the same algorithm under the reference Muon (whose runs are Table 3's). Solved: error "
+               "< 2% at some episode; relapsed: > 20% after solving. Update norms: ‖Δθ‖ of the episode on Muon's and "
+               "Adam's parameters, averaged over episodes whose groups all have zero variance (gradient exactly 0)."),
+    Table("beyond_amplification", "Beyond the paper — low-variance groups: reward noise × standardisation variant, "
+          "terminal reward, H = 6", "beyond_amplification",
+          rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),
+          cols=grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}), stats=(FINAL, MEAN),
+          reference={"experiment": "beyond_amplification"}, seeds=10, steps=1000,
+          note="Paired with the same algorithm and noise under the paper's σ. Variants: σ floor 0.1; shrinkage κ = 1, "
+               "σ₀ = 0.5; mid-ranks. Noise is N(0, σ²) on every score the algorithm reads; the error is clean."),
 )}
 
 FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["bag_of_tokens", "sequential"]})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.outputs import relapse_events
 from harness.report.specs import Stat
 
 RESAMPLES, SEED, LEVEL = 2000, 0, 0.95
@@ -75,6 +76,10 @@ def _column(stat: Stat, matrix: SeedMatrix) -> np.ndarray:
         return matrix.values[:, -1]
     if stat.kind == "mean":
         return _nanmean(matrix.values, axis=1)
+    if stat.kind in ("solved", "relapsed"):
+        events = [relapse_events(matrix.steps, row, stat.threshold, stat.relapse_above or 1.0)
+                  for row in matrix.values]
+        return np.array([float(e["solved" if stat.kind == "solved" else "relapses"] > 0) for e in events])
     hits = np.flatnonzero(matrix.steps == stat.step)
     return matrix.values[:, hits[0]] if hits.size else np.full(len(matrix.seeds), np.nan)
 

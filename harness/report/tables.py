@@ -119,7 +119,8 @@ class Report:
 
     def matching(self, preset: str, key: dict) -> pd.DataFrame:
         runs = self.runs
-        experiments = [key["experiment"]] if "experiment" in key else [preset, *SHARED_RUNS.get(preset, ())]
+        own = key.get("experiment", preset)
+        experiments = [own, *SHARED_RUNS.get(own, ())]
         mask = runs.experiment.isin(experiments).to_numpy().copy()
         for name, value in key.items():
             if name in ("experiment", "metric"):
@@ -179,7 +180,13 @@ class Report:
             flags.append("some seeds diverged (NaN after divergence; means skip them)")
         return Resolved("ok" if complete else "partial", owners, flags, list(used.run_dir))
 
-    def matrix(self, resolved: Resolved, metric: str) -> stats.SeedMatrix:
+    def matrix(self, resolved: Resolved, metric: str, when: tuple[str, float] | None = None) -> stats.SeedMatrix:
+        """One metric of a cell's seeds; ``when = (other, value)``: NaN wherever ``other`` is not ``value``."""
+        if when is not None:
+            values, condition = self.matrix(resolved, metric), self.matrix(resolved, when[0])
+            values, condition = values.align(condition)
+            return stats.SeedMatrix(values.seeds, values.steps, np.where(condition.values == when[1], values.values,
+                                                                         np.nan))
         seed, step, value = [], [], []
         for run, seeds in resolved.owners.items():
             block = self._index.get((run, metric))
@@ -212,11 +219,11 @@ class Report:
         metric = key.get("metric", stat.metric)
         preset = key.get("experiment", table.preset)
         published = paper.lookup(table.name, stat.name, {"experiment": preset, **key})
-        matrix = self.matrix(resolved, metric) if resolved.usable else None
+        matrix = self.matrix(resolved, metric, stat.when) if resolved.usable else None
         summary = stats.summarize(stat, matrix, self.resamples, self.seed) if matrix is not None else None
         comparison = None
         if ref is not None and ref.usable and matrix is not None:
-            comparison = stats.paired(stat, matrix, self.matrix(ref, metric), self.resamples, self.seed)
+            comparison = stats.paired(stat, matrix, self.matrix(ref, metric, stat.when), self.resamples, self.seed)
         nan = np.nan
         return {
             "table": table.name, "row": label(row), "col": label(col), "stat": stat.name,

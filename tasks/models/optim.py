@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 MUON_SPLITS = ("reference", "matrices")
+GUARDS = ("none", "skip", "scale")
 
 
 def transformer_param_groups(params: dict[str, torch.Tensor], muon_split: str = "reference") -> list[dict]:
@@ -39,10 +41,10 @@ def transformer_param_groups(params: dict[str, torch.Tensor], muon_split: str = 
     ``"reference"``: optax's rule on the Flax tree, Muon iff the per-seed tensor is 2-D (FFN and head kernels,
     token and positional tables, q/k/v biases (heads, hd)); q/k/v/out kernels, 1-D biases and LayerNorm go to Adam.
     ``"matrices"``: every weight matrix on Muon, the attention kernels viewed as D × D; all biases and LayerNorm on
-    Adam.
+    Adam. ``"none"``: every parameter on Nesterov-Adam (``optim=adam``).
     """
-    if muon_split not in MUON_SPLITS:
-        raise ValueError(f"muon_split must be one of {MUON_SPLITS}, got {muon_split!r}")
+    if muon_split not in (*MUON_SPLITS, "none"):
+        raise ValueError(f"muon_split must be one of {(*MUON_SPLITS, 'none')}, got {muon_split!r}")
     return [
         {"params": [p], "name": name, "matrix": _muon_matrix(name, p.shape[1:], muon_split)}
         for name, p in params.items()
@@ -50,6 +52,8 @@ def transformer_param_groups(params: dict[str, torch.Tensor], muon_split: str = 
 
 
 def _muon_matrix(name: str, shape: torch.Size, muon_split: str) -> tuple[int, int] | None:
+    if muon_split == "none":
+        return None
     if muon_split == "reference":
         return tuple(shape) if len(shape) == 2 else None
     if name.endswith(("attn.q.kernel", "attn.k.kernel", "attn.v.kernel")):  # (D, heads, hd): input axis first
@@ -96,8 +100,9 @@ class MuonAdam(torch.optim.Optimizer):
         super().__init__(groups, defaults)
 
     @torch.no_grad()
-    def step(self, active: torch.Tensor | None = None) -> None:
-        """One update of every parameter with a gradient; ``active`` (S,) bool freezes the seeds marked False.
+    def step(self, active: torch.Tensor | None = None, muon_factor: torch.Tensor | None = None) -> None:
+        """One update of every parameter with a gradient; ``active`` (S,) bool freezes the seeds marked False;
+        ``muon_factor`` (S,) multiplies each seed's Muon update (``Guard``'s scaled step), Adam's is left alone.
 
         Parameters are updated in buckets (all Adam parameters of one set of hyperparameters, likewise for Muon):
         their tensors are concatenated along a flat axis, so the elementwise arithmetic is a few large ops instead
@@ -118,10 +123,34 @@ class MuonAdam(torch.optim.Optimizer):
                        group["ns_steps"], p.dtype, p.device)
                 buckets.setdefault(key, []).append((p, state, group))
         for (muon, *_), members in buckets.items():
-            self._update(members, active, muon)
+            self._update(members, active, muon, muon_factor if muon else None)
+
+    def parts(self) -> dict[str, list[torch.Tensor]]:
+        """The parameters Muon and Nesterov-Adam update."""
+        parts: dict[str, list[torch.Tensor]] = {"muon": [], "adam": []}
+        for group in self.param_groups:
+            parts["adam" if group["matrix"] is None else "muon"].extend(group["params"])
+        return parts
+
+    def snapshot(self) -> dict[str, torch.Tensor | None]:
+        """Each part's parameters as one flat (S, N) copy (None for an empty part), for ``displacement``."""
+        return {name: torch.cat([p.detach().flatten(1) for p in params], 1) if params else None
+                for name, params in self.parts().items()}
+
+    @torch.no_grad()
+    def displacement(self, before: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        """Per seed, the L2 norm of how far each part's parameters moved since ``snapshot`` (S,); NaN for a part
+        with no parameter. What the optimizer really did, next to the gradient's norm: Muon's orthogonalised step
+        does not shrink with the gradient."""
+        now = self.snapshot()
+        S = next(p for p in now.values() if p is not None).shape[0]
+        return {name: (now[name] - start).pow(2).sum(1).sqrt() if start is not None
+                else torch.full((S,), math.nan, device=now["muon" if now["muon"] is not None else "adam"].device)
+                for name, start in before.items()}
 
     @staticmethod
-    def _update(members: list[tuple[torch.Tensor, dict, dict]], active: torch.Tensor | None, muon: bool) -> None:
+    def _update(members: list[tuple[torch.Tensor, dict, dict]], active: torch.Tensor | None, muon: bool,
+                factor: torch.Tensor | None = None) -> None:
         params = [p for p, _, _ in members]
         group = members[0][2]
         sizes = [p[0].numel() for p in params]
@@ -144,7 +173,8 @@ class MuonAdam(torch.optim.Optimizer):
             updates = _newton_schulz_by_shape(blocks, group["ns_steps"])
             scale = torch.cat([g.new_full((size,), -group["lr"] * muon_scale(member[2]["matrix"]))
                                for size, member in zip(sizes, members)])
-            new = {"param": old["param"] + scale * torch.cat(updates, 1), "mu": mu}
+            update = scale * torch.cat(updates, 1)
+            new = {"param": old["param"] + (update if factor is None else factor.unsqueeze(1) * update), "mu": mu}
         else:
             b1, b2 = group["adam_betas"]
             mu = (1 - b1) * g + b1 * old["mu"]
@@ -193,6 +223,30 @@ def _newton_schulz_by_shape(matrices: list[tuple[torch.Tensor, tuple[int, int]]]
 def transformer_optimizer(params: dict[str, torch.Tensor], muon_split: str = "reference", lr: float = 1e-3) -> MuonAdam:
     """The reference optimizer for the transformer: Muon + Nesterov-Adam at one learning rate (1e-3 in the paper)."""
     return MuonAdam(transformer_param_groups(params, muon_split), lr=lr)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """An update rule that lets a seed's step follow its gradient's size (``optim.guard``; issue 17). Muon's step is
+    the orthogonalised momentum, of the same size whatever the gradient: when every group of an episode has zero
+    variance the gradient is exactly 0, yet each epoch still takes a full step along the old momentum.
+
+    * ``none``: the reference's Muon.
+    * ``skip``: a seed whose first-epoch gradient norm is ≤ τ (τ = 0: exactly zero) takes no step this episode —
+      parameters, momentum and step count untouched.
+    * ``scale``: each step's Muon update of a seed is multiplied by min(1, ‖g‖/τ), ‖g‖ the norm of that step's
+      gradient over all parameters (τ > 0); Adam's part is left as it is (its step shrinks with the gradient)."""
+
+    kind: str = "none"
+    tau: float = 0.0
+
+    def moving(self, active: torch.Tensor, first_grad_norm: torch.Tensor) -> torch.Tensor:
+        """The seeds that step this episode."""
+        return active & (first_grad_norm > self.tau) if self.kind == "skip" else active
+
+    def muon_factor(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """Each seed's factor on its Muon update under ``scale``."""
+        return (grad_norm / self.tau).clamp_max(1.0)
 
 
 class FusedAdam:

@@ -1,0 +1,284 @@
+"""Issue 17's switchable experiments: standardisation variants, optimizer guards, the update-norm diagnostics, reward
+noise and partial credit, and the solve/relapse events. Every default is pinned by the golden runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import algorithms
+from algorithms import Groups, Rollout
+from algorithms.checks import ConfigError
+from algorithms.scores import Spread, mid_ranks, standardize, zscore_advantages
+from conftest import compose_config, run_config
+from harness import rundir
+from harness.outputs import relapse_events
+from harness.report import stats
+from harness.report.load import read_config
+from harness.report.specs import RELAPSED, SOLVED, Stat
+from harness.run import build_task
+from tasks import token_reversal as tr
+from tasks.models import optim, transformer
+
+torch.set_num_threads(1)
+PAPER_EXAMPLE = torch.tensor([[0.001, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)  # one candidate at 0.001, K = 8
+
+
+# ---- standardisation variants -----------------------------------------------------------------------------------
+def test_the_papers_low_variance_example_is_as_sharp_as_a_real_win():
+    """Limitations: 0.001 vs 0 standardises like 1 vs 0: u_winner = √7, q_winner ≈ 0.75 from a uniform p_old."""
+    u = standardize(PAPER_EXAMPLE)
+    assert u[0, 0].item() == pytest.approx(math.sqrt(7)) and u[0, 1].item() == pytest.approx(-1 / math.sqrt(7))
+    q_winner = math.exp(math.sqrt(7)) / (math.exp(math.sqrt(7)) + 7 * math.exp(-1 / math.sqrt(7)))
+    assert q_winner == pytest.approx(0.75, abs=0.01)
+    q = algorithms.losses.tpo_target(torch.full((1, 8), -math.log(8), dtype=torch.float64), PAPER_EXAMPLE)
+    assert q[0, 0].item() == pytest.approx(q_winner)
+
+
+def test_std_floor_and_shrinkage_temper_the_low_variance_group():
+    centred_winner, sigma = 0.001 * 7 / 8, 0.001 * math.sqrt(7) / 8
+    floored = standardize(PAPER_EXAMPLE, spread=Spread(std_floor=0.1))
+    assert floored[0, 0].item() == pytest.approx(centred_winner / 0.1)
+    shrunk_sigma = math.sqrt((8 * sigma ** 2 + 2 * 0.5 ** 2) / (8 + 2))
+    shrunk = standardize(PAPER_EXAMPLE, spread=Spread(std_shrinkage=2, std_prior=0.5))
+    assert shrunk[0, 0].item() == pytest.approx(centred_winner / shrunk_sigma)
+    # a real 1-vs-0 group keeps most of its sharpness under shrinkage (σ = √7/8 against σ₀ = 0.5)
+    win = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.float64)
+    real_sigma = math.sqrt((8 * (math.sqrt(7) / 8) ** 2 + 2 * 0.25) / 10)
+    assert standardize(win, spread=Spread(std_shrinkage=2))[0, 0].item() == pytest.approx(7 / 8 / real_sigma)
+    # a floor below σ changes nothing
+    assert torch.equal(standardize(win, spread=Spread(std_floor=0.01)), standardize(win))
+
+
+def test_rank_scores_are_mid_ranks_and_do_not_fix_amplification():
+    assert mid_ranks(torch.tensor([1.0, 1.0, 0.0, 0.0, 0.5])).tolist() == [4.5, 4.5, 1.5, 1.5, 3.0]
+    ranked = standardize(PAPER_EXAMPLE, spread=Spread(rank_scores=True))
+    assert ranked[0, 0].item() == pytest.approx(math.sqrt(7))  # magnitude-free: 0.001 ranks like 1
+    noisy = torch.tensor([[0.3, 0.1, 0.2, 0.4]])
+    expected = (torch.tensor([3.0, 1, 2, 4]) - 2.5) / math.sqrt(1.25)
+    assert torch.allclose(standardize(noisy, spread=Spread(rank_scores=True))[0], expected)
+
+
+@pytest.mark.parametrize("spread", [Spread(), Spread(std_floor=0.2), Spread(std_shrinkage=3), Spread(rank_scores=True)])
+def test_zero_variance_groups_stay_zero_in_every_variant(spread):
+    same = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert torch.equal(standardize(same, zero_variance="zero", spread=spread), torch.zeros_like(same))
+    assert torch.equal(zscore_advantages(same, spread=spread), torch.zeros_like(same))
+    two = torch.tensor([[1.0, 0.0]])
+    assert (standardize(two, spread=spread)[0, 0] > 0) and (zscore_advantages(two, spread=spread)[0, 0] > 0)
+
+
+def test_grpo_advantages_use_the_tempered_divisor():
+    shrunk_sigma = math.sqrt((8 * (0.001 * math.sqrt(7) / 8) ** 2 + 4 * 0.3 ** 2) / 12)
+    advantages = zscore_advantages(PAPER_EXAMPLE, spread=Spread(std_shrinkage=4, std_prior=0.3))
+    assert advantages[0, 0].item() == pytest.approx(0.001 * 7 / 8 / (shrunk_sigma + 1e-8))
+    floored = zscore_advantages(PAPER_EXAMPLE, spread=Spread(std_floor=0.05), eps_in_sqrt=True)
+    assert floored[0, 0].item() == pytest.approx(0.001 * 7 / 8 / math.sqrt(0.05 ** 2 + 1e-8))
+
+
+STANDARDISING = ("tpo", "tpo_token", "tpo_no_anchor", "group_pg", "grpo", "grpo_token", "grpo_no_kl", "grpo_masked",
+                 "dapo", "gspo", "cispo")
+
+
+@pytest.mark.parametrize("name", STANDARDISING)
+def test_every_standardising_algorithm_reads_the_variant(name):
+    cfg = compose_config(["task=tabular_single", f"algorithm={name}", "algorithm.std_floor=0.5"]).algorithm
+    algorithm = algorithms.build(cfg)
+    logp_old = torch.log(torch.full((1, 2, 8), 1 / 8, dtype=torch.float64))
+    groups = Groups(PAPER_EXAMPLE.expand(1, 2, 8).clone(), logp_old, Rollout.GROUP)
+    if algorithm.token_level:
+        groups = Groups(groups.scores, logp_old.unsqueeze(-1).expand(1, 2, 8, 3).clone(), Rollout.GROUP)
+    plain = algorithms.build(compose_config(["task=tabular_single", f"algorithm={name}"]).algorithm)
+    tempered, sharp = algorithm.signal(groups), plain.signal(groups)
+    assert tempered.abs().max() < sharp.abs().max()  # the floor shrinks the winner's signal
+
+
+@pytest.mark.parametrize("name", ("ppo", "dg", "rloo", "dr_grpo", "pg"))
+def test_algorithms_that_do_not_standardise_refuse_the_variants(name):
+    with pytest.raises(ConfigError, match=f"algorithm.std_floor is not a hyperparameter of algorithm={name}"):
+        build_task(compose_config(["task=token_reversal", f"algorithm={name}", "+algorithm.std_floor=0.1"]))
+
+
+def test_the_exact_tabular_direction_refuses_a_variant():
+    with pytest.raises(ConfigError, match="not valid for algorithm=tpo on an exact"):
+        build_task(compose_config(["task=tabular_multi", "algorithm=tpo", "algorithm.rank_scores=true"]))
+
+
+# ---- optimizer guards and the update-norm diagnostics -----------------------------------------------------------
+def _model(seeds=(0, 1)):
+    return {k: v.detach().clone() for k, v in transformer.init_params(torch.tensor(seeds), 3, 6).items()}
+
+
+def _step(opt, params, scale_of_seed, factor=None, active=None):
+    for i, (name, p) in enumerate(params.items()):
+        g = torch.randn(p.shape, generator=torch.Generator().manual_seed(i), dtype=p.dtype)
+        p.grad = g * torch.tensor(scale_of_seed, dtype=p.dtype).view(-1, *[1] * (p.dim() - 1))
+    opt.step(active, muon_factor=factor)
+
+
+def test_skip_guard_moves_nothing_on_a_zero_gradient_and_keeps_the_state():
+    params = _model()
+    opt = optim.transformer_optimizer(params)
+    _step(opt, params, [1.0, 1.0])  # a first step: momentum is non-zero
+    before = {k: v.clone() for k, v in params.items()}
+    state = {k: {n: t.clone() for n, t in opt.state[p].items()} for k, p in params.items()}
+    guard = optim.Guard("skip", 0.0)
+    grad_norm = torch.tensor([0.0, 2.0])
+    moving = guard.moving(torch.tensor([True, True]), grad_norm)
+    assert moving.tolist() == [False, True]
+    _step(opt, params, [0.0, 1.0], active=moving)
+    for name, p in params.items():
+        assert torch.equal(p[0], before[name][0]) and not torch.equal(p[1], before[name][1])
+        for key, value in opt.state[p].items():
+            assert torch.equal(value[0], state[name][key][0])
+    # without the guard, Muon steps along the old momentum although the gradient is exactly zero
+    start = opt.snapshot()
+    _step(opt, params, [0.0, 0.0])
+    moved = opt.displacement(start)
+    assert (moved["muon"] > 0).all()
+
+
+def test_scale_guard_multiplies_each_seeds_muon_update_and_leaves_adam_alone():
+    plain, scaled = _model(), _model()
+    opt_plain, opt_scaled = optim.transformer_optimizer(plain), optim.transformer_optimizer(scaled)
+    start = {k: v.clone() for k, v in plain.items()}
+    factor = optim.Guard("scale", 0.5).muon_factor(torch.tensor([0.1, 3.0]))
+    assert factor.tolist() == pytest.approx([0.2, 1.0])
+    _step(opt_plain, plain, [1.0, 1.0])
+    _step(opt_scaled, scaled, [1.0, 1.0], factor=factor)
+    muon = {id(p) for p in opt_plain.parts()["muon"]}
+    for name in plain:
+        full, part = plain[name] - start[name], scaled[name] - start[name]
+        if id(plain[name]) in muon:
+            assert torch.allclose(part[0], 0.2 * full[0], atol=1e-7) and torch.allclose(part[1], full[1])
+        else:
+            assert torch.equal(part, full)
+
+
+def test_displacement_is_the_norm_of_each_parts_parameter_change():
+    params = _model()
+    opt = optim.transformer_optimizer(params)
+    start_values = {k: v.clone() for k, v in params.items()}
+    start = opt.snapshot()
+    _step(opt, params, [1.0, 0.5])
+    moved = opt.displacement(start)
+    muon = {id(p) for p in opt.parts()["muon"]}
+    for part, members in (("muon", [k for k, p in params.items() if id(p) in muon]),
+                          ("adam", [k for k, p in params.items() if id(p) not in muon])):
+        expected = torch.stack([sum((params[k][s] - start_values[k][s]).pow(2).sum() for k in members).sqrt()
+                                for s in range(2)])
+        assert torch.allclose(moved[part], expected)
+    adam_only = optim.MuonAdam(optim.transformer_param_groups(_model(), "none"))
+    assert adam_only.parts()["muon"] == [] and adam_only.displacement(adam_only.snapshot())["muon"].isnan().all()
+
+
+TERMINAL = ["task=token_reversal", "task.H=3", "task.batch_size=6", "task.K=4", "seeds=2", "task.reward=terminal",
+            "model.d_model=16", "model.layers=1", "model.ffn=32"]
+
+
+def test_episodes_log_the_update_norms_and_a_skip_guard_freezes_zero_gradient_seeds():
+    task = build_task(compose_config([*TERMINAL, "algorithm=tpo", "optim.guard=skip"]))
+    for step in range(6):
+        before = {k: v.detach().clone() for k, v in task.params.items()}
+        out = task.step(step)
+        for seed in range(2):
+            still = all(torch.equal(v[seed], before[k][seed]) for k, v in task.params.items())
+            assert still == (out.metrics["grad_norm"][seed].item() == 0)
+            assert (out.metrics["update_muon"][seed].item() == 0) == still
+    assert torch.isfinite(out.metrics["update_adam"]).all()
+
+
+def test_adam_control_puts_every_parameter_on_adam():
+    task = build_task(compose_config([*TERMINAL, "algorithm=grpo", "optim=adam"]))
+    assert task.optimizer.parts()["muon"] == []
+    out = task.step(0)
+    assert out.metrics["update_muon"].isnan().all() and (out.metrics["update_adam"] > 0).all()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["optim=adam", "optim.guard=scale", "optim.guard_tau=0.1"], "optim.guard=scale is not valid for optim=adam"),
+    (["optim.guard=scale"], "optim.guard_tau=0.0 is not valid for optim.guard=scale"),
+    (["task.partial_credit=0.1", "task.reward=sequential"], "task.partial_credit=0.1 is not valid with task.reward"),
+    (["trainer.relapse_above=0.01"], "trainer.relapse_above=0.01 is not valid; expected a number in \\[0.02, 1\\]")])
+def test_bad_failure_mode_options_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build_task(compose_config([*TERMINAL, "algorithm=tpo", *overrides]))
+
+
+# ---- reward noise and partial credit ----------------------------------------------------------------------------
+def test_reward_noise_perturbs_the_scores_but_not_the_error():
+    clean = build_task(compose_config([*TERMINAL, "algorithm=tpo"]))
+    noisy = build_task(compose_config([*TERMINAL, "algorithm=tpo", "task.reward_noise=0.01"]))
+    a, b = clean.rollout_batch(0), noisy.rollout_batch(0)
+    assert torch.equal(a.actions, b.actions) and torch.equal(a.error, b.error) and torch.equal(a.success, b.success)
+    noise = b.scores - a.scores
+    assert 0.003 < noise.std().item() < 0.03 and noise.abs().min() > 0  # i.i.d. per candidate
+    assert torch.equal(noisy.rollout_batch(0).scores, b.scores)  # counter-based: the same draw again
+    assert torch.equal(noisy.rollout_batch(0, slice(1, 2)).scores, b.scores[1:])  # independent of chunking
+
+
+def test_partial_credit_grades_wrong_answers_by_token_accuracy():
+    y = torch.tensor([[0, 1, 1, 0]])
+    actions = torch.tensor([[[0, 1, 1, 0], [0, 1, 0, 0], [1, 0, 0, 1]]])  # right, 3/4 right, all wrong
+    rewards = tr.token_rewards(actions, y.unsqueeze(1), "terminal")
+    graded = tr.partial_credit(rewards, actions, y.unsqueeze(1), 0.01)
+    assert graded[0, :, 0].tolist() == pytest.approx([1.0, 0.0075, 0.0])
+    assert (graded == graded[..., :1]).all()  # one value at every token, as the terminal reward
+    task = build_task(compose_config([*TERMINAL, "algorithm=tpo", "task.partial_credit=0.01"]))
+    batch = task.rollout_batch(0)
+    assert torch.equal(batch.error, build_task(compose_config([*TERMINAL, "algorithm=tpo"])).rollout_batch(0).error)
+    assert ((batch.scores == 1) | (batch.scores < 0.01)).all()
+
+
+# ---- solve and relapse events ------------------------------------------------------------------------------------
+def test_relapse_events_count_solves_and_relapses():
+    steps = np.arange(9)
+    errors = np.array([0.9, 0.5, 0.01, 0.1, 0.3, 0.015, 0.25, 0.5, 0.019])
+    assert relapse_events(steps, errors, 0.02, 0.2) == {"solved": 3, "relapses": 2, "first_solved": 2,
+                                                        "first_relapse": 4}
+    assert relapse_events(steps, np.full(9, 0.5), 0.02, 0.2) == {"solved": 0, "relapses": 0, "first_solved": None,
+                                                                 "first_relapse": None}
+    diverged = errors.copy()
+    diverged[3] = np.nan
+    assert relapse_events(steps, diverged, 0.02, 0.2)["solved"] == 1
+
+
+def test_report_counts_seeds_that_solved_and_relapsed():
+    matrix = stats.SeedMatrix(np.arange(3), np.arange(4), np.array([[0.5, 0.01, 0.3, 0.01], [0.5, 0.4, 0.3, 0.3],
+                                                                     [0.5, 0.01, 0.1, 0.05]]))
+    assert stats.per_seed(SOLVED, matrix).tolist() == [1, 0, 1]
+    assert stats.per_seed(RELAPSED, matrix).tolist() == [1, 0, 0]
+    assert stats.point(SOLVED, matrix) == pytest.approx(2 / 3)
+    assert Stat("relapsed", threshold=0.02, relapse_above=0.05).name == "relapsed_0.02_0.05"
+
+
+def test_summary_records_each_seeds_events(tmp_path):
+    summary = run_config([*TERMINAL, "algorithm=tpo", "trainer.steps=5", "trainer.solved_below=0.9",
+                          "trainer.relapse_above=0.95"], tmp_path)
+    events = summary["events"]
+    assert events["solved_below"] == 0.9 and set(events["per_seed"]) == {"0", "1"}
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "metrics.csv")
+    for seed, rows in frame.groupby("seed"):
+        expected = relapse_events(rows.step.to_numpy(), rows.error.to_numpy(), 0.9, 0.95)
+        assert events["per_seed"][str(seed)] == expected
+    assert json.loads((tmp_path / "summary.json").read_text())["events"] == events
+
+
+# ---- keys added after runs were recorded --------------------------------------------------------------------------
+def test_a_neutral_default_leaves_the_identity_and_the_report_signature_unchanged(tmp_path):
+    cfg = compose_config([*TERMINAL, "algorithm=tpo"])
+    current = rundir.identity(cfg)
+    assert "guard" not in current["optim"] and "std_floor" not in current["algorithm"]
+    older = json.loads(json.dumps(current))  # what a run recorded before the keys existed holds
+    assert rundir.fingerprint(rundir._without_volatile(older)) == rundir.fingerprint(current)
+    changed = rundir.identity(compose_config([*TERMINAL, "algorithm=tpo", "optim.guard=skip"]))
+    assert rundir.fingerprint(changed) != rundir.fingerprint(current)
+    (tmp_path / "config.yaml").write_text("optim:\n  name: muon\nalgorithm:\n  name: tpo\n")
+    config = read_config(tmp_path)
+    assert config["optim.guard"] == "none" and config["algorithm.std_floor"] == 0.0
