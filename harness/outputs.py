@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import pickle
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+log = logging.getLogger(__name__)
 METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, ERROR_FILE = "metrics.csv", "summary.json", "checkpoint.pt", "error.txt"
 
 
@@ -86,18 +88,24 @@ class MetricsWriter:
         self.columns = ["step", "seed", *metric_names]
         self.seeds = seeds
         self.publish_every = publish_every
-        header = ",".join(self.columns) + "\n"
-        self._chunks = [header]
+        self._chunks = [",".join(self.columns) + "\n"]
         self.rows = 0
         if resume_rows is not None:
-            kept = self._rows_on_disk(header, resume_rows)
-            self._chunks.append("".join(kept))
+            kept = self._rows_on_disk(resume_rows)
+            self._chunks = [",".join(self.columns) + "\n", "".join(kept)]
             self.rows = resume_rows
         self._publish(durable=True)
 
-    def _rows_on_disk(self, header: str, count: int) -> list[str]:
+    def _rows_on_disk(self, count: int) -> list[str]:
+        """The first ``count`` rows of the file being resumed. A run started before a metric was added keeps the
+        columns it started with (a file's columns never change mid-run; the new metric is not recorded for it)."""
         lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
-        if not lines or lines[0] != header:
+        on_disk = lines[0].rstrip("\n").split(",") if lines else []
+        if on_disk != self.columns and on_disk[:2] == ["step", "seed"] and set(on_disk) < set(self.columns):
+            log.warning("%s was started without the metrics %s; resuming with its own columns", self.path,
+                        ", ".join(c for c in self.columns if c not in on_disk))
+            self.columns = on_disk
+        if on_disk != self.columns:
             raise CheckpointError(f"{self.path} does not have the columns the checkpoint was written with; it is "
                                   "left as it is: start again with trainer.overwrite=true")
         kept = lines[1: count + 1]
@@ -227,7 +235,7 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
     if frame.empty:
         return {"final": {}, "steps_to": {}, "last_step": None}
     last = frame.sort_values("step").groupby("seed").tail(1).sort_values("seed")
-    final = {name: seed_statistics(last[name].to_numpy(dtype=float)) for name in metric_names}
+    final = {name: seed_statistics(last[name].to_numpy(dtype=float)) for name in metric_names if name in frame}
     mean_curve = frame.groupby("step")["error"].mean() if "error" in frame else None
     reached = {str(t): steps_to(mean_curve, t) for t in thresholds} if mean_curve is not None else {}
     summary = {"final": final, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}

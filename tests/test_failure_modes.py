@@ -270,6 +270,27 @@ def test_summary_records_each_seeds_events(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["events"] == events
 
 
+def test_a_run_started_before_the_update_norms_existed_resumes_with_its_own_columns(tmp_path, monkeypatch):
+    overrides = [*TERMINAL, "algorithm=tpo", "trainer.steps=4", "task.checkpoint_every=2"]
+    old_metrics = tuple(m for m in tr.METRICS if not m.startswith("update_"))
+    monkeypatch.setattr(tr.TokenReversal, "metric_names", old_metrics)
+    run_config(overrides, tmp_path / "old")  # uninterrupted, as the code before the new metrics wrote it
+    original = tr.TokenReversal.step
+
+    def step_then_die(self, step):
+        if step == 3:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(tr.TokenReversal, "step", step_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_config(overrides, tmp_path / "killed")
+    monkeypatch.undo()  # resumed by today's code, which has the new metrics
+    summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
+    assert (tmp_path / "killed" / "metrics.csv").read_bytes() == (tmp_path / "old" / "metrics.csv").read_bytes()
+    assert summary["status"] == "completed" and "update_muon" not in summary["final"]
+
+
 # ---- keys added after runs were recorded --------------------------------------------------------------------------
 def test_a_neutral_default_leaves_the_identity_and_the_report_signature_unchanged(tmp_path):
     cfg = compose_config([*TERMINAL, "algorithm=tpo"])

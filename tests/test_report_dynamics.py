@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.report.dynamics import seed_dynamics
+import pytest
+
+from harness.report.dynamics import distribution_tests, seed_dynamics
 
 STEPS = np.arange(0, 1000, 100)  # 10 logged episodes: 0, 100, ..., 900
 
@@ -23,6 +25,20 @@ def test_crossings_solved_and_relapse_on_hand_made_seeds():
     assert d["mean_at"] == {"100": (0.9 + 0.45 + 1.0 + 0.8) / 4, "500": (0.0 + 0.25 + 1.0 + 0.2) / 4,
                             "900": (0.0 + 0.0 + 1.0 + 0.21) / 4}
     assert d["final_per_seed"] == [0.0, 0.0, 1.0, 0.21]
+    assert d["relapses_per_seed"] == [0, 1, None, None]  # counted for solved seeds only
+    assert d["late_mean_per_seed"] == pytest.approx([0.0, 0.3 / 5, 1.0, 1.01 / 5])  # episodes 500-900
+
+
+def test_distribution_tests_against_the_papers_seeds_match_exact_closed_forms():
+    """5 seeds that all solve at 0 error against 5 that never do: the exact two-sided Mann–Whitney p of complete
+    separation is 2 / C(10, 5), and so is Fisher's for 5/5 against 0/5 solved."""
+    finals = 0.001 * np.arange(5)[:, None]  # distinct values: no ties, so the exact distribution applies
+    solved = seed_dynamics(np.hstack([np.tile([1.0, 0.4, 0.0], (5, 1)), finals]), np.arange(4), episodes=())
+    stuck = seed_dynamics(np.hstack([np.ones((5, 3)), 0.9 + finals]), np.arange(4), episodes=())
+    p = distribution_tests(solved, stuck)
+    assert p["final error"] == pytest.approx(2 / 252) and p["seeds solved"] == pytest.approx(2 / 252)
+    assert p["first episode < 50%"] is None and p["relapses per solved seed"] is None  # the stuck side has none
+    assert distribution_tests(solved, solved)["final error"] == pytest.approx(1.0)
 
 
 def test_a_rise_to_exactly_the_relapse_threshold_is_not_a_relapse_and_nan_never_counts():

@@ -7,7 +7,12 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
 * per seed, the first episode with error below ``half`` (50%): how fast learning starts;
 * solved: seeds whose error ever falls below ``solved`` (2%); relapsed: solved seeds whose error later rises above
   ``relapse`` (20%) at least once (``harness.outputs.relapse_events``, as in summary.json; a seed's curve ends where
-  it diverged).
+  it diverged); per seed, its relapse count and its mean error over the second half of the run (the late phase,
+  where relapses decide the mean).
+
+``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided Mann–Whitney U on
+the per-seed final errors, first episodes below 50%, late-phase means and relapse counts of solved seeds, and
+Fisher's exact test on the solved counts (p-values, uncorrected for the five tests).
 
 ``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
 for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
@@ -37,6 +42,8 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     steps = np.asarray(steps)
     index = {int(step): i for i, step in enumerate(steps)}
     below_half = [_first(row < half, steps) for row in errors]
+    late = errors[:, steps >= steps[len(steps) // 2]]
+    late_mean = [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
     events = [relapse_events(steps, row, solved, relapse) for row in errors]
     relapsed = [seed["relapses"] > 0 for seed in events]
     n_solved = sum(seed["solved"] > 0 for seed in events)
@@ -50,8 +57,27 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "solved": n_solved,
         "relapsed": int(sum(relapsed)),
         "final_per_seed": [float(v) for v in errors[:, -1]],
+        "relapses_per_seed": [seed["relapses"] if seed["solved"] else None for seed in events],
+        "late_mean_per_seed": late_mean,  # None: diverged before the late phase
         "thresholds": {"solved": solved, "relapse": relapse, "half": half},
     }
+
+
+TESTS = (("final error", "final_per_seed"), ("first episode < 50%", "first_below_half"),
+         ("late-phase mean error", "late_mean_per_seed"), ("relapses per solved seed", "relapses_per_seed"))
+
+
+def distribution_tests(ours: dict, paper: dict) -> dict[str, float | None]:
+    """Two-sided p-values of ours against the paper's seeds (module docstring); None where a side lacks the data."""
+    from scipy import stats as scipy_stats
+
+    p = {}
+    for name, field in TESTS:
+        a, b = ([v for v in side.get(field) or () if v is not None] for side in (ours, paper))
+        p[name] = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue) if a and b else None
+    table = [[ours["solved"], ours["seeds"] - ours["solved"]], [paper["solved"], paper["seeds"] - paper["solved"]]]
+    p["seeds solved"] = float(scipy_stats.fisher_exact(table).pvalue)
+    return p
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -73,6 +99,15 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
             lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
                                             str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
                                             f"{d['relapsed']}/{d['solved']}"]) + " |")
+    compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in sorted(set(ours) & set(paper))
+                if ours[algorithm]["seeds"] and paper[algorithm]["seeds"]}
+    if compared:
+        names = list(next(iter(compared.values())))
+        lines += ["", "Ours against the paper's seeds, two-sided p (Mann–Whitney U; Fisher's exact test for seeds "
+                  "solved; uncorrected for the five tests; late phase = the second half of the episodes):", "",
+                  "| algorithm | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+        for algorithm, p in compared.items():
+            lines.append(f"| {algorithm} | " + " | ".join("–" if p[n] is None else f"{p[n]:.2g}" for n in names) + " |")
     return "\n".join(lines)
 
 
