@@ -10,9 +10,9 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
   it diverged); per seed, its relapse count and its mean error over the second half of the run (the late phase,
   where relapses decide the mean).
 
-``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided Mann–Whitney U on
-the per-seed final errors, first episodes below 50%, late-phase means and relapse counts of solved seeds, and
-Fisher's exact test on the solved counts (p-values, uncorrected for the five tests).
+``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided
+Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means and relapse counts of solved
+seeds, and Fisher's exact test on the solved counts (p-values, uncorrected for the five tests).
 
 ``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
 for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
@@ -99,8 +99,8 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
             lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
                                             str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
                                             f"{d['relapsed']}/{d['solved']}"]) + " |")
-    compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in sorted(set(ours) & set(paper))
-                if ours[algorithm]["seeds"] and paper[algorithm]["seeds"]}
+    both = [name for name in sorted(set(ours) & set(paper)) if ours[name]["seeds"] and paper[name]["seeds"]]
+    compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in both}
     if compared:
         names = list(next(iter(compared.values())))
         lines += ["", "Ours against the paper's seeds, two-sided p (Mann–Whitney U; Fisher's exact test for seeds "
