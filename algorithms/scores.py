@@ -24,7 +24,8 @@ class Spread:
     * ``std_shrinkage`` κ > 0: σ̃² = (K σ² + κ σ₀²)/(K + κ), a prior std ``std_prior`` σ₀ worth κ members;
     * ``std_floor`` f > 0: σ → max(σ̃, f).
 
-    They apply in that order. A group is zero-variance by its raw σ ≤ 1e-6 whatever the variant."""
+    They apply in that order. A group is zero-variance by the σ of its raw scores ≤ 1e-6 whatever the variant (so
+    ranks never turn float noise below that into a full signal), as ``Groups.informative`` counts it."""
 
     std_floor: float = 0.0
     std_shrinkage: float = 0.0
@@ -53,11 +54,17 @@ DEFAULT_SPREAD = Spread()
 
 
 def mid_ranks(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Rank of each score within ``dim``, 1 = lowest; tied scores share the mean of their ranks."""
+    """Rank of each score within ``dim``, 1 = lowest; tied scores share the mean of their ranks (float, whatever
+    the scores' dtype)."""
     x = scores.movedim(dim, -1)
     below = (x.unsqueeze(-2) < x.unsqueeze(-1)).sum(-1)
     tied = (x.unsqueeze(-2) == x.unsqueeze(-1)).sum(-1)
-    return (below + (tied + 1) / 2).to(scores.dtype).movedim(-1, dim)
+    dtype = scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
+    return (below.to(dtype) + (tied.to(dtype) + 1) / 2).movedim(-1, dim)
+
+
+def _raw_std(scores: torch.Tensor, dim: int) -> torch.Tensor:
+    return (scores - scores.mean(dim, keepdim=True)).pow(2).mean(dim, keepdim=True).sqrt()
 
 
 def population_std(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -76,12 +83,13 @@ def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "cente
     """
     if zero_variance not in ZERO_VARIANCE_MODES:
         raise ValueError(f"zero_variance={zero_variance!r}; valid choices: {', '.join(ZERO_VARIANCE_MODES)}")
+    raw = scores
     scores = spread.prepare(scores, dim)
     centred = scores - scores.mean(dim, keepdim=True)
     variance = centred.pow(2).mean(dim, keepdim=True)
     std = variance.sqrt()
     divisor = std if spread.is_default else spread.std(variance, scores.shape[dim])
-    informative = std > ZERO_VARIANCE_THRESHOLD
+    informative = (_raw_std(raw, dim) if spread.rank_scores else std) > ZERO_VARIANCE_THRESHOLD
     fallback = centred if zero_variance == "centered" else torch.zeros_like(centred)
     return torch.where(informative, centred / divisor.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
 
@@ -95,11 +103,12 @@ def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, gu
     and dividing that by 1e-8 gives every member of the group the same spurious advantage of order ±1.
     ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (spec §2.12).
     """
+    raw = scores
     scores = spread.prepare(scores, dim)
     centred = scores - scores.mean(dim, keepdim=True)
     variance = centred.pow(2).mean(dim, keepdim=True)
     if not spread.is_default:
-        std = variance.sqrt()
+        std = _raw_std(raw, dim) if spread.rank_scores else variance.sqrt()
         divisor = spread.std(variance, scores.shape[dim])
         advantages = centred / (divisor.pow(2).add(eps).sqrt() if eps_in_sqrt else divisor + eps)
     elif eps_in_sqrt:

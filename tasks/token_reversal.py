@@ -248,9 +248,12 @@ class TokenReversal(Task):
         muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS) if optimizer == "muon" else "none"
         self.guard = Guard(check_choice("optim.guard", optim.get("guard", "none"), GUARDS),
                            float(check_number("optim.guard_tau", optim.get("guard_tau", 0.0), low=0)))
-        if self.guard.kind == "scale" and optimizer == "adam":
-            raise ConfigError("optim.guard=scale is not valid for optim=adam: it scales Muon's orthogonalised step, "
-                              "and Adam has none; valid choices: none, skip")
+        if optimizer == "adam" and "muon_split" in optim:
+            raise ConfigError("optim.muon_split is not valid for optim=adam, which puts every parameter on Adam; "
+                              "valid choices: optim=muon, or leave optim.muon_split out")
+        if self.guard.kind == "none" and self.guard.tau:
+            raise ConfigError(f"optim.guard_tau={self.guard.tau} has no effect with optim.guard=none; valid choices: "
+                              "optim.guard=skip or scale, or optim.guard_tau=0")
         if self.guard.kind == "scale" and not self.guard.tau > 0:
             raise ConfigError(f"optim.guard_tau={self.guard.tau} is not valid for optim.guard=scale (min(1, ‖g‖/τ)); "
                               "expected τ > 0")
@@ -301,14 +304,19 @@ class TokenReversal(Task):
             distinct = distinct_answers(actions) if self.dedup and group > 1 else None
             return Batch(prompts, actions, self._noisy(rewards.mean(-1), seed_ids, step), success, error, seeds=seeds,
                          distinct=distinct)
-        return Batch(prompts, actions, self._noisy(rewards.squeeze(2), seed_ids, step), success.squeeze(2), error,
-                     seeds=seeds)
+        return Batch(prompts, actions, self._noisy(rewards.squeeze(2), seed_ids, step, per_sequence=True),
+                     success.squeeze(2), error, seeds=seeds)
 
-    def _noisy(self, scores: torch.Tensor, seed_ids: torch.Tensor, step: int) -> torch.Tensor:
-        """The scores the algorithm reads: plus i.i.d. N(0, task.reward_noise²) per score (stream "reward_noise")."""
+    def _noisy(self, scores: torch.Tensor, seed_ids: torch.Tensor, step: int, per_sequence: bool = False
+               ) -> torch.Tensor:
+        """The scores the algorithm reads plus i.i.d. N(0, task.reward_noise²) per candidate (stream
+        "reward_noise"): a sequence of a group, a token candidate, or a single sample, whose per-token rewards
+        (the last axis, ``per_sequence``) all get its one draw."""
         if not self.reward_noise:
             return scores
-        noise = rng.normal(seed_ids, "reward_noise", step, scores.shape[1:], std=self.reward_noise)
+        noise = rng.normal(seed_ids, "reward_noise", step, scores.shape[1:-1] if per_sequence else scores.shape[1:],
+                           std=self.reward_noise)
+        noise = noise.unsqueeze(-1) if per_sequence else noise
         return scores + noise.to(scores.device, scores.dtype)
 
     def log_probs(self, batch: Batch, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
@@ -373,8 +381,8 @@ class TokenReversal(Task):
                 moving = self.guard.moving(self.active, grad_norm)
             factor = None
             if self.guard.kind == "scale":
-                factor = self.guard.muon_factor(grad_norm if epoch == 0 else self.grad_norm())
-            self.optimizer.step(active=moving, muon_factor=factor)
+                factor = self.guard.step_factor(grad_norm if epoch == 0 else self.grad_norm())
+            self.optimizer.step(active=moving, factor=factor)
         moved = self.optimizer.displacement(start)
         diagnostics = [self.diagnostics(batch) for batch in batches]
         metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,

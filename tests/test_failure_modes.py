@@ -56,6 +56,11 @@ def test_std_floor_and_shrinkage_temper_the_low_variance_group():
 
 def test_rank_scores_are_mid_ranks_and_do_not_fix_amplification():
     assert mid_ranks(torch.tensor([1.0, 1.0, 0.0, 0.0, 0.5])).tolist() == [4.5, 4.5, 1.5, 1.5, 3.0]
+    assert mid_ranks(torch.tensor([1, 0, 1])).tolist() == [2.5, 1.0, 2.5]  # integer scores: float ranks
+    # a group whose raw scores differ by float noise only (σ ≤ 1e-6) stays zero-variance under ranks
+    tiny = torch.tensor([[1e-9, 0.0, 0.0, 0.0]])
+    assert torch.equal(standardize(tiny, zero_variance="zero", spread=Spread(rank_scores=True)), torch.zeros_like(tiny))
+    assert torch.equal(zscore_advantages(tiny, spread=Spread(rank_scores=True)), torch.zeros_like(tiny))
     ranked = standardize(PAPER_EXAMPLE, spread=Spread(rank_scores=True))
     assert ranked[0, 0].item() == pytest.approx(math.sqrt(7))  # magnitude-free: 0.001 ranks like 1
     noisy = torch.tensor([[0.3, 0.1, 0.2, 0.4]])
@@ -117,7 +122,7 @@ def _step(opt, params, scale_of_seed, factor=None, active=None):
     for i, (name, p) in enumerate(params.items()):
         g = torch.randn(p.shape, generator=torch.Generator().manual_seed(i), dtype=p.dtype)
         p.grad = g * torch.tensor(scale_of_seed, dtype=p.dtype).view(-1, *[1] * (p.dim() - 1))
-    opt.step(active, muon_factor=factor)
+    opt.step(active, factor=factor)
 
 
 def test_skip_guard_moves_nothing_on_a_zero_gradient_and_keeps_the_state():
@@ -142,21 +147,18 @@ def test_skip_guard_moves_nothing_on_a_zero_gradient_and_keeps_the_state():
     assert (moved["muon"] > 0).all()
 
 
-def test_scale_guard_multiplies_each_seeds_muon_update_and_leaves_adam_alone():
+def test_scale_guard_multiplies_each_seeds_whole_update():
     plain, scaled = _model(), _model()
     opt_plain, opt_scaled = optim.transformer_optimizer(plain), optim.transformer_optimizer(scaled)
     start = {k: v.clone() for k, v in plain.items()}
-    factor = optim.Guard("scale", 0.5).muon_factor(torch.tensor([0.1, 3.0]))
+    factor = optim.Guard("scale", 0.5).step_factor(torch.tensor([0.1, 3.0]))
     assert factor.tolist() == pytest.approx([0.2, 1.0])
     _step(opt_plain, plain, [1.0, 1.0])
     _step(opt_scaled, scaled, [1.0, 1.0], factor=factor)
-    muon = {id(p) for p in opt_plain.parts()["muon"]}
-    for name in plain:
+    for name in plain:  # Muon's parts and Adam's alike
         full, part = plain[name] - start[name], scaled[name] - start[name]
-        if id(plain[name]) in muon:
-            assert torch.allclose(part[0], 0.2 * full[0], atol=1e-7) and torch.allclose(part[1], full[1])
-        else:
-            assert torch.equal(part, full)
+        assert torch.allclose(part[0], 0.2 * full[0], atol=1e-7) and torch.allclose(part[1], full[1])
+        assert torch.equal(opt_plain.state[plain[name]]["mu"], opt_scaled.state[scaled[name]]["mu"])  # momenta alike
 
 
 def test_displacement_is_the_norm_of_each_parts_parameter_change():
@@ -192,6 +194,21 @@ def test_episodes_log_the_update_norms_and_a_skip_guard_freezes_zero_gradient_se
     assert torch.isfinite(out.metrics["update_adam"]).all()
 
 
+@pytest.mark.parametrize("guard", ["optim.guard=skip", "optim.guard=scale"])
+def test_a_guarded_episode_with_a_zero_gradient_moves_nothing(guard):
+    task = build_task(compose_config([*TERMINAL, "algorithm=tpo", guard, "optim.guard_tau=0.01"
+                                      if guard.endswith("scale") else "optim.guard_tau=0"]))
+    zero_gradient_episodes = 0
+    for step in range(6):
+        before = {k: v.detach().clone() for k, v in task.params.items()}
+        out = task.step(step)
+        for seed in torch.nonzero(out.metrics["grad_norm"] == 0).flatten().tolist():
+            zero_gradient_episodes += 1
+            assert all(torch.equal(v[seed], before[k][seed]) for k, v in task.params.items())
+            assert out.metrics["update_muon"][seed] == 0 and out.metrics["update_adam"][seed] == 0
+    assert zero_gradient_episodes  # the tiny task has all-fail episodes
+
+
 def test_adam_control_puts_every_parameter_on_adam():
     task = build_task(compose_config([*TERMINAL, "algorithm=grpo", "optim=adam"]))
     assert task.optimizer.parts()["muon"] == []
@@ -200,9 +217,11 @@ def test_adam_control_puts_every_parameter_on_adam():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["optim=adam", "optim.guard=scale", "optim.guard_tau=0.1"], "optim.guard=scale is not valid for optim=adam"),
     (["optim.guard=scale"], "optim.guard_tau=0.0 is not valid for optim.guard=scale"),
     (["task.partial_credit=0.1", "task.reward=sequential"], "task.partial_credit=0.1 is not valid with task.reward"),
+    (["optim.guard_tau=0.5"], "optim.guard_tau=0.5 has no effect with optim.guard=none"),
+    (["optim=adam", "+optim.muon_split=matrices"], "optim.muon_split is not valid for optim=adam"),
+    (["algorithm.std_prior=0.3"], "algorithm.std_prior=0.3 has no effect without algorithm.std_shrinkage"),
     (["trainer.relapse_above=0.01"], "trainer.relapse_above=0.01 is not valid; expected a number in \\[0.02, 1\\]")])
 def test_bad_failure_mode_options_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -219,6 +238,13 @@ def test_reward_noise_perturbs_the_scores_but_not_the_error():
     assert 0.003 < noise.std().item() < 0.03 and noise.abs().min() > 0  # i.i.d. per candidate
     assert torch.equal(noisy.rollout_batch(0).scores, b.scores)  # counter-based: the same draw again
     assert torch.equal(noisy.rollout_batch(0, slice(1, 2)).scores, b.scores[1:])  # independent of chunking
+
+
+def test_a_single_samples_noise_is_one_draw_for_all_its_tokens():
+    noisy = build_task(compose_config([*TERMINAL, "algorithm=ppo", "task.reward_noise=0.01"]))
+    clean = build_task(compose_config([*TERMINAL, "algorithm=ppo"]))
+    noise = noisy.rollout_batch(0).scores - clean.rollout_batch(0).scores  # (S, B, H)
+    assert (noise == noise[..., :1]).all() and noise.abs().min() > 0
 
 
 def test_partial_credit_grades_wrong_answers_by_token_accuracy():
@@ -303,3 +329,23 @@ def test_a_neutral_default_leaves_the_identity_and_the_report_signature_unchange
     (tmp_path / "config.yaml").write_text("optim:\n  name: muon\nalgorithm:\n  name: tpo\n")
     config = read_config(tmp_path)
     assert config["optim.guard"] == "none" and config["algorithm.std_floor"] == 0.0
+
+
+def test_the_report_merges_seed_ranges_written_as_0_and_0_0_and_points_shared_cells_to_their_owner(tmp_path):
+    from harness.report.load import load_runs
+    from harness.report.synthetic import make_config, write_run
+    from harness.report.tables import Report, command
+
+    steps = np.arange(0, 100, 10)
+    for offset, noise in ((0, 0), (2, 0.0)):
+        config = make_config("beyond_amplification", "token_reversal", "tpo", 2, 100, seed_offset=offset,
+                             **{"task.reward_noise": noise})
+        write_run(tmp_path / f"run{offset}", config, {"error": np.full((2, len(steps)), 0.5)}, steps=steps)
+    report = Report(*load_runs([tmp_path]))
+    resolved = report.resolve("beyond_amplification", {"algorithm.name": "tpo", "task.reward_noise": 0.0},
+                              (4, 100, "test"))
+    assert resolved.status == "ok" and sorted(s for seeds in resolved.owners.values() for s in seeds) == [0, 1, 2, 3]
+    muon = {"algorithm.name": "tpo", "experiment": "beyond_relapse", "task.H": 7, "task.match": "prompts"}
+    assert command("beyond_relapse", muon).startswith("python -m harness -m experiment=table3_terminal ")
+    skip = {**muon, "experiment": "beyond_relapse_skip"}
+    assert command("beyond_relapse", skip).startswith("python -m harness -m experiment=beyond_relapse_skip ")

@@ -52,6 +52,10 @@ def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, n
     if mnist:
         for b in range(4):
             out[f"mech_surplus_bin{b}"] = np.round(rng.normal(0.02 * b, 0.01, (seeds, len(t))), 5)
+    else:  # drawn after the error, which they leave as it was
+        out["frac_zero_var"] = (rng.uniform(size=(seeds, len(t))) < 0.3).astype(float)
+        for part in ("update_muon", "update_adam"):
+            out[part] = np.round(rng.uniform(0.01, 0.03, (seeds, len(t))), 4)
     return out
 
 

@@ -2,54 +2,21 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from harness.report import paper
 from harness.report.specs import FIGURES, TABLES
-from harness.report.tables import CONF, GROUP_CHOICE, norm
-
-
-@functools.cache
-def preset(name: str):
-    """(composed config, sweep params as lists) of conf/experiment/<name>.yaml, or None while it does not exist."""
-    if not (CONF / "experiment" / f"{name}.yaml").exists():
-        return None
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[f"experiment={name}", "logger=none"], return_hydra_config=True)
-    sweep = {key: [norm(v) for v in str(values).split(",")] for key, values in cfg.hydra.sweeper.params.items()}
-    return cfg, sweep
-
-
-def _value(text: str):
-    try:
-        return float(text)
-    except ValueError:
-        return text
+from harness.report.tables import CONF, outside_grid
 
 
 def check_cell(default: str, key: dict) -> list[str]:
     """Problems with one cell: keys the preset neither sweeps over nor sets to the cell's value."""
     name = key.get("experiment", default)
-    found = preset(name)
-    if found is None:
+    if not (CONF / "experiment" / f"{name}.yaml").exists():
         pytest.skip(f"preset {name} not written yet")
-    cfg, sweep = found
-    problems = []
-    for config_key, value in key.items():
-        if config_key in ("experiment", "metric"):
-            continue
-        sweep_key = GROUP_CHOICE.get(config_key, config_key)
-        if sweep_key in sweep:
-            ok = norm(value) in [norm(_value(str(v))) for v in sweep[sweep_key]]
-        else:
-            ok = norm(OmegaConf.select(cfg, config_key)) == norm(value)
-        if not ok:
-            problems.append(f"{name}: {config_key}={value} is not in the preset's grid")
-    return problems
+    outside = outside_grid(name, key)
+    assert outside is not None, f"preset {name} does not compose"
+    return [f"{name}: {config_key}={key[config_key]} is not in the preset's grid" for config_key in outside]
 
 
 @pytest.mark.parametrize("name", list(TABLES))

@@ -13,7 +13,8 @@ from harness.outputs import SUMMARY_FILE
 from harness.report import dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
 from harness.report.load import load_runs
-from harness.report.specs import FIGURES, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value, label
+from harness.report.specs import (
+    FIGURES, SHARED_RUNS, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value, label)
 from harness.report.tables import GROUP_CHOICE, Report, Resolved, fmt, missing_commands, write_table
 
 BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
@@ -75,24 +76,28 @@ def mechanism_table(curves: pd.DataFrame, step: int = 2000) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _presets(spec: Table | Figure) -> set[str]:
+def _presets(spec: Table | Figure, shared: bool = False) -> set[str]:
+    """The presets a table or figure names; with ``shared``, also those whose runs they read (``SHARED_RUNS``)."""
     if isinstance(spec, Table):
-        return {spec.preset} | {k["experiment"] for k in (*spec.rows, *spec.cols) if "experiment" in k}
-    return {p.preset for p in spec.panels} | {s.key["experiment"] for p in spec.panels for s in p.series
-                                               if "experiment" in s.key}
+        own = {spec.preset} | {k["experiment"] for k in (*spec.rows, *spec.cols) if "experiment" in k}
+    else:
+        own = {p.preset for p in spec.panels} | {s.key["experiment"] for p in spec.panels for s in p.series
+                                                 if "experiment" in s.key}
+    return own | {other for name in own for other in SHARED_RUNS.get(name, ())} if shared else own
 
 
 def metrics_needed(table_specs: dict[str, Table], figure_specs: dict[str, Figure]) -> dict[str, set[str]]:
     """Per preset, the metric columns some table or figure reads (the rest of metrics.csv is not loaded)."""
     needed: dict[str, set[str]] = {}
     for table in table_specs.values():
-        metrics = {s.metric for s in table.stats} | {k["metric"] for k in (*table.rows, *table.cols) if "metric" in k}
-        for preset in _presets(table):
+        metrics = ({s.metric for s in table.stats} | {s.when[0] for s in table.stats if s.when}
+                   | {k["metric"] for k in (*table.rows, *table.cols) if "metric" in k})
+        for preset in _presets(table, shared=True):
             needed.setdefault(preset, set()).update(metrics)
     for figure in figure_specs.values():
         for panel in figure.panels:
             metrics = set(panel.metrics) | (set(MECHANISM_METRICS) if panel.kind == "mechanism" else set())
-            for preset in _presets(Figure("", "", (panel,))):
+            for preset in _presets(Figure("", "", (panel,)), shared=True):
                 needed.setdefault(preset, set()).update(metrics)
     return needed
 

@@ -83,11 +83,21 @@ def with_neutral_defaults(flat: dict) -> dict:
     return flat
 
 
+def _value_text(value) -> str:
+    """A config value as text, numbers by value (``0`` and ``0.0`` run the same numbers, as rundir's fingerprint
+    counts them)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, (list, tuple)):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return json.dumps(value, default=str)
+
+
 def signature(config: dict) -> str:
     """Hash of everything in a config that could change results (not the budget, not where it ran)."""
-    kept = {k: v for k, v in config.items()
+    kept = {k: _value_text(v) for k, v in config.items()
             if not k.startswith(IGNORED) and k not in BUDGET and k != "seed"}
-    return hashlib.sha1(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
@@ -204,7 +214,7 @@ def _param_columns(runs: pd.DataFrame) -> list[str]:
             if ((key.startswith(("task.", "algorithm.")) or key == "model.name") and not key.startswith(IGNORED)
                     and key not in BUDGET
                     and not any(isinstance(c.get(key), tuple) for c in configs)
-                    and len({json.dumps(c.get(key), default=str) for c in configs}) > 1):
+                    and len({_value_text(c.get(key)) for c in configs}) > 1):
                 varying.add(key)
     return sorted(varying)
 

@@ -29,18 +29,51 @@ DONE = ("completed", "diverged")
 
 
 @functools.cache
-def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
-    """(seeds, steps) the preset asks for, or None when conf/experiment/<preset>.yaml is absent or does not compose."""
+def preset_config(preset: str, conf: Path = CONF):
+    """conf/experiment/<preset>.yaml composed (with its Hydra sweep), or None when it is absent or does not compose."""
     if not (conf / "experiment" / f"{preset}.yaml").exists():
         return None
     from hydra import compose, initialize_config_dir
 
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
-            cfg = compose("config", overrides=[f"experiment={preset}", "logger=none"])
-        return int(cfg.seeds), int(cfg.trainer.steps)
+            return compose("config", overrides=[f"experiment={preset}", "logger=none"], return_hydra_config=True)
     except Exception:  # noqa: BLE001 - a preset being edited must not break the report
         return None
+
+
+def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
+    """(seeds, steps) the preset asks for, or None when conf/experiment/<preset>.yaml is absent or does not compose."""
+    cfg = preset_config(preset, conf)
+    return None if cfg is None else (int(cfg.seeds), int(cfg.trainer.steps))
+
+
+def outside_grid(preset: str, key: dict) -> list[str] | None:
+    """The keys of a cell that the preset neither sweeps over nor sets to the cell's value ([] = the cell is a point
+    of the preset's sweep); None when the preset does not compose."""
+    from omegaconf import OmegaConf
+
+    cfg = preset_config(preset)
+    if cfg is None:
+        return None
+    sweep = {name: [norm(_number(v)) for v in str(values).split(",")]
+             for name, values in cfg.hydra.sweeper.params.items()}
+    outside = []
+    for name, value in key.items():
+        if name in ("experiment", "metric"):
+            continue
+        swept = GROUP_CHOICE.get(name, name)
+        inside = norm(value) in sweep[swept] if swept in sweep else norm(OmegaConf.select(cfg, name)) == norm(value)
+        if not inside:
+            outside.append(name)
+    return outside
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def norm(value):
@@ -55,8 +88,12 @@ GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model"}  # keys ch
 
 
 def command(preset: str, key: dict) -> str:
-    """The exact sweep command that produces the runs of one cell."""
-    overrides = [f"experiment={key.get('experiment', preset)}"]
+    """The exact sweep command that produces the runs of one cell: in the preset whose runs the cell shares
+    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice."""
+    own = key.get("experiment", preset)
+    point = {name: value for name, value in key.items() if name != "experiment"}
+    own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
+    overrides = [f"experiment={own}"]
     for name, value in key.items():
         if name not in ("experiment", "metric"):
             overrides.append(f"{GROUP_CHOICE.get(name, name)}={fmt_value(value)}")

@@ -100,9 +100,9 @@ class MuonAdam(torch.optim.Optimizer):
         super().__init__(groups, defaults)
 
     @torch.no_grad()
-    def step(self, active: torch.Tensor | None = None, muon_factor: torch.Tensor | None = None) -> None:
+    def step(self, active: torch.Tensor | None = None, factor: torch.Tensor | None = None) -> None:
         """One update of every parameter with a gradient; ``active`` (S,) bool freezes the seeds marked False;
-        ``muon_factor`` (S,) multiplies each seed's Muon update (``Guard``'s scaled step), Adam's is left alone.
+        ``factor`` (S,) multiplies each seed's update, Muon's and Adam's (``Guard``'s scaled step).
 
         Parameters are updated in buckets (all Adam parameters of one set of hyperparameters, likewise for Muon):
         their tensors are concatenated along a flat axis, so the elementwise arithmetic is a few large ops instead
@@ -123,7 +123,7 @@ class MuonAdam(torch.optim.Optimizer):
                        group["ns_steps"], p.dtype, p.device)
                 buckets.setdefault(key, []).append((p, state, group))
         for (muon, *_), members in buckets.items():
-            self._update(members, active, muon, muon_factor if muon else None)
+            self._update(members, active, muon, factor)
 
     def parts(self) -> dict[str, list[torch.Tensor]]:
         """The parameters Muon and Nesterov-Adam update."""
@@ -174,14 +174,16 @@ class MuonAdam(torch.optim.Optimizer):
             scale = torch.cat([g.new_full((size,), -group["lr"] * muon_scale(member[2]["matrix"]))
                                for size, member in zip(sizes, members)])
             update = scale * torch.cat(updates, 1)
-            new = {"param": old["param"] + (update if factor is None else factor.unsqueeze(1) * update), "mu": mu}
         else:
             b1, b2 = group["adam_betas"]
             mu = (1 - b1) * g + b1 * old["mu"]
             nu = (1 - b2) * g * g + b2 * old["nu"]
             m_hat = b1 * (mu / spread(1 - b1 ** (t + 1))) + (1 - b1) * (g / spread(1 - b1**t))
             v_hat = nu / spread(1 - b2**t)
-            new = {"param": old["param"] - group["lr"] * m_hat / (v_hat.sqrt() + group["eps"]), "mu": mu, "nu": nu}
+            update = -group["lr"] * m_hat / (v_hat.sqrt() + group["eps"])
+        new = {"param": old["param"] + (update if factor is None else factor.unsqueeze(1) * update), "mu": mu}
+        if not muon:
+            new["nu"] = nu
         new["count"] = t
         for key, value in new.items():  # inactive seeds keep their old values; one where and one copy per key
             if active is not None:
@@ -234,8 +236,9 @@ class Guard:
     * ``none``: the reference's Muon.
     * ``skip``: a seed whose first-epoch gradient norm is ≤ τ (τ = 0: exactly zero) takes no step this episode —
       parameters, momentum and step count untouched.
-    * ``scale``: each step's Muon update of a seed is multiplied by min(1, ‖g‖/τ), ‖g‖ the norm of that step's
-      gradient over all parameters (τ > 0); Adam's part is left as it is (its step shrinks with the gradient)."""
+    * ``scale``: each step's update of a seed (Muon's and Adam's parts) is multiplied by min(1, ‖g‖/τ), ‖g‖ the
+      norm of that step's gradient over all parameters (τ > 0); a zero gradient moves nothing (the momenta still
+      decay)."""
 
     kind: str = "none"
     tau: float = 0.0
@@ -244,8 +247,8 @@ class Guard:
         """The seeds that step this episode."""
         return active & (first_grad_norm > self.tau) if self.kind == "skip" else active
 
-    def muon_factor(self, grad_norm: torch.Tensor) -> torch.Tensor:
-        """Each seed's factor on its Muon update under ``scale``."""
+    def step_factor(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """Each seed's factor on its update under ``scale``."""
         return (grad_norm / self.tau).clamp_max(1.0)
 
 
