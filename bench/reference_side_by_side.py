@@ -104,12 +104,14 @@ def build_reference_venv(venv: Path) -> Path:
     return python
 
 
-def write_mnist_idx(directory: Path) -> None:
-    """The four official MNIST IDX files (gzip) from the offline MNIST tpo-bench reads, for the reference's loader."""
-    from tasks.mnist_data import load_mnist
+def write_mnist_idx(directory: Path, arrays: dict[str, np.ndarray] | None = None) -> None:
+    """The four official MNIST IDX files (gzip) for the reference's loader, from ``arrays`` (images (N, 784) uint8,
+    labels (N,)) or by default the offline MNIST tpo-bench reads."""
+    if arrays is None:
+        from tasks.mnist_data import load_mnist
 
+        arrays = {key: value.numpy() for key, value in load_mnist().items()}
     directory.mkdir(parents=True, exist_ok=True)
-    arrays = {key: value.numpy() for key, value in load_mnist().items()}
     names = {"train_images": "train-images-idx3-ubyte.gz", "train_labels": "train-labels-idx1-ubyte.gz",
              "test_images": "t10k-images-idx3-ubyte.gz", "test_labels": "t10k-labels-idx1-ubyte.gz"}
     for key, name in names.items():
@@ -171,7 +173,9 @@ def measure(name: str, setting: Setting, python: Path, reference: Path, repeats:
 
 
 def markdown(rows: list[dict], host: dict) -> str:
-    lines = [f"Side by side on {host['cpu']} ({host['date']}; one core, one thread each; load {host['load']}).", "",
+    pending = f" Not measured yet: {', '.join(host['pending'])}." if host.get("pending") else ""
+    lines = [f"Side by side on {host['cpu']} ({host['date']}; one core, one thread each; {host['repeats']} "
+             f"repeat(s), median; load {host['load']}).{pending}", "",
              "| setting | unit | real reference | tpo-bench | reference / ours | load (1 min) |",
              "|---|---|---|---|---|---|"]
     for row in rows:
@@ -198,19 +202,22 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("taskset") is None:
         parser.error("taskset (util-linux) is needed to pin each process to one core")
     python = build_reference_venv(args.venv)
-    rows = [measure(name, SETTINGS[name], python, args.reference.resolve(), args.repeats, args.core)
-            for name in names]
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    host = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "load": f"{min(r['load'][0] for r in rows):.1f}–{max(r['load'][1] for r in rows):.1f}",
-            "reference_commit": subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"],
-                                               capture_output=True, text=True).stdout.strip() or None}
-    text = markdown(rows, host)
-    print(text)
+    commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"host": host, "rows": rows}, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(text)
+    rows = []
+    for name in names:  # the files are rewritten after every setting: an interrupted bench keeps what it measured
+        rows.append(measure(name, SETTINGS[name], python, args.reference.resolve(), args.repeats, args.core))
+        host = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                "load": f"{min(r['load'][0] for r in rows):.1f}–{max(r['load'][1] for r in rows):.1f}",
+                "reference_commit": commit, "repeats": args.repeats,
+                "pending": [other for other in names if other not in {r["setting"] for r in rows}]}
+        text = markdown(rows, host)
+        args.out.with_suffix(".json").write_text(json.dumps({"host": host, "rows": rows}, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

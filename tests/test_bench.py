@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +108,18 @@ def test_phase_profile_of_a_token_episode_adds_up():
 def test_thread_comparison_reads_the_token_benchs_one_seed_row():
     job = threads.launch(1, 1, ("--H", "2", "--K", "2", "--batch-size", "4"))
     assert 0 < threads.seconds_per_episode(job) < 60
+
+
+def test_side_by_side_writes_mnist_idx_files_an_idx_reader_reads_back(tmp_path):
+    import reference_side_by_side as side
+    from tasks.mnist_data import read_idx
+
+    generator = np.random.default_rng(0)
+    arrays = {"train_images": generator.integers(0, 256, (5, 784), dtype=np.uint8),
+              "train_labels": generator.integers(0, 10, 5), "test_images": generator.integers(0, 256, (3, 784),
+                                                                                              dtype=np.uint8),
+              "test_labels": generator.integers(0, 10, 3)}
+    side.write_mnist_idx(tmp_path, arrays)
+    images = read_idx(tmp_path / "train-images-idx3-ubyte.gz")
+    assert images.shape == (5, 28, 28) and np.array_equal(images.reshape(5, 784), arrays["train_images"])
+    assert np.array_equal(read_idx(tmp_path / "t10k-labels-idx1-ubyte.gz"), arrays["test_labels"])
