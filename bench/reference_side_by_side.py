@@ -68,7 +68,7 @@ class Setting:
 
     def our_command(self, budget: int, run_dir: Path) -> list[str]:
         return [sys.executable, "-m", "harness", *self.ours, f"trainer.steps={budget}", "logger=none", "threads=1",
-                "trainer.checkpoint_every=0", "trainer.progress=false", f"hydra.run.dir={run_dir}"]
+                "trainer.progress=false", f"hydra.run.dir={run_dir}"]  # checkpoints as a default run writes them
 
 
 TERMINAL = ("transformer_rlvr", "--match", "prompts", "--num-seeds", "1")
