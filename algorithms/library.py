@@ -41,9 +41,6 @@ class TPO(Algorithm):
         eta: float = 1.0
         zero_variance: str = "centered"
 
-    def check(self, rollout):
-        _check_spread(self, rollout)
-
     def signal(self, groups: Groups) -> torch.Tensor:
         return losses.tpo_target(groups.logp_old, groups.scores, self.hp.eta, self.anchor, self.hp.zero_variance,
                                  spread=self.hp)
@@ -86,9 +83,6 @@ class GroupPG(Algorithm):
         eta: float = 1.0
         zero_variance: str = "centered"
 
-    def check(self, rollout):
-        _check_spread(self, rollout)
-
     def signal(self, groups):
         weights = standardize(groups.scores.detach(), zero_variance=self.hp.zero_variance, spread=self.hp) / self.hp.eta
         return weights if groups.sampled is None else weights * groups.sampled
@@ -117,18 +111,6 @@ def _zscores(groups: Groups, spread: Spread, guard: bool = True) -> torch.Tensor
                              spread=spread)
 
 
-def _check_spread(algorithm: Algorithm, rollout: Rollout) -> None:
-    """The exact tabular direction standardises a one-hot reward in closed form: no ``Spread`` variant there; and a
-    prior std means nothing without shrinkage."""
-    hp = algorithm.hp
-    if rollout is Rollout.EXACT and not hp.is_default:
-        raise ConfigError(f"algorithm.std_floor, std_shrinkage and rank_scores are not valid for algorithm="
-                          f"{algorithm.id} on an exact (closed-form) task; valid choices: 0, 0, false")
-    if hp.std_prior != Spread.std_prior and not hp.std_shrinkage:
-        raise ConfigError(f"algorithm.std_prior={hp.std_prior} has no effect without algorithm.std_shrinkage; valid "
-                          f"choices: algorithm.std_shrinkage > 0, or algorithm.std_prior={Spread.std_prior}")
-
-
 @register
 class GRPO(_Advantages):
     """GRPO as in the paper (spec §2.7): group z-scores, clipped surrogate on the sequence ratio (log-ratio clipped
@@ -144,9 +126,6 @@ class GRPO(_Advantages):
         beta: float = 0.04
         log_ratio_clip: float = 20.0
         zero_variance_guard: bool = True
-
-    def check(self, rollout):
-        _check_spread(self, rollout)
 
     def signal(self, groups):
         return _zscores(groups, self.hp, self.hp.zero_variance_guard)
@@ -347,7 +326,7 @@ class DAPO(_Advantages):
                                          clip_eps_high=self.hp.clip_eps_high)
 
     def check(self, rollout):
-        _check_spread(self, rollout)
+        super().check(rollout)
         if self.hp.filter_groups and rollout is Rollout.SINGLE:
             raise ConfigError("algorithm.filter_groups=true is not valid on a single-sample rollout (the batch is "
                               "the one comparison set: there is no group to drop); valid choices: false")
@@ -374,9 +353,6 @@ class GSPO(_Advantages):
         clip_eps_high: float = 4e-4
         log_ratio_clip: float = 10.0
 
-    def check(self, rollout):
-        _check_spread(self, rollout)
-
     def signal(self, groups):
         return _zscores(groups, self.hp)
 
@@ -402,9 +378,6 @@ class CISPO(_Advantages):
     @dataclass(frozen=True)
     class Hyperparameters(Spread):
         is_clip: float = 5.0
-
-    def check(self, rollout):
-        _check_spread(self, rollout)
 
     def signal(self, groups):
         return _zscores(groups, self.hp)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from algorithms.checks import ConfigError, check_bool, check_choice, check_number
-from algorithms.scores import ZERO_VARIANCE_MODES, ZERO_VARIANCE_THRESHOLD, population_std
+from algorithms.scores import ZERO_VARIANCE_MODES, ZERO_VARIANCE_THRESHOLD, Spread, population_std
 
 
 class Rollout(str, Enum):
@@ -157,7 +157,18 @@ class Algorithm:
         return next((shape for shape in cls.rollouts if shape in offered), None)
 
     def check(self, rollout: Rollout) -> None:
-        """Refuse (ConfigError) hyperparameters that mean nothing on the rollout shape a task chose."""
+        """Refuse (ConfigError) hyperparameters that mean nothing on the rollout shape a task chose. For an algorithm
+        that standardises (hyperparameters a ``Spread``): no variant on the exact tabular direction, which
+        standardises a one-hot reward in closed form, and no prior std without shrinkage."""
+        hp = self.hp
+        if not isinstance(hp, Spread):
+            return
+        if rollout is Rollout.EXACT and not hp.is_default:
+            raise ConfigError(f"algorithm.std_floor, std_shrinkage and rank_scores are not valid for algorithm="
+                              f"{self.id} on an exact (closed-form) task; valid choices: 0, 0, false")
+        if hp.std_prior != Spread.std_prior and not hp.std_shrinkage:
+            raise ConfigError(f"algorithm.std_prior={hp.std_prior} has no effect without algorithm.std_shrinkage; "
+                              f"valid choices: algorithm.std_shrinkage > 0, or algorithm.std_prior={Spread.std_prior}")
 
     def signal(self, groups: Groups) -> torch.Tensor | None:
         raise NotImplementedError
