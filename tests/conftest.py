@@ -36,6 +36,21 @@ def run_config(overrides: list[str], run_dir: Path):
     return train(compose_config(overrides), run_dir)
 
 
+def run_killed_at(overrides: list[str], run_dir: Path, task_cls: type, step: int) -> None:
+    """Run ``overrides`` into ``run_dir`` and kill it (Ctrl-C) as ``task_cls`` is about to take ``step``."""
+    original = task_cls.step
+
+    def step_then_die(self, at):
+        if at == step:
+            raise KeyboardInterrupt
+        return original(self, at)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(task_cls, "step", step_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            run_config(overrides, run_dir)
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m harness <args>`` in a subprocess, from ``cwd`` (outputs land there)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **(env or {})}

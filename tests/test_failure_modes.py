@@ -14,7 +14,7 @@ import algorithms
 from algorithms import Groups, Rollout
 from algorithms.checks import ConfigError
 from algorithms.scores import Spread, mid_ranks, standardize, zscore_advantages
-from conftest import compose_config, run_config
+from conftest import compose_config, run_config, run_killed_at
 from harness import rundir
 from harness.outputs import relapse_events
 from harness.report import stats
@@ -301,16 +301,7 @@ def test_a_run_started_before_the_update_norms_existed_resumes_with_its_own_colu
     old_metrics = tuple(m for m in tr.METRICS if not m.startswith("update_"))
     monkeypatch.setattr(tr.TokenReversal, "metric_names", old_metrics)
     run_config(overrides, tmp_path / "old")  # uninterrupted, as the code before the new metrics wrote it
-    original = tr.TokenReversal.step
-
-    def step_then_die(self, step):
-        if step == 3:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(tr.TokenReversal, "step", step_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        run_config(overrides, tmp_path / "killed")
+    run_killed_at(overrides, tmp_path / "killed", tr.TokenReversal, 3)
     monkeypatch.undo()  # resumed by today's code, which has the new metrics
     summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
     assert (tmp_path / "killed" / "metrics.csv").read_bytes() == (tmp_path / "old" / "metrics.csv").read_bytes()

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, compose_config, run_cli, run_config
+from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
 from harness import outputs
 from harness.run import build_task
 from algorithms.checks import ConfigError
@@ -73,20 +73,10 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch,
     run_config(overrides, tmp_path / "full")
 
     task_cls = type(build_task(compose_config(overrides)))
-    original = task_cls.step
-
-    def step_then_die(self, step):
-        if step == 25:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(task_cls, "step", step_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        run_config(overrides, tmp_path / "killed")
+    run_killed_at(overrides, tmp_path / "killed", task_cls, 25)
     assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
     assert len(read_metrics(tmp_path / "killed")) < len(read_metrics(tmp_path / "full"))  # it stopped mid-way
-    monkeypatch.undo()
-    stepped = []
+    stepped, original = [], task_cls.step
 
     def counted(self, step):
         stepped.append(step)

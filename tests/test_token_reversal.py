@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from algorithms import ALGORITHMS
-from conftest import compose_config, run_config
+from conftest import compose_config, run_config, run_killed_at
 from tasks import rng
 from harness.run import build_task
 from tasks import token_reversal as tr
@@ -222,17 +222,7 @@ def test_same_seed_gives_identical_metrics_and_resume_matches(tmp_path, monkeypa
     for name in ("a", "b"):
         run_config(overrides, tmp_path / name)
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
-    original = tr.TokenReversal.step
-
-    def step_then_die(self, step):
-        if step == 4:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(tr.TokenReversal, "step", step_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        run_config(overrides, tmp_path / "killed")
-    monkeypatch.undo()
+    run_killed_at(overrides, tmp_path / "killed", tr.TokenReversal, 4)
     run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "killed" / "metrics.csv").read_bytes()
 
