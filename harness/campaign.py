@@ -10,7 +10,7 @@ is committed) and the preset's report is regenerated into ``results/<preset>/``.
 
 Everything is decided from files: the same command after an interruption (Ctrl-C, a kill, the end of a session)
 exports runs that finished meanwhile, skips the exported ones, resumes the interrupted ones from their checkpoints
-and starts the rest. ``--hours H`` starts no run after H hours (a session's budget); Ctrl-C or SIGTERM stops the
+and starts the rest. ``--breadth`` runs each cell's first seed range before any cell's second (within a priority). ``--hours H`` starts no run after H hours (a session's budget); Ctrl-C or SIGTERM stops the
 runs, each at its last checkpoint. Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
@@ -121,6 +121,13 @@ def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple
                 jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
                                  cost), "to run" + ("" if measured else " (cost estimated)")))
     return jobs
+
+
+def breadth_first(jobs: list[Job], chunk: int) -> list[Job]:
+    """``jobs`` reordered so that, within each priority, every cell's first seed range runs before any cell's
+    second: a campaign stopped early then compares all of a priority's methods on the same seeds."""
+    ranks = {priority: rank for rank, priority in enumerate(dict.fromkeys(job.priority for job in jobs))}
+    return sorted(jobs, key=lambda job: (ranks[job.priority], job.offset // chunk))
 
 
 def _ranges(seeds: list[int]) -> str:
@@ -236,6 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
     parser.add_argument("--only", default=None, help="comma list of priorities to run, e.g. P1,P2")
+    parser.add_argument("--breadth", action="store_true",
+                        help="within a priority, every cell's first seeds before any cell's next ones")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
     parser.add_argument("--hours", type=float, default=None,
                         help="start no run after this many hours (running ones finish); 0: only export finished runs")
@@ -249,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     queue = load_queue(args.queue)
     only = set(args.only.split(",")) if args.only else None
     planned = plan(queue, args.results, only)
+    if args.breadth:
+        order = breadth_first([job for job, _ in planned], int(queue.get("chunk", 5)))
+        planned = sorted(planned, key=lambda item: order.index(item[0]))
     todo = [job for job, state in planned if state.startswith("to run")]
     for job, state in planned:
         if state.startswith("to run") and finished(job, args.work):

@@ -106,3 +106,12 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
         assert "campaign queue 'nosuch' not found; valid choices: beyond, failure_modes, paper" in str(error)
     else:
         raise AssertionError("an unknown queue was accepted")
+
+
+def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
+    cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
+             dict(QUEUE["cells"][0], priority="P2", name="later", seeds=5)]
+    jobs = campaign.breadth_first([job for job, _ in campaign.plan({"chunk": 5, "cells": cells}, tmp_path)], 5)
+    assert [(job.priority, job.cell, job.name) for job in jobs] == [
+        ("P1", "tpo", "seeds0-4"), ("P1", "grpo", "seeds0-4"), ("P1", "tpo", "seeds5-9"), ("P1", "grpo", "seeds5-9"),
+        ("P2", "later", "seeds0-4")]
