@@ -34,8 +34,11 @@ class _CrossEntropyToTarget(torch.autograd.Function):
 
 
 def cross_entropy_to_target(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """−Σ_k q_k log softmax(ℓ)_k over the last axis, with gradient softmax(ℓ) − q on ℓ (Eq. 3)."""
-    return _CrossEntropyToTarget.apply(logits, target)
+    """−Σ_k q_k log softmax(ℓ)_k over the last axis, with gradient softmax(ℓ) − q on ℓ (Eq. 3). Without a graph
+    to record, the value is computed directly (the same operations, without the autograd Function's call cost)."""
+    if logits.requires_grad and torch.is_grad_enabled():
+        return _CrossEntropyToTarget.apply(logits, target)
+    return -(target.detach() * log_softmax(logits)).sum(-1)
 
 
 def tpo_target(logp_old: torch.Tensor, scores: torch.Tensor, eta: float = 1.0, anchor: bool = True,

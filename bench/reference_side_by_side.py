@@ -202,8 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     if shutil.which("taskset") is None:
         parser.error("taskset (util-linux) is needed to pin each process to one core")
     python = build_reference_venv(args.venv)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    from tasks.models import linear
+
+    cpu = f"{linear.cpu_model() or platform.processor()}; cpu_matmul=auto: {linear.auto_backend()}"
     commit = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or None
     args.out.parent.mkdir(parents=True, exist_ok=True)

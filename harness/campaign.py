@@ -10,8 +10,9 @@ is committed) and the preset's report is regenerated into ``results/<preset>/``.
 
 Everything is decided from files: the same command after an interruption (Ctrl-C, a kill, the end of a session)
 exports runs that finished meanwhile, skips the exported ones, resumes the interrupted ones from their checkpoints
-and starts the rest. ``--breadth`` runs each cell's first seed range before any cell's second (within a priority). ``--hours H`` starts no run after H hours (a session's budget); Ctrl-C or SIGTERM stops the
-runs, each at its last checkpoint. Seeds already in
+and starts the rest. ``--breadth`` runs each cell's first seed range before any cell's second (within a priority),
+so a campaign stopped early compares all of a priority's methods on the same seeds. ``--hours H`` starts no run
+after H hours (a session's budget); Ctrl-C or SIGTERM stops the runs, each at its last checkpoint. Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
 """

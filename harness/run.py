@@ -175,13 +175,18 @@ def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[s
     plan.apply(run_dir)
     session.open(checkpoint["rows"] if checkpoint else None, plan.uid)
     writer, tracker = session.writer, session.tracker
-    # first step with a non-finite loss per seed (−1: none), kept on the device and read only when metrics are
-    # recorded or saved, so that no step waits for the device just to check for divergence
-    diverged_at = torch.tensor([diverged.get(str(seed), -1) for seed in seeds], device=task.device)
+    # first step with a non-finite loss per seed: the steps' losses are kept on the device and checked only when
+    # metrics are recorded or saved, so that no step waits for the device, or pays ~5 ops, to check for divergence
+    losses: list[tuple[int, torch.Tensor]] = []  # (step, its per-seed loss) since the last check
 
     def read_diverged() -> None:
-        for index in (diverged_at >= 0).nonzero().flatten().tolist():
-            diverged.setdefault(str(seeds[index]), int(diverged_at[index]))
+        if not losses:
+            return
+        bad = ~torch.isfinite(torch.stack([loss for _, loss in losses]))  # (steps, seeds)
+        first = bad.to(torch.uint8).argmax(0)  # the first non-finite step per seed (0 where none)
+        for index in bad.any(0).nonzero().flatten().tolist():
+            diverged.setdefault(str(seeds[index]), losses[int(first[index])][0])
+        losses.clear()
 
     def record(step: int, metrics: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
         read_diverged()
@@ -211,7 +216,9 @@ def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[s
             for step in range(start, steps):
                 out = task.step(step)
                 if out.loss is not None:
-                    diverged_at = torch.where(~torch.isfinite(out.loss) & (diverged_at < 0), step, diverged_at)
+                    losses.append((step, out.loss.detach().expand(len(seeds))))  # a view; (S,) or one for all
+                    if len(losses) == 4096:  # a task that records rarely: bound what is kept
+                        read_diverged()
                 if out.metrics is not None:
                     values = record(out.log_step, out.metrics)
                     if progress is not None and "error" in values:
@@ -228,7 +235,8 @@ def _train(cfg: DictConfig, run_dir: Path, task: Task, started: float) -> dict[s
     if session.status == "interrupted":
         log.warning("interrupted; the last checkpoint in %s resumes with trainer.resume=true", run_dir)
     seed_status = {str(s): ("diverged" if str(s) in diverged else session.status) for s in seeds}
-    return session.finish(seed_status, diverged, {"device": str(task.device)})
+    return session.finish(seed_status, diverged, {"device": str(task.device), "cpu": linear.cpu_model(),
+                                                      "cpu_matmul": linear.backend()})
 
 
 def _progress_bar(cfg: DictConfig, steps: int, start: int):

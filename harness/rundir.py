@@ -1,7 +1,8 @@
 """Run identity: what a run directory already holds decides whether a launch may start, resume or skip it.
 
 Each run directory records the fingerprint of its resolved configuration in ``identity.json``: everything that
-changes the numbers, so neither logging, progress bars, thread count, checkpoint spacing, the steps-to thresholds
+changes the numbers, so neither logging, progress bars, thread count, the CPU matmul library (both move only float
+rounding, as a change of host does), checkpoint spacing, the steps-to thresholds
 of the summary, where MNIST is read from nor the experiment's name. A launch into a directory with results then
 
 - ``trainer.resume=false`` (default): refuses, unless ``trainer.overwrite=true`` (which clears the old run first);
@@ -39,9 +40,11 @@ TRL_DIR = "trl"  # the LLM trainer's checkpoints
 HYDRA_DIR = ".hydra"  # the launch that started the run: config.yaml (as composed), overrides.yaml
 RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
 RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb", HYDRA_DIR)  # cleared by a fresh start
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "trainer.progress", "trainer.resume", "trainer.overwrite",
-                "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to", "task.data_dir",
-                "task.source", "trainer.solved_below", "trainer.relapse_above")  # task.steps: trainer.steps runs
+# How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
+# change of host does); task.steps: trainer.steps runs.
+NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "trainer.progress", "trainer.resume",
+                "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to",
+                "task.data_dir", "task.source", "trainer.solved_below", "trainer.relapse_above")
 # Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
 # the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
 # ranges merge with new ones; any other value is part of the identity.

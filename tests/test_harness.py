@@ -137,6 +137,49 @@ def test_a_diverged_seed_is_marked_and_the_others_continue(tmp_path, monkeypatch
     assert summary["final"]["error"]["n"] == 2
 
 
+def test_divergence_between_recorded_steps_is_dated_to_its_first_non_finite_step(tmp_path, monkeypatch):
+    """MNIST records metrics every ``eval_every`` steps; the losses in between are checked then, each seed dated to
+    its own first non-finite loss (a transient one counts)."""
+    overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=3",
+                 "task.checkpoint_every=0"]
+    task_cls = type(build_task(compose_config(overrides)))
+    original = task_cls.step
+    poison = {1: range(3, 10), 2: [7]}  # seed index → steps with a NaN loss
+
+    def poisoned(self, step):
+        out = original(self, step)
+        loss = out.loss.clone()
+        for index, steps in poison.items():
+            if step in steps:
+                loss[index] = float("nan")
+        return StepOutput(loss=loss, metrics=out.metrics, log_step=out.log_step)
+
+    monkeypatch.setattr(task_cls, "step", poisoned)
+    summary = run_config(overrides, tmp_path)
+    assert summary["diverged_at_step"] == {"1": 3, "2": 7}
+    assert summary["seed_status"] == {"0": "completed", "1": "diverged", "2": "diverged"}
+    error = read_metrics(tmp_path).pivot(index="step", columns="seed", values="error")  # evaluations after 5, 10
+    assert error[0].notna().all() and error[1].isna().all() and error[2].isna().tolist() == [False, True]
+
+
+def test_a_divergence_recorded_before_an_interruption_keeps_its_step_after_resuming(tmp_path, monkeypatch):
+    overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=2",
+                 "task.checkpoint_every=5"]
+    task_cls = type(build_task(compose_config(overrides)))
+    original = task_cls.step
+
+    def poisoned(self, step):  # seed 1's loss is NaN from step 3 on
+        out = original(self, step)
+        loss = out.loss.clone()
+        loss[1] = float("nan") if step >= 3 else loss[1]
+        return StepOutput(loss=loss, metrics=out.metrics, log_step=out.log_step)
+
+    monkeypatch.setattr(task_cls, "step", poisoned)
+    run_killed_at(overrides, tmp_path, task_cls, 7)  # after the checkpoint at step 5
+    summary = run_config([*overrides, "trainer.resume=true"], tmp_path)  # resumes at 5, NaN again from there
+    assert summary["resumed_from"] == [5] and summary["diverged_at_step"] == {"1": 3}
+
+
 def test_unknown_names_fail_before_work_with_the_valid_choices(tmp_path):
     result = run_cli(["algorithm=nope", "logger=none"], tmp_path)
     assert result.returncode != 0

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not linear.onednn_available(), reason="no oneDNN
 def onednn_backend():
     linear.set_backend("onednn")
     yield
-    linear.set_backend("onednn")
+    linear.set_backend("auto")
 
 
 def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -78,9 +78,9 @@ def test_blas_backend_is_torch_exactly():
 
 
 def test_bad_backend_is_refused_before_any_work():
-    with pytest.raises(ValueError, match="cpu_matmul='mkl'.*onednn, blas"):
+    with pytest.raises(ValueError, match="cpu_matmul='mkl'.*auto, onednn, blas"):
         linear.set_backend("mkl")
-    with pytest.raises(ConfigError, match="cpu_matmul='mkl' is not valid; valid choices: onednn, blas"):
+    with pytest.raises(ConfigError, match="cpu_matmul='mkl' is not valid; valid choices: auto, onednn, blas"):
         build_task(compose_config(["task=tabular_single", "cpu_matmul=mkl"]))
 
 

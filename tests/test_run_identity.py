@@ -40,7 +40,7 @@ def finished_run(tmp_path) -> Path:
 
 def test_a_run_records_its_fingerprint_and_logging_keys_do_not_change_it(finished_run):
     record = json.loads((finished_run / rundir.IDENTITY_FILE).read_text())
-    same = ["logger=wandb", "logger.mode=offline", "threads=2", "trainer.progress=true",
+    same = ["logger=wandb", "logger.mode=offline", "threads=2", "cpu_matmul=onednn", "trainer.progress=true",
             "task.checkpoint_every=5", "experiment_name=other", "task.steps_to=[0.5]", "algorithm.eta=1"]
     assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, *same]))) == record["fingerprint"]
     for change in ("algorithm.eta=3", "seeds=3", "trainer.steps=31", "flush_denormal=false", "task.alpha=0.2",

@@ -29,7 +29,7 @@ BAD_VALUES = [
     ([SINGLE, "trainer.checkpoint_every=1.5"], "trainer.checkpoint_every=1.5 is not valid"),
     ([SINGLE, "task.steps_to=[0.1,1.5]"], "task.steps_to=1.5 is not valid; expected a number in [0, 1]"),
     (["device=tpu"], "device='tpu' is not valid; valid choices: cpu, cuda"),
-    (["cpu_matmul=mkl"], "cpu_matmul='mkl' is not valid; valid choices: onednn, blas"),
+    (["cpu_matmul=mkl"], "cpu_matmul='mkl' is not valid; valid choices: auto, onednn, blas"),
     ([SINGLE, "flush_denormal=maybe"], "flush_denormal='maybe' is not valid; valid choices: true, false"),
     ([SINGLE, "experiment_name=null"], "experiment_name=None is not valid; expected a non-empty name"),
     ([SINGLE, "logger.name=tensorboard"], "logger.name='tensorboard' is not valid; valid choices: wandb, none"),

@@ -232,7 +232,8 @@ def _hardware(text) -> str:
     if not isinstance(text, str):
         return "unknown"
     info = json.loads(text)
-    return f"{info.get('device')} ×{info.get('threads')} threads on {info.get('host')}"
+    cpu = f", {info['cpu']}" if info.get("cpu") else ""
+    return f"{info.get('device')} ×{info.get('threads')} threads on {info.get('host')}{cpu}"
 
 
 def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int = 1,

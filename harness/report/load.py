@@ -23,7 +23,7 @@ from harness.rundir import NEUTRAL_DEFAULTS
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran); budget keys are checked, not matched.
-IGNORED = ("logger", "device", "threads", "trainer.resume", "trainer.overwrite", "trainer.progress",
+IGNORED = ("logger", "device", "threads", "cpu_matmul", "trainer.resume", "trainer.overwrite", "trainer.progress",
            "trainer.checkpoint_every", "task.checkpoint_every", "task.data_dir", "task.source", "task.steps_to",
            "experiment_name", "trainer.solved_below", "trainer.relapse_above")
 BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")

@@ -1,16 +1,21 @@
-"""Dense layers x @ Wᵀ + b with the CPU's matrix products through oneDNN instead of the BLAS (MKL).
+"""Dense layers x @ Wᵀ + b with the CPU's matrix products through oneDNN instead of the BLAS (MKL), where that pays.
 
-torch computes fp32 CPU matmuls with MKL, which takes slow code paths on non-Intel CPUs: on this project's AMD EPYC
-host (1 thread) MKL's 1024² sgemm reaches 107–110 GFLOP/s where oneDNN, which torch also bundles, reaches 231–243
-(XLA, under the JAX reference, 246), and the products of this project's layers (100–8,000 rows × 50–784) run
-1.6–2.4× faster. Both are fp32 throughout; only the summation order differs, so results agree to float rounding.
+torch computes fp32 CPU matmuls with MKL, which runs AVX2 code on non-Intel CPUs even where they have AVX-512:
+on the AMD EPYC with AVX-512 of sessions 4–7 (1 thread) MKL's 1024² sgemm reached 107–110 GFLOP/s where oneDNN,
+which torch also bundles, reached 231–243 (XLA, under the JAX reference, 246), and the products of this project's
+layers (100–8,000 rows × 50–784) ran 1.6–2.4× faster. On an AVX2-only AMD EPYC (no AVX-512; session 9) both reach
+~57 GFLOP/s and oneDNN is the slower one: per-seed calls of the 20-seed MNIST layers 1.4× slower than one MKL
+batched matmul, the token tasks' products 0.3–1.2× MKL's speed, a token run 5–25% slower. ``cpu_matmul=auto`` (the
+default) therefore picks oneDNN on non-Intel CPUs with AVX-512 and torch's BLAS elsewhere. Both are fp32
+throughout; only the summation order differs, so results agree to float rounding, and the choice is not part of a
+run's identity (like ``threads``): it is recorded in summary.json.
 
 oneDNN costs ~12 µs per call where MKL's small products cost ~4, and between many small ops its calls ran slower
 than alone (the 1-seed MNIST step, 3.9M multiply-adds per product, was 5% slower with it; 20 seeds were faster), so
 it takes calls of at least ``ONEDNN_MIN_MACS`` multiply-adds (all seeds together) computed without an autograd graph
 (or inside ``seed_dense``'s own backward) on CPU float32 tensors; everything else (small products, GPU, other dtypes,
-a graph to record) goes through torch as before. ``set_backend("blas")`` (config key ``cpu_matmul``) restores
-torch's default everywhere. ``torch.ops.mkldnn._linear_pointwise`` is a private op of the pinned torch 2.13.
+a graph to record) goes through torch as before. ``torch.ops.mkldnn._linear_pointwise`` is a private op of the
+pinned torch 2.13.
 """
 
 from __future__ import annotations
@@ -20,17 +25,63 @@ import platform
 
 import torch
 
-BACKENDS = ("onednn", "blas")
-_backend = "onednn"
+BACKENDS = ("auto", "onednn", "blas")
 ONEDNN_MIN_MACS = 1 << 23
 
 
 def set_backend(name: str) -> None:
-    """Choose the CPU matmul library for this process: "onednn" (default) or "blas" (torch's own)."""
+    """Choose the CPU matmul library for this process: "auto" (``auto_backend()``), "onednn" or "blas" (torch's)."""
     global _backend
     if name not in BACKENDS:
         raise ValueError(f"cpu_matmul={name!r}; valid choices: {', '.join(BACKENDS)}")
-    _backend = name
+    _backend = auto_backend() if name == "auto" else name
+
+
+def backend() -> str:
+    """The CPU matmul library in use: "onednn" or "blas" (also where oneDNN was chosen but this build lacks it)."""
+    return _backend if _backend == "blas" or onednn_available() else "blas"
+
+
+@functools.cache
+def auto_backend(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """oneDNN where torch's MKL leaves the CPU's widest vectors unused (a non-Intel CPU with AVX-512), else "blas"
+    (also wherever ``cpuinfo`` cannot tell)."""
+    vendor, flags = cpu_features(cpuinfo)
+    return "onednn" if vendor and vendor != "GenuineIntel" and "avx512f" in flags else "blas"
+
+
+def cpu_model(path: str = "/proc/cpuinfo") -> str:
+    """The first CPU's model name, family and vector width, e.g. "AMD EPYC (family 25, AVX2)" (what a timing or a
+    float-rounding difference between two runs may come from); "" where ``path`` cannot tell."""
+    fields = {}
+    try:
+        with open(path) as info:
+            for line in info:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return ""
+    width = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "AVX2" if "avx2" in fields.get(
+        "flags", "").split() else "no AVX2"
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, {width})" if fields else ""
+
+
+def cpu_features(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
+    """The first CPU's vendor id and feature flags ("", {} where the file is missing)."""
+    vendor, flags = "", frozenset()
+    try:
+        with open(path) as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key.strip() == "flags":
+                    return vendor, frozenset(value.split())
+    except OSError:
+        pass
+    return vendor, flags
 
 
 @functools.cache
@@ -38,6 +89,9 @@ def onednn_available() -> bool:
     """oneDNN's fp32 linear is in this torch build, on an x86-64 CPU (where torch's BLAS is MKL)."""
     return (platform.machine().lower() in ("x86_64", "amd64") and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+_backend = auto_backend()  # what cpu_matmul=auto picks; runs set it from their configuration (harness.run)
 
 
 def _use_onednn(x: torch.Tensor, out_features: int) -> bool:

@@ -16,7 +16,7 @@ Incremental decoding keeps a key/value cache: per layer a pair (k, v) of shape (
 positions seen so far. It is functional (each call returns a longer cache, nothing is written in place), so it also
 works under autograd: ``prefill`` then ``extend(..., rows=...)`` runs a shared prompt once for all its continuations.
 Each layer's q/k/v projections run as one matmul and every bias is fused into its matmul (``linear.seed_dense``:
-oneDNN on CPU, 2–2.4× MKL's speed at these shapes on AMD CPUs; baddbmm elsewhere).
+oneDNN on AMD CPUs with AVX-512, 2–2.4× MKL's speed at these shapes; baddbmm elsewhere).
 """
 
 from __future__ import annotations
