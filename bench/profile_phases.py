@@ -104,13 +104,6 @@ def matmul_peak(threads: int) -> dict[str, float]:
     return peaks
 
 
-def cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith(
-        "model name")] if cpuinfo.exists() else []
-    return names[0] if names else platform.processor() or platform.machine()
-
-
 def episode_flops(task, step: int) -> int:
     """Matmul FLOPs of one step, counted on torch's own products (the counter does not see oneDNN calls)."""
     previous = linear.backend()
@@ -198,8 +191,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # as training does (flush_denormal=true)
     peaks = matmul_peak(args.threads)
-    peak = max(peaks.values())
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  torch {torch.__version__}, {cpu_model()}, "
+    peak, cpu = max(peaks.values()), linear.cpu_model() or platform.processor()
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  torch {torch.__version__}, {cpu}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, threads={args.threads}, fp32 matmul peak "
           + ", ".join(f"{name} {value / 1e9:.0f}" for name, value in peaks.items()) + " GFLOP/s")
     for setting in args.settings.split(","):

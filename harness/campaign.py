@@ -124,11 +124,11 @@ def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple
     return jobs
 
 
-def breadth_first(jobs: list[Job], chunk: int) -> list[Job]:
-    """``jobs`` reordered so that, within each priority, every cell's first seed range runs before any cell's
-    second: a campaign stopped early then compares all of a priority's methods on the same seeds."""
-    ranks = {priority: rank for rank, priority in enumerate(dict.fromkeys(job.priority for job in jobs))}
-    return sorted(jobs, key=lambda job: (ranks[job.priority], job.offset // chunk))
+def breadth_first(planned: list[tuple[Job, str]], chunk: int) -> list[tuple[Job, str]]:
+    """``plan``'s jobs reordered so that, within each priority, every cell's first seed range runs before any
+    cell's second: a campaign stopped early then compares all of a priority's methods on the same seeds."""
+    ranks = {priority: rank for rank, priority in enumerate(dict.fromkeys(job.priority for job, _ in planned))}
+    return sorted(planned, key=lambda item: (ranks[item[0].priority], item[0].offset // chunk))
 
 
 def _ranges(seeds: list[int]) -> str:
@@ -260,8 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     only = set(args.only.split(",")) if args.only else None
     planned = plan(queue, args.results, only)
     if args.breadth:
-        order = breadth_first([job for job, _ in planned], int(queue.get("chunk", 5)))
-        planned = sorted(planned, key=lambda item: order.index(item[0]))
+        planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
     for job, state in planned:
         if state.startswith("to run") and finished(job, args.work):

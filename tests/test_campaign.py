@@ -111,7 +111,7 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
 def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
     cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
              dict(QUEUE["cells"][0], priority="P2", name="later", seeds=5)]
-    jobs = campaign.breadth_first([job for job, _ in campaign.plan({"chunk": 5, "cells": cells}, tmp_path)], 5)
-    assert [(job.priority, job.cell, job.name) for job in jobs] == [
+    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path), 5)
+    assert [(job.priority, job.cell, job.name) for job, _ in jobs] == [
         ("P1", "tpo", "seeds0-4"), ("P1", "grpo", "seeds0-4"), ("P1", "tpo", "seeds5-9"), ("P1", "grpo", "seeds5-9"),
         ("P2", "later", "seeds0-4")]

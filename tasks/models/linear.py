@@ -53,6 +53,22 @@ def auto_backend(cpuinfo: str = "/proc/cpuinfo") -> str:
 def cpu_model(path: str = "/proc/cpuinfo") -> str:
     """The first CPU's model name, family and vector width, e.g. "AMD EPYC (family 25, AVX2)" (what a timing or a
     float-rounding difference between two runs may come from); "" where ``path`` cannot tell."""
+    fields = _first_cpu(path)
+    if not fields:
+        return ""
+    flags = fields.get("flags", "").split()
+    width = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, {width})"
+
+
+def cpu_features(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
+    """The first CPU's vendor id and feature flags ("", {} where the file is missing)."""
+    fields = _first_cpu(path)
+    return fields.get("vendor_id", ""), frozenset(fields.get("flags", "").split())
+
+
+def _first_cpu(path: str) -> dict[str, str]:
+    """The first processor's ``key: value`` fields of a /proc/cpuinfo file ({} where it is missing)."""
     fields = {}
     try:
         with open(path) as info:
@@ -62,26 +78,8 @@ def cpu_model(path: str = "/proc/cpuinfo") -> str:
                 key, _, value = line.partition(":")
                 fields[key.strip()] = value.strip()
     except OSError:
-        return ""
-    width = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "AVX2" if "avx2" in fields.get(
-        "flags", "").split() else "no AVX2"
-    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, {width})" if fields else ""
-
-
-def cpu_features(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
-    """The first CPU's vendor id and feature flags ("", {} where the file is missing)."""
-    vendor, flags = "", frozenset()
-    try:
-        with open(path) as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() == "vendor_id" and not vendor:
-                    vendor = value.strip()
-                elif key.strip() == "flags":
-                    return vendor, frozenset(value.split())
-    except OSError:
         pass
-    return vendor, flags
+    return fields
 
 
 @functools.cache
