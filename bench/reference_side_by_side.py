@@ -60,6 +60,12 @@ class Setting:
     long: int = 40
     unit: str = "episode"
     per: float = 1.0  # the table's unit: 1 CPU-s per episode, or 1e-3 (CPU-ms per step)
+    reference_long: int = 0  # the reference's long budget where it differs from ours (0: the same)
+
+    def budgets(self, side: str) -> tuple[int, int]:
+        """The short and long budgets whose difference is timed for ``side`` ("reference" or "ours")."""
+        long = self.reference_long if side == "reference" and self.reference_long else self.long
+        return self.short, long
 
     def reference_command(self, python: Path, budget: int, save_dir: Path) -> list[str]:
         flag = "--num-steps" if self.unit == "step" else "--num-episodes"
@@ -86,11 +92,20 @@ SETTINGS = {
     "dense_v16_tpo_token": Setting(("transformer", "--vocab-size", "16", "--num-seeds", "1", "--algorithms",
                                     "tpo_token"),
                                    ("experiment=table1_vocab_sweep", "task.V=16", "algorithm=tpo_token", "seeds=1")),
+    # Over a whole run: ours falls as the policy sharpens (dedup), the reference's fixed-shape episode does not
+    # (2.22 CPU-s over episodes 10-40, 2.06 over 40-160 for GRPO at H = 10), so it is timed over 10-160 only.
+    "terminal_h10_tpo_run": Setting((*TERMINAL, "--sequence-length", "10", "--algorithms", "tpo"),
+                                    ("experiment=fig1b_sparse", "algorithm=tpo", "seeds=1"), 10, 2_000,
+                                    reference_long=160),
+    "terminal_h10_grpo_run": Setting((*TERMINAL, "--sequence-length", "10", "--algorithms", "grpo"),
+                                     ("experiment=fig1b_sparse", "algorithm=grpo", "seeds=1"), 10, 2_000,
+                                     reference_long=160),
     "mnist_1": Setting(("mnist", "--num-seeds", "1", "--algorithms", "tpo"),
                        ("experiment=fig4_mnist", "algorithm=tpo", "seeds=1"), 1_000, 20_000, "step", 1e-3),
     "mnist_20": Setting(("mnist", "--num-seeds", "20", "--algorithms", "tpo"),
                         ("experiment=fig4_mnist", "algorithm=tpo", "seeds=20"), 1_000, 20_000, "step", 1e-3),
 }
+QUICK = [name for name in SETTINGS if not name.endswith("_run")]
 
 
 def build_reference_venv(venv: Path) -> Path:
@@ -152,34 +167,36 @@ def measure(name: str, setting: Setting, python: Path, reference: Path, repeats:
         our_env = {**os.environ, "OMP_NUM_THREADS": "1"}
         for repeat in range(repeats):
             seconds = {}
-            for budget in (setting.short, setting.long):
+            for length in (0, 1):  # short runs of both, then long runs of both
                 for side in ("reference", "ours"):
+                    budget = setting.budgets(side)[length]
                     loads.append(os.getloadavg()[0])
                     where = Path(scratch) / f"{side}-{repeat}-{budget}"
                     if side == "reference":
                         command = setting.reference_command(python, budget, where)
-                        seconds[side, budget] = timed(command, core, ref_env, Path(scratch))
+                        seconds[side, length] = timed(command, core, ref_env, Path(scratch))
                     else:
-                        seconds[side, budget] = timed(setting.our_command(budget, where), core, our_env, ROOT)
+                        seconds[side, length] = timed(setting.our_command(budget, where), core, our_env, ROOT)
             for side in costs:
-                extra = seconds[side, setting.long] - seconds[side, setting.short]
-                costs[side].append(extra / (setting.long - setting.short) / setting.per)
+                short, long = setting.budgets(side)
+                costs[side].append((seconds[side, 1] - seconds[side, 0]) / (long - short) / setting.per)
             print(f"  {name} repeat {repeat}: reference {costs['reference'][-1]:.4g}, ours {costs['ours'][-1]:.4g}",
                   flush=True)
     reference_cost, our_cost = (float(np.median(costs[side])) for side in ("reference", "ours"))
     return {"setting": name, "unit": "CPU-ms per step" if setting.unit == "step" else "CPU-s per episode",
-            "budgets": [setting.short, setting.long], "reference": reference_cost, "ours": our_cost,
-            "ratio": reference_cost / our_cost, "repeats": costs, "load": [min(loads), max(loads)]}
+            "budgets": {side: list(setting.budgets(side)) for side in costs}, "reference": reference_cost,
+            "ours": our_cost, "ratio": reference_cost / our_cost, "repeats": costs, "load": [min(loads), max(loads)]}
 
 
 def markdown(rows: list[dict], host: dict) -> str:
     pending = f" Not measured yet: {', '.join(host['pending'])}." if host.get("pending") else ""
     lines = [f"Side by side on {host['cpu']} ({host['date']}; one core, one thread each; {host['repeats']} "
              f"repeat(s), median; load {host['load']}).{pending}", "",
-             "| setting | unit | real reference | tpo-bench | reference / ours | load (1 min) |",
-             "|---|---|---|---|---|---|"]
+             "| setting | unit | timed over (reference; ours) | real reference | tpo-bench | reference / ours "
+             "| load (1 min) |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['setting']} | {row['unit']} | {row['reference']:.4g} | {row['ours']:.4g} | "
+        spans = "; ".join(f"{short}–{long}" for short, long in row["budgets"].values())
+        lines.append(f"| {row['setting']} | {row['unit']} | {spans} | {row['reference']:.4g} | {row['ours']:.4g} | "
                      f"{row['ratio']:.2f}× | {row['load'][0]:.1f}–{row['load'][1]:.1f} |")
     return "\n".join(lines) + "\n"
 
@@ -188,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, required=True, help="a checkout of github JeanKaddour/tpo")
     parser.add_argument("--venv", type=Path, default=Path("~/.cache/tpo-bench/reference-venv").expanduser())
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated: {', '.join(SETTINGS)}")
+    parser.add_argument("--settings", default=",".join(QUICK), help=f"comma-separated (default: all but the "
+                        f"whole-run ones, which take ~40 CPU-min each): {', '.join(SETTINGS)}")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--core", type=int, default=0, help="the core both implementations are pinned to")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "reference_side_by_side")

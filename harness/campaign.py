@@ -262,13 +262,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
+    preset_width = max((len(job.preset) for job, _ in planned), default=0)
+    cell_width = max((len(job.cell) for job, _ in planned), default=0)
     for job, state in planned:
         if state.startswith("to run") and finished(job, args.work):
             state = "finished, to be exported"
         elif state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
             state = "resumable" + state[len("to run"):]
         name = "" if state.startswith("done") else job.name
-        print(f"{job.priority}  {job.preset:<18} {job.cell:<24} {name:<12} {job.steps:>6} steps "
+        print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
               f"{job.cpu_hours:6.2f} CPU-h  {state}")
     hours = sum(job.cpu_hours for job in todo)
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")

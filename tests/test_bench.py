@@ -123,3 +123,28 @@ def test_side_by_side_writes_mnist_idx_files_an_idx_reader_reads_back(tmp_path):
     images = read_idx(tmp_path / "train-images-idx3-ubyte.gz")
     assert images.shape == (5, 28, 28) and np.array_equal(images.reshape(5, 784), arrays["train_images"])
     assert np.array_equal(read_idx(tmp_path / "t10k-labels-idx1-ubyte.gz"), arrays["test_labels"])
+
+
+def test_side_by_side_differences_each_sides_own_budgets(monkeypatch):
+    """A whole-run setting times the reference over 10-160 episodes and ours over 10-2,000: each side's cost per
+    episode is its own long-minus-short over its own span (timings here: start-up + slope x budget)."""
+    import reference_side_by_side as side
+
+    slope, start = {"reference": 2.0, "ours": 0.25}, {"reference": 30.0, "ours": 5.0}
+    order = []
+
+    def fake_timed(command, core, env, cwd):
+        who = "reference" if "tpo.cli" in command else "ours"
+        budget = int(command[command.index("--num-episodes") + 1]) if who == "reference" else \
+            int(next(arg for arg in command if arg.startswith("trainer.steps=")).split("=")[1])
+        order.append((who, budget))
+        return start[who] + slope[who] * budget
+
+    monkeypatch.setattr(side, "timed", fake_timed)
+    monkeypatch.setattr(side, "write_mnist_idx", lambda directory: None)
+    row = side.measure("terminal_h10_tpo_run", side.SETTINGS["terminal_h10_tpo_run"], Path("python"), Path("ref"),
+                       repeats=1, core=0)
+    assert order == [("reference", 10), ("ours", 10), ("reference", 160), ("ours", 2000)]
+    assert row["reference"] == pytest.approx(2.0) and row["ours"] == pytest.approx(0.25)
+    assert row["ratio"] == pytest.approx(8.0) and row["budgets"] == {"reference": [10, 160], "ours": [10, 2000]}
+    assert "terminal_h10_tpo_run" not in side.QUICK and "terminal_h10_tpo" in side.QUICK

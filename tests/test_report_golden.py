@@ -195,6 +195,7 @@ def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
     assert missing["command"] == "python -m harness -m experiment=table1_vocab_sweep algorithm=ppo task.V=16"
     partial = t1.loc[("algorithm.name=dg task.V=8", "steps_to_0.01")]
     assert partial["status"] == "partial" and "2/3 seeds" in partial["flags"] and partial["seeds"] == 2
+    assert partial["command"].endswith("algorithm=dg task.V=8 seeds=1 seed_offset=2")  # the run that completes it
     failed = cells(report, "table3").loc[(FAILED[1], "final")]
     assert failed["status"] == "failed" and "synthetic failure" in failed["flags"]
     interrupted = cells(report, "table2").loc[(INTERRUPTED[1], "steps_to_0.01")]
@@ -235,3 +236,12 @@ def test_every_figure_renders_from_the_synthetic_sweep(sweep, tmp_path):
     for stem in drawn:
         assert (tmp_path / f"{stem}.pdf").exists() and (tmp_path / f"{stem}.caption.md").exists()
     assert {"fig1", "fig4", "fig12", "fig13", "fig15"} <= set(drawn)
+
+
+def test_a_partial_cells_command_runs_each_missing_seed_range_once():
+    base = "python -m harness -m experiment=table3_terminal algorithm=tpo task.H=7"
+    key = {"algorithm.name": "tpo", "task.H": 7}
+    assert tables.command("table3_terminal", key, have=[0, 3, 4], seeds=7) == (
+        f"{base} seeds=2 seed_offset=1; {base} seeds=2 seed_offset=5")
+    assert tables.command("table3_terminal", key, have=[], seeds=7) == base  # nothing there: the whole sweep
+    assert tables.command("table3_terminal", key, have=range(7), seeds=7) == base  # all seeds: a rerun (shorter runs)

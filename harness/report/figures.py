@@ -73,9 +73,11 @@ class Drawer:
 
     def resolve(self, panel: Panel, key: dict) -> Resolved:
         full = {**panel.where, **key}
-        resolved = self.report.resolve(panel.preset, full, self.report.budget(full.get("experiment", panel.preset)))
+        budget = self.report.budget(full.get("experiment", panel.preset))
+        resolved = self.report.resolve(panel.preset, full, budget)
+        have = [seed for ids in resolved.owners.values() for seed in ids]
         self.records.append({"preset": full.get("experiment", panel.preset), "status": resolved.status,
-                             "command": command(panel.preset, full)})
+                             "command": command(panel.preset, full, have, budget[0])})
         if resolved.usable:
             self.used.append((panel.title, label({**panel.where, **key}), resolved))
         return resolved

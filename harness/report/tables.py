@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -87,9 +88,11 @@ def norm(value):
 GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model"}  # keys chosen by a config group's file name
 
 
-def command(preset: str, key: dict) -> str:
+def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) -> str:
     """The exact sweep command that produces the runs of one cell: in the preset whose runs the cell shares
-    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice."""
+    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice. A cell that has
+    some of its ``seeds`` (ids ``have``) gets one command per missing range (``seeds=n seed_offset=a``, joined by
+    ``;``): the runs that complete it, which the report merges with the ones there."""
     own = key.get("experiment", preset)
     point = {name: value for name, value in key.items() if name != "experiment"}
     own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
@@ -97,7 +100,18 @@ def command(preset: str, key: dict) -> str:
     for name, value in key.items():
         if name not in ("experiment", "metric"):
             overrides.append(f"{GROUP_CHOICE.get(name, name)}={fmt_value(value)}")
-    return "python -m harness -m " + " ".join(overrides)
+    base = "python -m harness -m " + " ".join(overrides)
+    have = set(have)
+    missing = [seed for seed in range(seeds) if seed not in have]
+    if not have or not missing:
+        return base
+    ranges: list[list[int]] = []
+    for seed in missing:
+        if ranges and seed == ranges[-1][1]:
+            ranges[-1][1] += 1
+        else:
+            ranges.append([seed, seed + 1])
+    return "; ".join(f"{base} seeds={stop - start} seed_offset={start}" for start, stop in ranges)
 
 
 def key_text(key: dict) -> str:
@@ -279,7 +293,8 @@ class Report:
             "last_step": int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else nan,
             "status": resolved.status, "flags": "; ".join(resolved.flags),
             "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
-            "cell": key_text(key), "runs": " ".join(resolved.run_dirs), "command": command(table.preset, key),
+            "cell": key_text(key), "runs": " ".join(resolved.run_dirs), "command": command(
+                table.preset, key, [seed for ids in resolved.owners.values() for seed in ids], budget[0]),
         }
 
 
