@@ -201,6 +201,7 @@ def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
     interrupted = cells(report, "table2").loc[(INTERRUPTED[1], "steps_to_0.01")]
     assert interrupted["status"] == "partial" and "interrupted at step 250 of 600" in interrupted["flags"]
     assert interrupted["last_step"] == 250
+    assert "seed_offset" not in interrupted["command"]  # its seeds are not done: a full run reruns them
     conflict = cells(report, "fig13").loc[(CONFLICT[1], "final")]  # two configurations: refused, no number
     assert conflict["status"] == "conflict" and np.isnan(conflict["ours"]) and "algorithm.beta" in conflict["flags"]
     duplicated = cells(report, "fig12").loc[(DUPLICATED[1], "final")]  # a seed in two runs: refused, no number
@@ -245,3 +246,15 @@ def test_a_partial_cells_command_runs_each_missing_seed_range_once():
         f"{base} seeds=2 seed_offset=1; {base} seeds=2 seed_offset=5")
     assert tables.command("table3_terminal", key, have=[], seeds=7) == base  # nothing there: the whole sweep
     assert tables.command("table3_terminal", key, have=range(7), seeds=7) == base  # all seeds: a rerun (shorter runs)
+    assert tables.command("table3_terminal", {"task.H": 7, "algorithm.name": "tpo"}) == base  # one override order
+
+
+def test_missing_commands_list_each_seed_once_across_cells_over_the_same_runs():
+    """Table 3 wants 20 seeds of a cell whose runs beyond_relapse reads wanting 10: one list of ranges, the union."""
+    base = "python -m harness -m experiment=table3_terminal algorithm=tpo task.H=7"
+    key = {"algorithm.name": "tpo", "task.H": 7}
+    twenty, ten = (tables.command("table3_terminal", key, have=range(5), seeds=n) for n in (20, 10))
+    assert tables.merge_commands([ten, twenty, base]) == [f"{base} seeds=15 seed_offset=5"]
+    gaps = tables.command("table3_terminal", key, have=[0, 3], seeds=5)
+    assert tables.merge_commands([gaps, "python -m harness -m experiment=fig4_mnist"]) == [
+        f"{base} seeds=2 seed_offset=1", f"{base} seeds=1 seed_offset=4", "python -m harness -m experiment=fig4_mnist"]

@@ -16,7 +16,7 @@ from algorithms import ALGORITHMS
 from harness.outputs import git_commit
 from harness.report import paper, stats
 from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, label
-from harness.report.tables import Report, Resolved, command
+from harness.report.tables import Report, Resolved, fill_command
 
 # One fixed colour and line style per algorithm across every figure, from the registry.
 ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
@@ -75,9 +75,8 @@ class Drawer:
         full = {**panel.where, **key}
         budget = self.report.budget(full.get("experiment", panel.preset))
         resolved = self.report.resolve(panel.preset, full, budget)
-        have = [seed for ids in resolved.owners.values() for seed in ids]
         self.records.append({"preset": full.get("experiment", panel.preset), "status": resolved.status,
-                             "command": command(panel.preset, full, have, budget[0])})
+                             "command": fill_command(panel.preset, full, resolved, budget)})
         if resolved.usable:
             self.used.append((panel.title, label({**panel.where, **key}), resolved))
         return resolved

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -90,28 +91,57 @@ GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model"}  # keys ch
 
 def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) -> str:
     """The exact sweep command that produces the runs of one cell: in the preset whose runs the cell shares
-    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice. A cell that has
-    some of its ``seeds`` (ids ``have``) gets one command per missing range (``seeds=n seed_offset=a``, joined by
-    ``;``): the runs that complete it, which the report merges with the ones there."""
+    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice; overrides in one
+    order (the algorithm, then by name), so cells over the same runs get the same command. A cell that has some of
+    its ``seeds`` (ids ``have``, from runs of its full length) gets one command per missing range (``seeds=n
+    seed_offset=a``, joined by ``; ``): the runs that complete it, which the report merges with the ones there."""
     own = key.get("experiment", preset)
     point = {name: value for name, value in key.items() if name != "experiment"}
     own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
-    overrides = [f"experiment={own}"]
-    for name, value in key.items():
-        if name not in ("experiment", "metric"):
-            overrides.append(f"{GROUP_CHOICE.get(name, name)}={fmt_value(value)}")
-    base = "python -m harness -m " + " ".join(overrides)
+    names = sorted((name for name in key if name not in ("experiment", "metric")),
+                   key=lambda name: (name != "algorithm.name", name))
+    base = " ".join(["python -m harness -m", f"experiment={own}",
+                     *(f"{GROUP_CHOICE.get(name, name)}={fmt_value(key[name])}" for name in names)])
     have = set(have)
-    missing = [seed for seed in range(seeds) if seed not in have]
-    if not have or not missing:
-        return base
+    missing = [seed for seed in range(seeds) if seed not in have] if have else []  # none there: the plain sweep
+    return "; ".join(f"{base} seeds={stop - start} seed_offset={start}" for start, stop in _ranges(missing)) or base
+
+
+def _ranges(missing: Iterable[int]) -> list[tuple[int, int]]:
+    """Seed ids as contiguous [start, stop) ranges."""
     ranges: list[list[int]] = []
-    for seed in missing:
+    for seed in sorted(set(missing)):
         if ranges and seed == ranges[-1][1]:
             ranges[-1][1] += 1
         else:
             ranges.append([seed, seed + 1])
-    return "; ".join(f"{base} seeds={stop - start} seed_offset={start}" for start, stop in ranges)
+    return [(start, stop) for start, stop in ranges]
+
+
+def fill_command(preset: str, key: dict, resolved: Resolved, budget: tuple[int, int, str]) -> str:
+    """``command`` for a resolved cell: seed ranges only where the seed count is the preset's (or the paper's),
+    counting the seeds of full-length runs (an interrupted run's seeds are run again by a full one)."""
+    known = budget[2] != "largest run" and not {"seeds", "seed_offset"} & set(key)
+    return command(preset, key, resolved.finished_seeds if known else (), budget[0] if known else 0)
+
+
+_RANGE = re.compile(r"^(?P<base>.*) seeds=(?P<n>\d+) seed_offset=(?P<a>\d+)$")
+
+
+def merge_commands(commands: Iterable[str]) -> list[str]:
+    """Distinct commands, in order; the seed-range commands of one configuration merged into one set of ranges
+    (the union of what every cell over those runs misses: cells reading one preset's runs may want 10 or 20
+    seeds), which replaces a plain sweep of that configuration, so no seed is listed twice."""
+    missing: dict[str, set[int]] = {}
+    for text in commands:
+        for part in text.split("; "):
+            found = _RANGE.match(part)
+            base = found["base"] if found else part
+            missing.setdefault(base, set())
+            if found:
+                missing[base].update(range(int(found["a"]), int(found["a"]) + int(found["n"])))
+    return [f"{base} seeds={stop - start} seed_offset={start}" if ids else base
+            for base, ids in missing.items() for start, stop in (_ranges(ids) if ids else [(0, 0)])]
 
 
 def key_text(key: dict) -> str:
@@ -124,6 +154,7 @@ class Resolved:
 
     status: str  # ok | partial | missing | failed | conflict (runs of several configurations, or a seed twice)
     owners: dict[int, list[int]] = field(default_factory=dict)  # run id → the seed ids taken from it
+    finished_seeds: list[int] = field(default_factory=list)  # the seed ids of runs that reached the budget's steps
     flags: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
 
@@ -229,7 +260,8 @@ class Report:
                 flags.append(f"interrupted at step {int(last)} of {steps_wanted}")
         if (used.status == "diverged").any():
             flags.append("some seeds diverged (NaN after divergence; means skip them)")
-        return Resolved("ok" if complete else "partial", owners, flags, list(used.run_dir))
+        finished = sorted(owner) if not full.empty else []
+        return Resolved("ok" if complete else "partial", owners, finished, flags, list(used.run_dir))
 
     def matrix(self, resolved: Resolved, metric: str, when: tuple[str, float] | None = None) -> stats.SeedMatrix:
         """One metric of a cell's seeds; ``when = (other, value)``: NaN wherever ``other`` is not ``value``."""
@@ -293,8 +325,8 @@ class Report:
             "last_step": int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else nan,
             "status": resolved.status, "flags": "; ".join(resolved.flags),
             "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
-            "cell": key_text(key), "runs": " ".join(resolved.run_dirs), "command": command(
-                table.preset, key, [seed for ids in resolved.owners.values() for seed in ids], budget[0]),
+            "cell": key_text(key), "runs": " ".join(resolved.run_dirs),
+            "command": fill_command(table.preset, key, resolved, budget),
         }
 
 
@@ -312,7 +344,7 @@ def missing_commands(records: pd.DataFrame) -> list[str]:
             commands.append(f"python -m harness -m experiment={preset}")
         else:
             commands += list(part.command[part.status != "ok"])
-    return list(dict.fromkeys(commands))
+    return merge_commands(commands)
 
 
 # ---- rendering ------------------------------------------------------------------------------------------------
