@@ -84,3 +84,26 @@ def test_cli_writes_mnist_tables_with_the_paper_column(tmp_path, capsys):
     at_2000 = _stored_metrics("tpo").query("step == 2000")
     assert top.paper == "0.073"
     assert np.isclose(top.ours, at_2000.loc[at_2000.mech_count_bin3 > 0, "mech_surplus_bin3"].mean())
+
+
+def test_seed_ranges_merge_across_flush_denormal_but_not_across_a_hyperparameter(tmp_path):
+    """Runs recorded before ``flush_denormal`` existed (no key: they did not flush) merge with new ones (true), as
+    across ``threads`` or ``cpu_matmul``; a differing hyperparameter is still a conflict."""
+    from harness.report import synthetic
+    from harness.report.tables import Report
+
+    errors = {"error": np.full((2, 3), 0.5)}
+    old = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20)
+    new = {**synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20, seed_offset=2),
+           "flush_denormal": True}
+    other = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20, seed_offset=4,
+                                  **{"algorithm.eta": 2.0})
+    steps = np.array([0, 10, 19])
+    for name, config in (("a", old), ("b", new), ("c", other)):
+        synthetic.write_run(tmp_path / name, config, errors, steps=steps)
+    runs, curves = load_runs([tmp_path / "a", tmp_path / "b"])
+    resolved = Report(runs, curves).resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
+    assert resolved.status == "ok" and resolved.finished_seeds == [0, 1, 2, 3]
+    runs, curves = load_runs([tmp_path / "a", tmp_path / "c"])
+    resolved = Report(runs, curves).resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
+    assert resolved.status == "conflict" and "algorithm.eta" in resolved.flags[0]

@@ -208,6 +208,7 @@ def by_value(key: str, values, **where) -> tuple[Series, ...]:
 VARIANTS = grid(**{"task.reward": ["bag_of_tokens", "sequential"],
                    "task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
+BASELINES = ("tpo", "grpo", "rloo", "dr_grpo", "dapo", "gspo", "cispo")  # beyond_terminal_baselines' comparison
 KS, EPOCHS, ETAS = (4, 8, 16, 32, 64), (1, 2, 4, 8, 16), (0.25, 0.5, 1.0, 2.0, 4.0)
 AT_400 = Stat("at_step", step=400)
 RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
@@ -276,7 +277,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           note="The paper does not state H/B; the preset's H=5, B=256 is one candidate (spec §6.12)."),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
           "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
-          rows=algorithms("tpo", "grpo", "rloo", "dr_grpo", "dapo", "gspo", "cispo"), stats=(FINAL, TO_5, TO_1),
+          rows=algorithms(*BASELINES), stats=(FINAL, TO_5, TO_1),
           where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"}, seeds=10, steps=2000,
           note="No paper values: the paper compares none of these baselines. Differences to TPO are paired over "
                "seeds (same prompts and sampling streams)."),
@@ -399,6 +400,15 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
         Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) final error", kind="final", x="algorithm.eta",
               xs=ETAS, logx=True, paper="table5")),
            caption="(b) mean ± s.e.; crosses: paper values (Table 5)."),
+    Figure("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines (terminal reward, "
+           "prompt-matched H = 7)", (
+        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(a) exact-match error",
+              where={"task.H": 7, "task.match": "prompts"}, ylim=(0.0, 1.05), ylabel="exact-match error",
+              smooth=20),
+        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(b) final error", kind="bars",
+              where={"task.H": 7, "task.match": "prompts"}, ylabel="exact-match error")),
+           caption="(a) seed mean ± s.e., each smoothed by a 20-episode causal moving average; (b) mean ± s.e. at "
+                   "the last episode. TPO and GRPO are Table 3's prompt-matched H = 7 runs (same seeds)."),
     Figure("fig9", "Fig 9 — LLM RLVR: TPO vs GRPO (K=16, batch 16, AdamW 1e-5)", tuple(
         Panel(preset, by_algorithm("tpo", "grpo"), title=f"{task} — {model_label}", where={"model.name": model},
               metrics=(metric,), ylabel=ylabel, ylim=(0.0, 1.0))
