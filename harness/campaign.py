@@ -12,7 +12,11 @@ Everything is decided from files: the same command after an interruption (Ctrl-C
 exports runs that finished meanwhile, skips the exported ones, resumes the interrupted ones from their checkpoints
 and starts the rest. ``--breadth`` runs each cell's first seed range before any cell's second (within a priority),
 so a campaign stopped early compares all of a priority's methods on the same seeds. ``--hours H`` starts no run
-after H hours (a session's budget); Ctrl-C or SIGTERM stops the runs, each at its last checkpoint. Seeds already in
+after H hours; ``--finish-within H`` starts only runs expected to end within H hours (a session or a batch
+allocation with a hard end, where a run cut off loses its work folder): each run's time is its cell's measured cost
+plus a margin (``MARGIN``), for the episodes its checkpoint has left, and a run that does not fit is skipped for a
+later one that does; with ``--dry-run`` it prints that plan. Ctrl-C or SIGTERM stops the runs, each at its last
+checkpoint. Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
 """
@@ -36,6 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = ROOT / "conf" / "campaign"
 DONE = ("completed", "diverged")
+MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measured cost (seeds and machine load vary)
 
 
 @dataclass(frozen=True)
@@ -183,12 +188,42 @@ def finished(job: Job, work: Path) -> str | None:
     return status if status in DONE else None
 
 
-def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None) -> int:
+def progress(job: Job, work: Path) -> float:
+    """The share of the job's episodes its work folder has logged (0 for a run not started)."""
+    path = job.work_dir(work) / "metrics.csv"
+    if not path.exists() or path.stat().st_size == 0:
+        return 0.0
+    with open(path, "rb") as file:
+        file.seek(max(0, path.stat().st_size - 4096))
+        last = file.read().splitlines()[-1].split(b",")[0]
+    return min(1.0, (int(last) + 1) / job.steps) if last.isdigit() else 0.0
+
+
+def seconds_needed(job: Job, work: Path) -> float:
+    """The wall time ``--finish-within`` allows for the job: its episodes left at its cell's cost, times MARGIN."""
+    return MARGIN * 3600 * job.cpu_hours * (1 - progress(job, work))
+
+
+def fit_plan(jobs: list[Job], parallel: int, seconds: float, work: Path) -> list[Job]:
+    """The jobs ``run`` would start within ``seconds`` if each took ``seconds_needed``: in queue order, each on the
+    slot that frees first, skipping any that would end after ``seconds`` (a later, shorter one may still fit)."""
+    free_at, started = [0.0] * parallel, []
+    for job in jobs:
+        slot = min(range(parallel), key=free_at.__getitem__)
+        if free_at[slot] + seconds_needed(job, work) <= seconds:
+            free_at[slot] += seconds_needed(job, work)
+            started.append(job)
+    return started
+
+
+def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
+        finish_within: float | None = None) -> int:
     """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
-    interactive work when ``parallel`` is below the core count), starting none after ``hours``; returns the number
-    of failed jobs."""
+    interactive work when ``parallel`` is below the core count), starting none after ``hours`` and none expected
+    to end after ``finish_within`` hours; returns the number of failed jobs."""
     cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
     deadline = None if hours is None else time.time() + 3600 * hours
+    end = None if finish_within is None else time.time() + 3600 * finish_within
     for job in [job for job in jobs if finished(job, work)]:
         export(job, work, results)
         report(job.preset, results)
@@ -209,6 +244,12 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
         free = [slot for slot in range(parallel) if slot not in running]
         if deadline is not None and time.time() >= deadline:
             pending = []  # past --hours: let the running ones finish, start nothing new
+        if end is not None:
+            for job in [job for job in pending if seconds_needed(job, work) > end - time.time()]:
+                pending.remove(job)  # time only runs out: a run that does not fit now never will
+                print(f"{time.strftime('%H:%M:%S')} skip  {job.preset}/{job.cell}/{job.name}: needs "
+                      f"{seconds_needed(job, work) / 3600:.2f} h, {max(0.0, end - time.time()) / 3600:.2f} h left",
+                      flush=True)
         while pending and free:
             job, slot = pending.pop(0), free.pop(0)
             job.work_dir(work).mkdir(parents=True, exist_ok=True)
@@ -249,19 +290,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
     parser.add_argument("--hours", type=float, default=None,
                         help="start no run after this many hours (running ones finish); 0: only export finished runs")
+    parser.add_argument("--finish-within", type=float, default=None, metavar="HOURS",
+                        help="start only runs expected to end within this many hours (a hard session end)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
-    if args.hours is not None and args.hours < 0:
-        parser.error(f"--hours={args.hours} is not valid; expected a number >= 0")
+    for flag, value in (("--hours", args.hours), ("--finish-within", args.finish_within)):
+        if value is not None and value < 0:
+            parser.error(f"{flag}={value} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
     only = set(args.only.split(",")) if args.only else None
     planned = plan(queue, args.results, only)
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
+    fits = None if args.finish_within is None else set(fit_plan(todo, args.jobs, 3600 * args.finish_within,
+                                                                 args.work))
     preset_width = max((len(job.preset) for job, _ in planned), default=0)
     cell_width = max((len(job.cell) for job, _ in planned), default=0)
     for job, state in planned:
@@ -269,14 +315,19 @@ def main(argv: list[str] | None = None) -> None:
             state = "finished, to be exported"
         elif state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
             state = "resumable" + state[len("to run"):]
+        if fits is not None and job in todo:
+            state += "" if job in fits else f"; does not fit in {args.finish_within:g} h"
         name = "" if state.startswith("done") else job.name
         print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
               f"{job.cpu_hours:6.2f} CPU-h  {state}")
     hours = sum(job.cpu_hours for job in todo)
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
+    if fits is not None:
+        print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
+              f"(each run's cost × {MARGIN}, for the episodes it has left)")
     if args.dry_run or not todo:  # costs: measured on the cell's finished runs, else the queue's estimate
         return
-    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours) else 0)
+    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within) else 0)
 
 
 if __name__ == "__main__":

@@ -115,3 +115,29 @@ def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_pa
     assert [(job.priority, job.cell, job.name) for job, _ in jobs] == [
         ("P1", "tpo", "seeds0-4"), ("P1", "grpo", "seeds0-4"), ("P1", "tpo", "seeds5-9"), ("P1", "grpo", "seeds5-9"),
         ("P2", "later", "seeds0-4")]
+
+
+def hour_job(name: str, hours: float, steps: int = 100) -> campaign.Job:
+    """A one-seed job whose cell cost makes it exactly ``hours`` CPU-hours."""
+    return campaign.Job("P1", "fig3_tabular_multi", name, (), 0, 1, steps, 3600 * hours / steps)
+
+
+def test_finish_within_skips_runs_that_would_overrun_and_backfills_shorter_ones(tmp_path):
+    a, b, c, d = hour_job("a", 1.0), hour_job("b", 1.0), hour_job("c", 0.5), hour_job("d", 0.2)
+    # with MARGIN 1.25: a and b take 1.25 h each, one per slot; c would end at 1.875 h > 1.6 h and is skipped; d ends
+    # at 1.5 h and runs
+    assert campaign.MARGIN == 1.25
+    assert campaign.fit_plan([a, b, c, d], 2, 1.6 * 3600, tmp_path) == [a, b, d]
+    assert campaign.fit_plan([a, b, c, d], 1, 1.6 * 3600, tmp_path) == [a, d]
+    half_done = hour_job("e", 2.0)
+    folder = half_done.work_dir(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("step,seed,error\n" + "".join(f"{s},0,0.5\n" for s in range(50)))
+    assert campaign.seconds_needed(half_done, tmp_path) == 1.25 * 3600 * 2.0 * 0.5  # steps 0-49 of 100 logged
+    assert campaign.fit_plan([half_done], 1, 1.3 * 3600, tmp_path) == [half_done]
+
+
+def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):
+    failed = campaign.run([hour_job("long", 1.0)], 1, tmp_path / "work", tmp_path / "results", finish_within=1.0)
+    assert failed == 0 and not (tmp_path / "work").exists()
+    assert "skip  fig3_tabular_multi/long/seeds0: needs 1.25 h, 1.00 h left" in capsys.readouterr().out

@@ -26,7 +26,10 @@ def test_report_tables_figures_and_flags(tmp_path):
     (sweep / "ppo" / "summary.json").write_text(json.dumps(
         {"status": "failed", "task": "tabular_single", "algorithm": "ppo", "error": "ConfigError: ..."}))
 
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "conclusions.md").write_text("# What the runs say\n")
     table = write_report([sweep], tmp_path / "out").set_index("algorithm")
+    assert "[conclusions.md](conclusions.md)" in (tmp_path / "out" / "README.md").read_text()
     metrics = pd.read_csv(sweep / "tpo" / "metrics.csv")
     last = metrics[metrics.step == 39]["error"].to_numpy()
     expected = f"{100 * last.mean():.3g} ± {100 * last.std() / np.sqrt(3):.2g}"
@@ -72,6 +75,7 @@ def test_cli_writes_mnist_tables_with_the_paper_column(tmp_path, capsys):
     """Fig 4a/4b from the committed runs against the same numbers computed here straight from their metrics."""
     main([str(RUNS / "fig4_mnist"), "--out", str(tmp_path), "--figures", "none", "--resamples", "200"])
     assert "written to" in capsys.readouterr().out
+    assert "conclusions.md" not in (tmp_path / "README.md").read_text()  # linked only where one was written
     cells = pd.read_csv(tmp_path / "fig4a.csv", dtype={"paper": str}).set_index(["row", "stat"])
     assert cells.loc[("TPO", "final"), "paper"] == "2.9"
     for row, algorithm in (("TPO", "tpo"), ("DG", "dg")):
@@ -107,3 +111,12 @@ def test_seed_ranges_merge_across_flush_denormal_but_not_across_a_hyperparameter
     runs, curves = load_runs([tmp_path / "a", tmp_path / "c"])
     resolved = Report(runs, curves).resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
     assert resolved.status == "conflict" and "algorithm.eta" in resolved.flags[0]
+
+
+def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
+    from harness.report.load import find_run_dirs
+
+    for name in ("seeds15-19", "seeds5-9", "seeds10-14", "seeds0-4"):
+        (tmp_path / "cell" / name).mkdir(parents=True)
+        (tmp_path / "cell" / name / "summary.json").write_text("{}")
+    assert [p.name for p in find_run_dirs([tmp_path])] == ["seeds0-4", "seeds5-9", "seeds10-14", "seeds15-19"]

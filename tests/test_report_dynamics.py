@@ -27,6 +27,9 @@ def test_crossings_solved_and_relapse_on_hand_made_seeds():
     assert d["final_per_seed"] == [0.0, 0.0, 1.0, 0.21]
     assert d["relapses_per_seed"] == [0, 1, None, None]  # counted for solved seeds only
     assert d["late_mean_per_seed"] == pytest.approx([0.0, 0.3 / 5, 1.0, 1.01 / 5])  # episodes 500-900
+    assert d["stuck_late"] == 1  # only the seed that never learns has a late-phase mean above 50%
+    # from the first solve on: seed 0 never above 20% in 6 episodes, seed 1 once (0.25) in 7; unsolved seeds: None
+    assert d["post_solve_relapse_share_per_seed"] == pytest.approx([0.0, 1 / 7, None, None])
 
 
 def test_distribution_tests_against_the_papers_seeds_match_exact_closed_forms():
@@ -37,12 +40,15 @@ def test_distribution_tests_against_the_papers_seeds_match_exact_closed_forms():
     stuck = seed_dynamics(np.hstack([np.ones((5, 3)), 0.9 + finals]), np.arange(4), episodes=())
     p = distribution_tests(solved, stuck)
     assert p["final error"] == pytest.approx(2 / 252) and p["seeds solved"] == pytest.approx(2 / 252)
+    assert p["seeds stuck late"] == pytest.approx(2 / 252)  # 0/5 against 5/5 stuck
     assert p["first episode < 50%"] is None and p["relapses per solved seed"] is None  # the stuck side has none
+    assert p["post-solve share > 20%"] is None
     assert distribution_tests(solved, solved)["final error"] == pytest.approx(1.0)
 
 
 def test_a_rise_to_exactly_the_relapse_threshold_is_not_a_relapse_and_nan_never_counts():
-    errors = np.array([[1.0, 0.01, 0.2, 0.0], [1.0, np.nan, np.nan, np.nan]])
+    errors = np.array([[1.0, 0.01, 0.2, 0.0], [1.0, np.nan, np.nan, np.nan], [1.0, 0.01, 0.3, np.nan]])
     d = seed_dynamics(errors, np.arange(4), episodes=())
-    assert d["solved"] == 1 and d["relapsed"] == 0
-    assert d["first_below_half"] == [1, None]
+    assert d["solved"] == 2 and d["relapsed"] == 1
+    assert d["first_below_half"] == [1, None, 1]
+    assert d["post_solve_relapse_share_per_seed"] == pytest.approx([0.0, None, 0.5])  # the curve ends at the NaN

@@ -8,11 +8,15 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
 * solved: seeds whose error ever falls below ``solved`` (2%); relapsed: solved seeds whose error later rises above
   ``relapse`` (20%) at least once (``harness.outputs.relapse_events``, as in summary.json; a seed's curve ends where
   it diverged); per seed, its relapse count and its mean error over the second half of the run (the late phase,
-  where relapses decide the mean).
+  where relapses decide the mean);
+* the late phase's two sources of error, told apart: seeds *stuck late* (late-phase mean error above ``half``: never
+  solved, or solved only near the end) and, per solved seed, the share of its episodes from the first solve on with
+  error above ``relapse`` (how long relapses last, not only how many there are).
 
 ``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided
-Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means and relapse counts of solved
-seeds, and Fisher's exact test on the solved counts (p-values, uncorrected for the five tests).
+Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means, relapse counts and
+post-solve relapse shares of solved seeds, and Fisher's exact test on the solved and stuck counts (p-values,
+uncorrected for the seven tests).
 
 ``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
 for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
@@ -45,6 +49,7 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     late = errors[:, steps >= steps[len(steps) // 2]]
     late_mean = [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
     events = [relapse_events(steps, row, solved, relapse) for row in errors]
+    post_solve = [_post_solve_share(row, solved, relapse) for row in errors]
     relapsed = [seed["relapses"] > 0 for seed in events]
     n_solved = sum(seed["solved"] > 0 for seed in events)
     reached = [step for step in below_half if step is not None]
@@ -59,12 +64,16 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "final_per_seed": [float(v) for v in errors[:, -1]],
         "relapses_per_seed": [seed["relapses"] if seed["solved"] else None for seed in events],
         "late_mean_per_seed": late_mean,  # None: diverged before the late phase
+        "stuck_late": int(sum(mean is not None and mean > half for mean in late_mean)),
+        "post_solve_relapse_share_per_seed": post_solve,  # None: never solved
         "thresholds": {"solved": solved, "relapse": relapse, "half": half},
     }
 
 
 TESTS = (("final error", "final_per_seed"), ("first episode < 50%", "first_below_half"),
-         ("late-phase mean error", "late_mean_per_seed"), ("relapses per solved seed", "relapses_per_seed"))
+         ("late-phase mean error", "late_mean_per_seed"), ("relapses per solved seed", "relapses_per_seed"),
+         ("post-solve share > 20%", "post_solve_relapse_share_per_seed"))
+COUNTS = (("seeds solved", "solved"), ("seeds stuck late", "stuck_late"))
 
 
 def distribution_tests(ours: dict, paper: dict) -> dict[str, float | None]:
@@ -75,8 +84,9 @@ def distribution_tests(ours: dict, paper: dict) -> dict[str, float | None]:
     for name, field in TESTS:
         a, b = ([v for v in side.get(field) or () if v is not None] for side in (ours, paper))
         p[name] = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue) if a and b else None
-    table = [[ours["solved"], ours["seeds"] - ours["solved"]], [paper["solved"], paper["seeds"] - paper["solved"]]]
-    p["seeds solved"] = float(scipy_stats.fisher_exact(table).pvalue)
+    for name, field in COUNTS:
+        table = [[side[field], side["seeds"] - side[field]] for side in (ours, paper)]
+        p[name] = float(scipy_stats.fisher_exact(table).pvalue)
     return p
 
 
@@ -84,10 +94,20 @@ def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
     return int(steps[np.argmax(mask)]) if mask.any() else None
 
 
+def _post_solve_share(row: np.ndarray, solved: float, relapse: float) -> float | None:
+    """Share of a seed's logged episodes, from its first below ``solved`` on, with error above ``relapse``; None
+    if it never solves. A non-finite error ends the curve, as in ``relapse_events``."""
+    ended = ~np.isfinite(row)
+    curve = row[:np.argmax(ended)] if ended.any() else row
+    below = curve < solved
+    return float((curve[np.argmax(below):] > relapse).mean()) if below.any() else None
+
+
 def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
     """A table of ours against the paper's per-seed statistics, one row per (algorithm, source)."""
     header = ["algorithm", "source", "seeds", *(f"mean @{e}" for e in EPISODES), "median first < 50%",
-              "never < 50%", "solved (< 2%)", "solved then > 20%"]
+              "never < 50%", "solved (< 2%)", "solved then > 20%", "stuck late (> 50%)",
+              "post-solve > 20% (median share)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for algorithm in sorted(set(ours) | set(paper)):
         for source, table in (("ours", ours), ("paper", paper)):
@@ -96,15 +116,19 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
             d = table[algorithm]
             mean = [f"{100 * d['mean_at'][str(e)]:.1f}" if str(e) in d["mean_at"] else "–" for e in EPISODES]
             median = "–" if d["median_first_below_half"] is None else f"{d['median_first_below_half']:.0f}"
+            stuck = f"{d['stuck_late']}/{d['seeds']}"
+            shares = [v for v in d["post_solve_relapse_share_per_seed"] if v is not None]
+            share = f"{100 * np.median(shares):.1f}%" if shares else "–"
             lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
                                             str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
-                                            f"{d['relapsed']}/{d['solved']}"]) + " |")
+                                            f"{d['relapsed']}/{d['solved']}", stuck, share]) + " |")
     both = [name for name in sorted(set(ours) & set(paper)) if ours[name]["seeds"] and paper[name]["seeds"]]
     compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in both}
     if compared:
         names = list(next(iter(compared.values())))
         lines += ["", "Ours against the paper's seeds, two-sided p (Mann–Whitney U; Fisher's exact test for seeds "
-                  "solved; uncorrected for the five tests; late phase = the second half of the episodes):", "",
+                  "solved and stuck; uncorrected for the seven tests; late phase = the second half of the episodes; "
+                  "post-solve share = each solved seed's share of episodes above 20% from its first solve on):", "",
                   "| algorithm | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
         for algorithm, p in compared.items():
             lines.append(f"| {algorithm} | " + " | ".join("–" if p[n] is None else f"{p[n]:.2g}" for n in names) + " |")

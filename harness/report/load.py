@@ -103,10 +103,16 @@ def signature(config: dict) -> str:
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """Every run folder under ``paths``, in natural order (seeds5-9 before seeds10-14), so tables and captions list
+    a cell's seed ranges as they count."""
     found = []
     for path in paths:
-        found.extend(sorted(p.parent for p in Path(path).rglob(SUMMARY_FILE)))
+        found.extend(sorted((p.parent for p in Path(path).rglob(SUMMARY_FILE)), key=_natural))
     return found
+
+
+def _natural(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
 def _metrics_path(run_dir: Path) -> Path | None:
