@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = ROOT / "conf" / "campaign"
@@ -90,16 +91,18 @@ def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
     return int(compose_config([f"experiment={preset}", *overrides]).trainer.steps)
 
 
-def exported(cell_dir: Path) -> tuple[set[int], float | None]:
-    """Seeds of the finished runs already below ``cell_dir`` (any seed-range layout, earlier runs included) and
-    their measured CPU-seconds per seed-episode (wall seconds for runs older than ``cpu_seconds``; None when none
-    recorded either)."""
+def exported(cell_dir: Path, steps: int) -> tuple[set[int], float | None]:
+    """Seeds of the finished runs of at least ``steps`` episodes already below ``cell_dir`` (any seed-range layout,
+    earlier runs included; a shorter run's seeds are run again, as the report ignores it beside full ones) and the
+    measured CPU-seconds per seed-episode of every finished run (wall seconds for runs older than ``cpu_seconds``;
+    None when none recorded either)."""
     seeds: set[int] = set()
     cpu, work = 0.0, 0
     for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
         record = json.loads(summary.read_text())
         if record.get("status") in DONE:
-            seeds.update(record.get("seeds", []))
+            if record.get("steps", 0) >= steps:
+                seeds.update(record.get("seeds", []))
             spent = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
             if spent:
                 cpu += spent
@@ -116,7 +119,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple
             continue
         overrides = tuple(cell.get("overrides", ()))
         steps = preset_steps(cell["preset"], overrides)
-        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"])
+        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"], steps)
         cost, seeds = measured or float(cell["cost"]), int(cell["seeds"])
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
@@ -189,14 +192,20 @@ def finished(job: Job, work: Path) -> str | None:
 
 
 def progress(job: Job, work: Path) -> float:
-    """The share of the job's episodes its work folder has logged (0 for a run not started)."""
-    path = job.work_dir(work) / "metrics.csv"
-    if not path.exists() or path.stat().st_size == 0:
+    """The share of the job's episodes a resume would keep: up to the last checkpoint before its last logged step
+    (0 for a run not started, or one killed before its first checkpoint, which starts over)."""
+    folder = job.work_dir(work)
+    metrics, config = folder / "metrics.csv", folder / ".hydra" / "config.yaml"
+    if not (folder / "checkpoint.pt").exists() or not metrics.exists() or not config.exists():
         return 0.0
-    with open(path, "rb") as file:
-        file.seek(max(0, path.stat().st_size - 4096))
-        last = file.read().splitlines()[-1].split(b",")[0]
-    return min(1.0, (int(last) + 1) / job.steps) if last.isdigit() else 0.0
+    with open(metrics, "rb") as file:
+        file.seek(max(0, metrics.stat().st_size - 4096))
+        lines = file.read().split(b"\n")[:-1]  # complete lines only: a write cut short ends without its newline
+    last = lines[-1].split(b",")[0] if lines else b""
+    every = int(OmegaConf.load(config).trainer.checkpoint_every)
+    if not last.isdigit() or every <= 0:
+        return 0.0
+    return min(1.0, (int(last) + 1) // every * every / job.steps)
 
 
 def seconds_needed(job: Job, work: Path) -> float:
@@ -298,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
     for flag, value in (("--hours", args.hours), ("--finish-within", args.finish_within)):
-        if value is not None and value < 0:
+        if value is not None and not value >= 0:  # NaN too
             parser.error(f"{flag}={value} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
     only = set(args.only.split(",")) if args.only else None

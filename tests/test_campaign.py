@@ -92,11 +92,16 @@ def test_seeds_already_exported_are_not_run_again(tmp_path):
     earlier.mkdir(parents=True)
     (earlier / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [0, 1, 2, 3], "steps": 600,
                                                        "cpu_seconds": 24.0}))
+    shorter = earlier / "seeds5-6"  # a finished run of fewer episodes than the cell's 600: its seeds run again
+    shorter.mkdir()
+    (shorter / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [5, 6], "steps": 300,
+                                                      "cpu_seconds": 3.0}))
     jobs = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
     assert [(job.offset, job.seeds, state) for job, state in jobs] == [
         (0, 4, "done: seeds 0-3"), (4, 1, "to run"), (5, 5, "to run"), (10, 2, "to run")]
     assert jobs[1][0].name == "seeds4" and jobs[2][0].name == "seeds5-9"
-    assert jobs[1][0].cost == 24.0 / (4 * 600)  # measured on the cell's finished runs, not the queue's estimate
+    # measured on the cell's finished runs, short ones included (the cost of an episode), not the queue's estimate
+    assert jobs[1][0].cost == (24.0 + 3.0) / (4 * 600 + 2 * 300)
 
 
 def test_an_unknown_queue_lists_the_valid_ones(capsys):
@@ -129,12 +134,18 @@ def test_finish_within_skips_runs_that_would_overrun_and_backfills_shorter_ones(
     assert campaign.MARGIN == 1.25
     assert campaign.fit_plan([a, b, c, d], 2, 1.6 * 3600, tmp_path) == [a, b, d]
     assert campaign.fit_plan([a, b, c, d], 1, 1.6 * 3600, tmp_path) == [a, d]
-    half_done = hour_job("e", 2.0)
-    folder = half_done.work_dir(tmp_path)
-    folder.mkdir(parents=True)
-    (folder / "metrics.csv").write_text("step,seed,error\n" + "".join(f"{s},0,0.5\n" for s in range(50)))
-    assert campaign.seconds_needed(half_done, tmp_path) == 1.25 * 3600 * 2.0 * 0.5  # steps 0-49 of 100 logged
-    assert campaign.fit_plan([half_done], 1, 1.3 * 3600, tmp_path) == [half_done]
+    resumable = hour_job("e", 2.0)
+    folder = resumable.work_dir(tmp_path)
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "config.yaml").write_text("task:\n  checkpoint_every: 20\n"
+                                                  "trainer:\n  checkpoint_every: ${task.checkpoint_every}\n")
+    (folder / "metrics.csv").write_text("step,seed,error\n" + "".join(f"{s},0,0.5\n" for s in range(50)) + "5")
+    assert campaign.seconds_needed(resumable, tmp_path) == 1.25 * 3600 * 2.0  # no checkpoint yet: starts over
+    (folder / "checkpoint.pt").write_bytes(b"")
+    # steps 0-49 logged (the cut-off last line ignored), checkpoints every 20: the resume keeps steps 0-39 of 100
+    assert campaign.seconds_needed(resumable, tmp_path) == 1.25 * 3600 * 2.0 * 0.6
+    assert campaign.fit_plan([resumable], 1, 1.5 * 3600, tmp_path) == [resumable]
+    assert campaign.fit_plan([resumable], 1, 1.4 * 3600, tmp_path) == []
 
 
 def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):

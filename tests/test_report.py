@@ -116,7 +116,8 @@ def test_seed_ranges_merge_across_flush_denormal_but_not_across_a_hyperparameter
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
     from harness.report.load import find_run_dirs
 
-    for name in ("seeds15-19", "seeds5-9", "seeds10-14", "seeds0-4"):
+    for name in ("seeds15-19", "seeds5-9", "seeds10-14", "seeds0-4", "eta1", "eta0.5", "eta0.25"):
         (tmp_path / "cell" / name).mkdir(parents=True)
         (tmp_path / "cell" / name / "summary.json").write_text("{}")
-    assert [p.name for p in find_run_dirs([tmp_path])] == ["seeds0-4", "seeds5-9", "seeds10-14", "seeds15-19"]
+    assert [p.name for p in find_run_dirs([tmp_path])] == ["eta0.25", "eta0.5", "eta1", "seeds0-4", "seeds5-9",
+                                                           "seeds10-14", "seeds15-19"]

@@ -52,3 +52,4 @@ def test_a_rise_to_exactly_the_relapse_threshold_is_not_a_relapse_and_nan_never_
     assert d["solved"] == 2 and d["relapsed"] == 1
     assert d["first_below_half"] == [1, None, 1]
     assert d["post_solve_relapse_share_per_seed"] == pytest.approx([0.0, None, 0.5])  # the curve ends at the NaN
+    assert d["stuck_late"] == 1  # the seed that diverged before the late phase (steps 2-3); the others' means < 50%

@@ -10,8 +10,8 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
   it diverged); per seed, its relapse count and its mean error over the second half of the run (the late phase,
   where relapses decide the mean);
 * the late phase's two sources of error, told apart: seeds *stuck late* (late-phase mean error above ``half``: never
-  solved, or solved only near the end) and, per solved seed, the share of its episodes from the first solve on with
-  error above ``relapse`` (how long relapses last, not only how many there are).
+  solved, or solved only near the end; or diverged before the late phase) and, per solved seed, the share of its
+  episodes from the first solve on with error above ``relapse`` (how long relapses last, not only how many).
 
 ``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided
 Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means, relapse counts and
@@ -64,7 +64,7 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "final_per_seed": [float(v) for v in errors[:, -1]],
         "relapses_per_seed": [seed["relapses"] if seed["solved"] else None for seed in events],
         "late_mean_per_seed": late_mean,  # None: diverged before the late phase
-        "stuck_late": int(sum(mean is not None and mean > half for mean in late_mean)),
+        "stuck_late": int(sum(mean is None or mean > half for mean in late_mean)),  # diverged before it: stuck
         "post_solve_relapse_share_per_seed": post_solve,  # None: never solved
         "thresholds": {"solved": solved, "relapse": relapse, "half": half},
     }

@@ -103,16 +103,19 @@ def signature(config: dict) -> str:
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
-    """Every run folder under ``paths``, in natural order (seeds5-9 before seeds10-14), so tables and captions list
-    a cell's seed ranges as they count."""
+    """Every run folder under ``paths``, in natural order (seeds5-9 before seeds10-14, eta0.25 before eta0.5), so
+    tables and captions list a cell's seed ranges and values as they count."""
     found = []
     for path in paths:
         found.extend(sorted((p.parent for p in Path(path).rglob(SUMMARY_FILE)), key=_natural))
     return found
 
 
-def _natural(path: Path) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+def _natural(path: Path) -> tuple[list, str]:
+    """Text and numbers alternate (re.split with a group), numbers compared as numbers; the path breaks ties
+    (s5 and s05)."""
+    parts = re.split(r"([0-9]+(?:\.[0-9]+)?)", str(path))
+    return [float(part) if i % 2 else part for i, part in enumerate(parts)], str(path)
 
 
 def _metrics_path(run_dir: Path) -> Path | None:
