@@ -179,8 +179,15 @@ def report(preset: str, results: Path) -> None:
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
     for target in targets:
         sources = [results / "runs" / name for name in report_sources(target)]
-        subprocess.run([sys.executable, "-m", "harness.report", *map(str, filter(Path.exists, sources)),
-                        "--out", str(results / target)], check=False, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
+                        "--out", _shown(results / target)], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
+
+
+def _shown(path: Path) -> str:
+    """A path as committed reports print it (their command and run folders): relative to the repository when inside
+    it, so the text does not depend on where the clone lives."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def finished(job: Job, work: Path) -> str | None:

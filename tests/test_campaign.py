@@ -152,3 +152,8 @@ def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):
     failed = campaign.run([hour_job("long", 1.0)], 1, tmp_path / "work", tmp_path / "results", finish_within=1.0)
     assert failed == 0 and not (tmp_path / "work").exists()
     assert "skip  fig3_tabular_multi/long/seeds0: needs 1.25 h, 1.00 h left" in capsys.readouterr().out
+
+
+def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
+    assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
+    assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
