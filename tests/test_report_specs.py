@@ -70,3 +70,12 @@ def test_a_cell_merges_runs_launched_with_other_resume_options():
              "logger.init_timeout": 10.0, "threads": 1}
     assert signature(base) == signature(other)
     assert signature(base) != signature({**base, "task.H": 7})
+
+
+def test_a_report_reads_the_runs_of_every_panel_of_the_figures_it_draws():
+    from harness.report.specs import report_sources
+
+    assert report_sources("fig1b_sparse") == ["fig1b_sparse", "fig4_mnist"]  # Fig 1: (a) MNIST, (b) sparse reward
+    assert report_sources("fig4_mnist") == ["fig4_mnist", "fig1b_sparse"]
+    assert report_sources("table3_terminal") == ["table3_terminal", "fig1b_sparse"]  # shared runs (H = 10)
+    assert report_sources("table1_vocab_sweep") == ["table1_vocab_sweep"]

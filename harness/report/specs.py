@@ -158,17 +158,19 @@ SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines"
 
 
 def report_sources(preset: str) -> list[str]:
-    """The presets whose runs the report of ``preset`` reads: itself, the presets its tables' and figures' cells name
-    (``experiment`` keys), and the runs each of them shares (``SHARED_RUNS``)."""
+    """The presets whose runs the report of ``preset`` reads: itself, the presets its tables' cells name
+    (``experiment`` keys), those of every panel of a figure it draws a panel of (Fig 1's MNIST panel beside its
+    sparse-reward one), and the runs each of them shares (``SHARED_RUNS``)."""
     named = [preset]
     for spec in TABLES.values():
         if spec.preset == preset:
             named += [key["experiment"] for _, _, key in spec.cells() if "experiment" in key]
             named += [spec.reference["experiment"]] if "experiment" in spec.reference else []
     for figure in FIGURES.values():
-        for panel in figure.panels:
-            if panel.preset == preset:
-                named += [series.key["experiment"] for series in panel.series if "experiment" in series.key]
+        if any(panel.preset == preset for panel in figure.panels):
+            for panel in figure.panels:
+                named += [panel.preset, *(series.key["experiment"] for series in panel.series
+                                          if "experiment" in series.key)]
     return list(dict.fromkeys(name for own in named for name in (own, *SHARED_RUNS.get(own, ()))))
 
 
