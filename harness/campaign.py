@@ -91,27 +91,33 @@ def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
     return int(compose_config([f"experiment={preset}", *overrides]).trainer.steps)
 
 
-def exported(cell_dir: Path, steps: int) -> tuple[set[int], float | None]:
+def exported(cell_dir: Path, steps: int, cpu_model: str = "") -> tuple[set[int], float | None]:
     """Seeds of the finished runs of at least ``steps`` episodes already below ``cell_dir`` (any seed-range layout,
     earlier runs included; a shorter run's seeds are run again, as the report ignores it beside full ones) and the
-    measured CPU-seconds per seed-episode of every finished run (wall seconds for runs older than ``cpu_seconds``;
+    measured CPU-seconds per seed-episode of its finished runs: of those recorded on ``cpu_model`` where there are
+    any (hosts and code versions differ up to 3x), else of all (wall seconds for runs older than ``cpu_seconds``;
     None when none recorded either)."""
     seeds: set[int] = set()
-    cpu, work = 0.0, 0
+    spent: dict[bool, list[float]] = {True: [0.0, 0.0], False: [0.0, 0.0]}  # this CPU? -> [seconds, seed-episodes]
     for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
         record = json.loads(summary.read_text())
         if record.get("status") in DONE:
             if record.get("steps", 0) >= steps:
                 seeds.update(record.get("seeds", []))
-            spent = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
-            if spent:
-                cpu += spent
-                work += len(record["seeds"]) * record["steps"]
-    return seeds, (cpu / work if work else None)
+            seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
+            if seconds:
+                here = bool(cpu_model) and record.get("hardware", {}).get("cpu") == cpu_model
+                spent[here][0] += seconds
+                spent[here][1] += len(record["seeds"]) * record["steps"]
+    if spent[True][1]:
+        return seeds, spent[True][0] / spent[True][1]
+    total, work = spent[True][0] + spent[False][0], spent[True][1] + spent[False][1]
+    return seeds, (total / work if work else None)
 
 
-def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple[Job, str]]:
-    """Every job of the queue with its state: exported, or to run (to run / resumable)."""
+def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: str = "") -> list[tuple[Job, str]]:
+    """Every job of the queue with its state: exported, or to run (to run / resumable); costs as ``exported``
+    measures them for ``cpu_model``."""
     chunk = int(queue.get("chunk", 5))
     jobs = []
     for cell in queue["cells"]:
@@ -119,7 +125,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None) -> list[tuple
             continue
         overrides = tuple(cell.get("overrides", ()))
         steps = preset_steps(cell["preset"], overrides)
-        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"], steps)
+        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"], steps, cpu_model)
         cost, seeds = measured or float(cell["cost"]), int(cell["seeds"])
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
@@ -318,7 +324,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{flag}={value} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
     only = set(args.only.split(",")) if args.only else None
-    planned = plan(queue, args.results, only)
+    from tasks.models.linear import cpu_model
+
+    planned = plan(queue, args.results, only, cpu_model())
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
@@ -341,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
-    if args.dry_run or not todo:  # costs: measured on the cell's finished runs, else the queue's estimate
+    if args.dry_run or not todo:  # costs: measured on the cell's finished runs (this CPU's), else the queue's estimate
         return
     sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within) else 0)
 

@@ -157,3 +157,17 @@ def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
+
+
+def test_a_cells_cost_is_measured_on_this_cpu_where_it_has_runs_from_it(tmp_path):
+    cell = tmp_path / "cell"
+    for name, seeds, cpu, seconds in (("seeds0-3", [0, 1, 2, 3], "CPU A", 80.0), ("seeds4", [4], "CPU B", 5.0),
+                                      ("seeds5", [5], None, 30.0)):
+        (cell / name).mkdir(parents=True)
+        hardware = {"cpu": cpu} if cpu else {}
+        (cell / name / "summary.json").write_text(json.dumps({"status": "completed", "seeds": seeds, "steps": 10,
+                                                              "cpu_seconds": seconds, "hardware": hardware}))
+    assert campaign.exported(cell, 10, "CPU B") == ({0, 1, 2, 3, 4, 5}, 5.0 / 10)
+    assert campaign.exported(cell, 10, "CPU A") == ({0, 1, 2, 3, 4, 5}, 80.0 / 40)
+    assert campaign.exported(cell, 10, "CPU C") == ({0, 1, 2, 3, 4, 5}, 115.0 / 60)  # none from it: every run
+    assert campaign.exported(cell, 10, "") == ({0, 1, 2, 3, 4, 5}, 115.0 / 60)  # unknown CPU: every run
