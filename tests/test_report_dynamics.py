@@ -53,3 +53,20 @@ def test_a_rise_to_exactly_the_relapse_threshold_is_not_a_relapse_and_nan_never_
     assert d["first_below_half"] == [1, None, 1]
     assert d["post_solve_relapse_share_per_seed"] == pytest.approx([0.0, None, 0.5])  # the curve ends at the NaN
     assert d["stuck_late"] == 1  # the seed that diverged before the late phase (steps 2-3); the others' means < 50%
+
+
+def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold():
+    steps = np.arange(20)  # the last 10%: steps 18 and 19
+    errors = np.array([[1.0] * 18 + [0.5, 0.5],     # a deterministic partial solution: locked
+                       [1.0] * 20,                  # never found the reward, every group all-fail: locked
+                       [1.0] * 18 + [0.5, 0.5],     # still exploring (90% zero-variance): not locked
+                       [1.0] * 18 + [0.1, 0.1],     # solved enough (10% error): not locked
+                       [1.0] * 18 + [0.5, np.nan]])  # diverged at the end: unknown
+    zero_var = np.array([[0.5] * 18 + [1.0, 0.97],  # mean 0.985 >= 0.98 over the tail
+                         [1.0] * 20,
+                         [1.0] * 18 + [0.9, 0.9],
+                         [1.0] * 20,
+                         [1.0] * 20])
+    d = seed_dynamics(errors, steps, episodes=(), zero_var=zero_var)
+    assert d["locked_per_seed"] == [True, True, False, False, None] and d["locked"] == 2
+    assert "locked" not in seed_dynamics(errors, steps, episodes=())  # no zero-variance data: not claimed

@@ -91,7 +91,8 @@ def metrics_needed(table_specs: dict[str, Table], figure_specs: dict[str, Figure
     needed: dict[str, set[str]] = {}
     for table in table_specs.values():
         metrics = ({s.metric for s in table.stats} | {s.when[0] for s in table.stats if s.when}
-                   | {k["metric"] for k in (*table.rows, *table.cols) if "metric" in k})
+                   | {k["metric"] for k in (*table.rows, *table.cols) if "metric" in k}
+                   | ({"frac_zero_var"} if table.name in SEED_DYNAMICS else set()))  # its locked seeds
         for preset in _presets(table, shared=True):
             needed.setdefault(preset, set()).update(metrics)
     for figure in figure_specs.values():
@@ -139,9 +140,11 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
     ours = {}
     for row, _, key in spec.cells():
         resolved = report.resolve(spec.preset, key, report.budget(spec.preset, spec.seeds, spec.steps))
-        matrix = report.matrix(resolved, "error")
-        if len(matrix.seeds):
-            ours[label(row)] = dynamics.seed_dynamics(matrix.values, matrix.steps)
+        matrix, zero_var = report.matrix(resolved, "error"), report.matrix(resolved, "frac_zero_var")
+        logged = np.array_equal(zero_var.seeds, matrix.seeds) and np.array_equal(zero_var.steps, matrix.steps)
+        if len(matrix.seeds):  # locked seeds only where every seed's every episode logs the zero-variance share
+            ours[label(row)] = dynamics.seed_dynamics(matrix.values, matrix.steps,
+                                                      zero_var=zero_var.values if logged else None)
     paper_file = SEED_DYNAMICS[spec.name]
     paper = {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()}
     (out / f"{spec.name}_dynamics.json").write_text(json.dumps(ours, indent=1) + "\n")
@@ -149,8 +152,11 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
         f"### {spec.title.split(' — ')[0]} — per-seed dynamics against the paper's seeds\n",
         "Seed-mean error (%) at episodes; median over seeds of the first episode below 50% error (seeds that never "
         "get there listed apart); seeds that ever fall below 2% (solved) and, of those, the ones that later rise "
-        f"above 20% at least once. Paper: its own per-seed data ({paper_file.name}, from the reference "
-        "repository's Fig 1b asset). Ours per seed: "
+        f"above 20% at least once; seeds stuck late (mean error above 50% over the second half); the solved seeds' "
+        "median share of episodes above 20% from their first solve on; seeds locked at the end (ours only: over "
+        f"the last {100 * dynamics.LOCK_TAIL:g}% of episodes at least {100 * dynamics.LOCK_ZERO_VAR:g}% of groups "
+        "have zero variance, so the group-relative gradient is zero, while the error stays above 20%). Paper: its "
+        f"own per-seed data ({paper_file.name}, from the reference repository's Fig 1b asset). Ours per seed: "
         f"[{spec.name}_dynamics.json]({spec.name}_dynamics.json).\n",
         dynamics.markdown(ours, {name: value for name, value in paper.items() if name in ours or not ours}), ""])
 

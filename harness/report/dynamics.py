@@ -11,7 +11,11 @@ and seeds that solve it and relapse. For a seeds × episodes error matrix:
   where relapses decide the mean);
 * the late phase's two sources of error, told apart: seeds *stuck late* (late-phase mean error above ``half``: never
   solved, or solved only near the end; or diverged before the late phase) and, per solved seed, the share of its
-  episodes from the first solve on with error above ``relapse`` (how long relapses last, not only how many).
+  episodes from the first solve on with error above ``relapse`` (how long relapses last, not only how many);
+* where the runs log ``frac_zero_var`` (ours; the paper's data has only errors), seeds that end *locked*: over the
+  last ``LOCK_TAIL`` of the episodes, on average at least ``LOCK_ZERO_VAR`` of their groups have zero variance while
+  their error stays above ``relapse``. A policy deterministic on wrong answers, or one that never found the reward,
+  gets an exactly zero group-relative gradient there, so nothing in the loss pulls it out.
 
 ``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided
 Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means, relapse counts and
@@ -35,13 +39,15 @@ from harness.outputs import relapse_events
 
 EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
+LOCK_TAIL, LOCK_ZERO_VAR = 0.1, 0.98  # locked: the last 10% of episodes, >= 98% of groups zero-variance
 PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "fig1b_seed_dynamics.json"
 
 
 def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solved: float = SOLVED,
-                  relapse: float = RELAPSE, half: float = HALF) -> dict:
+                  relapse: float = RELAPSE, half: float = HALF, zero_var: np.ndarray | None = None) -> dict:
     """The summary above for ``errors`` (seeds × steps, logged at ``steps``); NaN entries (diverged) never count
-    as below a threshold."""
+    as below a threshold. ``zero_var`` (the same shape: each episode's share of zero-variance groups) adds the
+    locked seeds."""
     errors = np.asarray(errors, dtype=float)
     steps = np.asarray(steps)
     index = {int(step): i for i, step in enumerate(steps)}
@@ -53,6 +59,10 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     relapsed = [seed["relapses"] > 0 for seed in events]
     n_solved = sum(seed["solved"] > 0 for seed in events)
     reached = [step for step in below_half if step is not None]
+    locks = {}
+    if zero_var is not None:
+        locked = _locked(errors, zero_var, relapse)
+        locks = {"locked_per_seed": locked, "locked": int(sum(bool(seed) for seed in locked))}
     return {
         "seeds": int(errors.shape[0]),
         "mean_at": {str(e): float(np.nanmean(errors[:, index[e]])) for e in episodes if e in index},
@@ -66,8 +76,19 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "late_mean_per_seed": late_mean,  # None: diverged before the late phase
         "stuck_late": int(sum(mean is None or mean > half for mean in late_mean)),  # diverged before it: stuck
         "post_solve_relapse_share_per_seed": post_solve,  # None: never solved
+        **locks,
         "thresholds": {"solved": solved, "relapse": relapse, "half": half},
     }
+
+
+def _locked(errors: np.ndarray, zero_var: np.ndarray, relapse: float) -> list[bool | None]:
+    """Per seed, whether it ends locked (module docstring); None where its last episodes are not finite."""
+    tail = max(1, round(LOCK_TAIL * errors.shape[1]))
+    locked = []
+    for error, share in zip(errors[:, -tail:], np.asarray(zero_var, dtype=float)[:, -tail:]):
+        finite = np.isfinite(error).all() and np.isfinite(share).all()
+        locked.append(bool(share.mean() >= LOCK_ZERO_VAR and error.mean() > relapse) if finite else None)
+    return locked
 
 
 TESTS = (("final error", "final_per_seed"), ("first episode < 50%", "first_below_half"),
@@ -107,7 +128,7 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
     """A table of ours against the paper's per-seed statistics, one row per (algorithm, source)."""
     header = ["algorithm", "source", "seeds", *(f"mean @{e}" for e in EPISODES), "median first < 50%",
               "never < 50%", "solved (< 2%)", "solved then > 20%", "stuck late (> 50%)",
-              "post-solve > 20% (median share)"]
+              "post-solve > 20% (median share)", "locked at the end"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for algorithm in sorted(set(ours) | set(paper)):
         for source, table in (("ours", ours), ("paper", paper)):
@@ -119,9 +140,10 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
             stuck = f"{d['stuck_late']}/{d['seeds']}"
             shares = [v for v in d["post_solve_relapse_share_per_seed"] if v is not None]
             share = f"{100 * np.median(shares):.1f}%" if shares else "–"
+            locked = f"{d['locked']}/{d['seeds']}" if "locked" in d else "–"  # the paper's data has no zero-var
             lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
                                             str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
-                                            f"{d['relapsed']}/{d['solved']}", stuck, share]) + " |")
+                                            f"{d['relapsed']}/{d['solved']}", stuck, share, locked]) + " |")
     both = [name for name in sorted(set(ours) & set(paper)) if ours[name]["seeds"] and paper[name]["seeds"]]
     compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in both}
     if compared:
