@@ -29,10 +29,12 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -91,14 +93,13 @@ def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
     return int(compose_config([f"experiment={preset}", *overrides]).trainer.steps)
 
 
-def exported(cell_dir: Path, steps: int, cpu_model: str = "") -> tuple[set[int], float | None]:
+def exported(cell_dir: Path, steps: int) -> tuple[set[int], dict[str, tuple[float, int]]]:
     """Seeds of the finished runs of at least ``steps`` episodes already below ``cell_dir`` (any seed-range layout,
-    earlier runs included; a shorter run's seeds are run again, as the report ignores it beside full ones) and the
-    measured CPU-seconds per seed-episode of its finished runs: of those recorded on ``cpu_model`` where there are
-    any (hosts and code versions differ up to 3x), else of all (wall seconds for runs older than ``cpu_seconds``;
-    None when none recorded either)."""
+    earlier runs included; a shorter run's seeds are run again, as the report ignores it beside full ones), and what
+    every finished run cost: per recorded CPU model ("" where none was recorded), CPU-seconds (wall seconds for runs
+    older than ``cpu_seconds``) and seed-episodes."""
     seeds: set[int] = set()
-    spent: dict[bool, list[float]] = {True: [0.0, 0.0], False: [0.0, 0.0]}  # this CPU? -> [seconds, seed-episodes]
+    spent: dict[str, tuple[float, int]] = {}
     for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
         record = json.loads(summary.read_text())
         if record.get("status") in DONE:
@@ -106,27 +107,48 @@ def exported(cell_dir: Path, steps: int, cpu_model: str = "") -> tuple[set[int],
                 seeds.update(record.get("seeds", []))
             seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
             if seconds:
-                here = bool(cpu_model) and record.get("hardware", {}).get("cpu") == cpu_model
-                spent[here][0] += seconds
-                spent[here][1] += len(record["seeds"]) * record["steps"]
-    if spent[True][1]:
-        return seeds, spent[True][0] / spent[True][1]
-    total, work = spent[True][0] + spent[False][0], spent[True][1] + spent[False][1]
-    return seeds, (total / work if work else None)
+                model = record.get("hardware", {}).get("cpu", "")
+                total, work = spent.get(model, (0.0, 0))
+                spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
+    return seeds, spent
 
 
-def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: str = "") -> list[tuple[Job, str]]:
-    """Every job of the queue with its state: exported, or to run (to run / resumable); costs as ``exported``
-    measures them for ``cpu_model``."""
+def _rate(spent: dict[str, tuple[float, int]], keep) -> float | None:
+    """CPU-seconds per seed-episode over the CPU models ``keep`` accepts (None without any)."""
+    total = sum(seconds for model, (seconds, _) in spent.items() if keep(model))
+    work = sum(episodes for model, (_, episodes) in spent.items() if keep(model))
+    return total / work if work else None
+
+
+def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: str = ""
+         ) -> tuple[list[tuple[Job, str]], float | None]:
+    """Every job of the queue with its state (exported, or to run), and this CPU's speed factor.
+
+    A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
+    it; else the cell's other runs, or the queue's estimate, times the factor: the median over cells measured on
+    both of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no cell has
+    both, and the costs are taken as they are)."""
     chunk = int(queue.get("chunk", 5))
+    cells = [cell for cell in queue["cells"] if not only or cell["priority"] in only]
+    found = []
+    for cell in cells:
+        steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
+        found.append((steps, *exported(results / "runs" / cell["preset"] / cell["name"], steps)))
+    here = [_rate(spent, lambda model: bool(cpu_model) and model == cpu_model) for _, _, spent in found]
+    other = [_rate(spent, lambda model: not cpu_model or model != cpu_model) for _, _, spent in found]
+    ratios = [a / b for a, b in zip(here, other) if a and b]
+    factor = statistics.median(ratios) if ratios else None
     jobs = []
-    for cell in queue["cells"]:
-        if only and cell["priority"] not in only:
-            continue
-        overrides = tuple(cell.get("overrides", ()))
-        steps = preset_steps(cell["preset"], overrides)
-        finished, measured = exported(results / "runs" / cell["preset"] / cell["name"], steps, cpu_model)
-        cost, seeds = measured or float(cell["cost"]), int(cell["seeds"])
+    for cell, (steps, finished, _), cost_here, cost_other in zip(cells, found, here, other):
+        overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
+        cost = cost_here or (cost_other or float(cell["cost"])) * (factor or 1.0)
+        scaled = f"× {factor:.2f} for this CPU" if factor else ""
+        if cost_here:
+            note = ""
+        elif cost_other:
+            note = f" (cost {scaled})" if scaled else ""
+        else:
+            note = " (cost estimated" + (f", {scaled})" if scaled else ")")
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
                              len(finished), steps, cost), f"done: seeds {_ranges(sorted(finished))}"))
@@ -134,8 +156,8 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
             block = [seed for seed in range(start, min(start + chunk, seeds)) if seed not in finished]
             for offset, count in _contiguous(block):
                 jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
-                                 cost), "to run" + ("" if measured else " (cost estimated)")))
-    return jobs
+                                 cost), "to run" + note))
+    return jobs, factor
 
 
 def breadth_first(planned: list[tuple[Job, str]], chunk: int) -> list[tuple[Job, str]]:
@@ -239,10 +261,11 @@ def fit_plan(jobs: list[Job], parallel: int, seconds: float, work: Path) -> list
 
 
 def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
-        finish_within: float | None = None) -> int:
+        finish_within: float | None = None, costs: Callable[[], dict[tuple[str, str], float]] | None = None) -> int:
     """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
     interactive work when ``parallel`` is below the core count), starting none after ``hours`` and none expected
-    to end after ``finish_within`` hours; returns the number of failed jobs."""
+    to end after ``finish_within`` hours, with the pending jobs' costs renewed from ``costs`` (preset, cell) after
+    each finished run; returns the number of failed jobs."""
     cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
     deadline = None if hours is None else time.time() + 3600 * hours
     end = None if finish_within is None else time.time() + 3600 * finish_within
@@ -294,6 +317,9 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                 report(job.preset, results)
                 print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
                       f"{job.result_dir(results)}", flush=True)
+                if costs is not None:
+                    measured = costs()
+                    pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
             else:
                 failed += 1
                 print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
@@ -326,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     only = set(args.only.split(",")) if args.only else None
     from tasks.models.linear import cpu_model
 
-    planned = plan(queue, args.results, only, cpu_model())
+    planned, factor = plan(queue, args.results, only, cpu_model())
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
@@ -346,12 +372,19 @@ def main(argv: list[str] | None = None) -> None:
               f"{job.cpu_hours:6.2f} CPU-h  {state}")
     hours = sum(job.cpu_hours for job in todo)
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
+    if factor:
+        print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "
+              "measured on both); cells without runs from it are scaled by that")
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
     if args.dry_run or not todo:  # costs: measured on the cell's finished runs (this CPU's), else the queue's estimate
         return
-    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within) else 0)
+
+    def costs() -> dict[tuple[str, str], float]:  # after each finished run: the cells' costs as measured by now
+        return {(job.preset, job.cell): job.cost for job, _ in plan(queue, args.results, only, cpu_model())[0]}
+
+    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within, costs) else 0)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_seeds_already_exported_are_not_run_again(tmp_path):
     shorter.mkdir()
     (shorter / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [5, 6], "steps": 300,
                                                       "cpu_seconds": 3.0}))
-    jobs = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
+    jobs, _ = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
     assert [(job.offset, job.seeds, state) for job, state in jobs] == [
         (0, 4, "done: seeds 0-3"), (4, 1, "to run"), (5, 5, "to run"), (10, 2, "to run")]
     assert jobs[1][0].name == "seeds4" and jobs[2][0].name == "seeds5-9"
@@ -116,7 +116,7 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
 def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
     cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
              dict(QUEUE["cells"][0], priority="P2", name="later", seeds=5)]
-    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path), 5)
+    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path)[0], 5)
     assert [(job.priority, job.cell, job.name) for job, _ in jobs] == [
         ("P1", "tpo", "seeds0-4"), ("P1", "grpo", "seeds0-4"), ("P1", "tpo", "seeds5-9"), ("P1", "grpo", "seeds5-9"),
         ("P2", "later", "seeds0-4")]
@@ -159,15 +159,29 @@ def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
 
 
-def test_a_cells_cost_is_measured_on_this_cpu_where_it_has_runs_from_it(tmp_path):
-    cell = tmp_path / "cell"
-    for name, seeds, cpu, seconds in (("seeds0-3", [0, 1, 2, 3], "CPU A", 80.0), ("seeds4", [4], "CPU B", 5.0),
-                                      ("seeds5", [5], None, 30.0)):
-        (cell / name).mkdir(parents=True)
-        hardware = {"cpu": cpu} if cpu else {}
-        (cell / name / "summary.json").write_text(json.dumps({"status": "completed", "seeds": seeds, "steps": 10,
-                                                              "cpu_seconds": seconds, "hardware": hardware}))
-    assert campaign.exported(cell, 10, "CPU B") == ({0, 1, 2, 3, 4, 5}, 5.0 / 10)
-    assert campaign.exported(cell, 10, "CPU A") == ({0, 1, 2, 3, 4, 5}, 80.0 / 40)
-    assert campaign.exported(cell, 10, "CPU C") == ({0, 1, 2, 3, 4, 5}, 115.0 / 60)  # none from it: every run
-    assert campaign.exported(cell, 10, "") == ({0, 1, 2, 3, 4, 5}, 115.0 / 60)  # unknown CPU: every run
+def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tmp_path):
+    results = tmp_path / "results"
+
+    def record(cell: str, name: str, seeds: list[int], cpu: str, per_episode: float) -> None:
+        folder = results / "runs" / "fig3_tabular_multi" / cell / name
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({
+            "status": "completed", "seeds": seeds, "steps": 600, "cpu_seconds": len(seeds) * 600 * per_episode,
+            "hardware": {"cpu": cpu}}))
+
+    record("tpo", "seeds0-1", [0, 1], "CPU A", 2.0)
+    record("tpo", "seeds2", [2], "CPU B", 0.5)  # the same cell on CPU B: 4x cheaper
+    record("grpo", "seeds0-1", [0, 1], "CPU A", 4.0)  # measured on CPU A only
+    cells = [dict(QUEUE["cells"][0], seeds=5), dict(QUEUE["cells"][1], seeds=5),
+             dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate
+
+    def costs(cpu: str) -> tuple[dict[str, float], float | None]:
+        jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, cpu_model=cpu)
+        assert [(job.cell, job.name) for job, state in jobs if not state.startswith("done")] == [
+            ("tpo", "seeds3-4"), ("grpo", "seeds2-4"), ("later", "seeds0-4")]
+        return {job.cell: job.cost for job, _ in jobs}, factor
+
+    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.25, "later": 8.0 * 0.25}, 0.25)
+    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * 4.0}, 4.0)
+    pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
+    assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0}, None)
