@@ -24,6 +24,7 @@ not rerun. ``--dry-run`` prints the queue: what is done, what is left and its es
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -87,6 +88,7 @@ def load_queue(name: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+@functools.cache  # a running campaign re-plans after every finished run: compose each cell's config once
 def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
     from harness.run import compose_config
 
@@ -101,13 +103,15 @@ def exported(cell_dir: Path, steps: int) -> tuple[set[int], dict[str, tuple[floa
     seeds: set[int] = set()
     spent: dict[str, tuple[float, int]] = {}
     for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
+        if summary.parent.name.endswith(".tmp"):  # an export cut short (``export`` writes there, then renames)
+            continue
         record = json.loads(summary.read_text())
         if record.get("status") in DONE:
             if record.get("steps", 0) >= steps:
                 seeds.update(record.get("seeds", []))
             seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
             if seconds:
-                model = record.get("hardware", {}).get("cpu", "")
+                model = (record.get("hardware") or {}).get("cpu") or ""
                 total, work = spent.get(model, (0.0, 0))
                 spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
     return seeds, spent
@@ -125,30 +129,32 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     """Every job of the queue with its state (exported, or to run), and this CPU's speed factor.
 
     A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
-    it; else the cell's other runs, or the queue's estimate, times the factor: the median over cells measured on
-    both of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no cell has
-    both, and the costs are taken as they are)."""
+    it; else its other runs' cost times the factor: the median, over the queue's cells measured on both, of this
+    CPU's cost over the others' (hosts and code versions differ up to 3x; None where no cell has both, and costs
+    from other CPUs are taken as they are); else the queue's estimate, unscaled (it was measured on no CPU in
+    particular)."""
     chunk = int(queue.get("chunk", 5))
-    cells = [cell for cell in queue["cells"] if not only or cell["priority"] in only]
-    found = []
-    for cell in cells:
-        steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
-        found.append((steps, *exported(results / "runs" / cell["preset"] / cell["name"], steps)))
-    here = [_rate(spent, lambda model: bool(cpu_model) and model == cpu_model) for _, _, spent in found]
-    other = [_rate(spent, lambda model: not cpu_model or model != cpu_model) for _, _, spent in found]
+    here, other, cells = [], [], []
+    for cell in queue["cells"]:
+        selected = not only or cell["priority"] in only
+        steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ()))) if selected else 0
+        finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
+        here.append(_rate(spent, lambda model: bool(cpu_model) and model == cpu_model))
+        other.append(_rate(spent, lambda model: not cpu_model or model != cpu_model))
+        if selected:
+            cells.append((cell, steps, finished, here[-1], other[-1]))
     ratios = [a / b for a, b in zip(here, other) if a and b]
     factor = statistics.median(ratios) if ratios else None
     jobs = []
-    for cell, (steps, finished, _), cost_here, cost_other in zip(cells, found, here, other):
+    for cell, steps, finished, cost_here, cost_other in cells:
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
-        cost = cost_here or (cost_other or float(cell["cost"])) * (factor or 1.0)
-        scaled = f"× {factor:.2f} for this CPU" if factor else ""
         if cost_here:
-            note = ""
+            cost, note = cost_here, ""
         elif cost_other:
-            note = f" (cost {scaled})" if scaled else ""
+            cost = cost_other * (factor or 1.0)
+            note = f" (cost × {factor:.2f} for this CPU)" if factor else " (cost from other CPUs)" if cpu_model else ""
         else:
-            note = " (cost estimated" + (f", {scaled})" if scaled else ")")
+            cost, note = float(cell["cost"]), " (cost estimated)"
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
                              len(finished), steps, cost), f"done: seeds {_ranges(sorted(finished))}"))
@@ -285,18 +291,25 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    skipped: set[tuple[str, str, str]] = set()
+
+    def fits(job: Job) -> bool:  # --finish-within; checked again whenever a slot frees (costs may have fallen)
+        if end is None or seconds_needed(job, work) <= end - time.time():
+            return True
+        if (job.preset, job.cell, job.name) not in skipped:
+            skipped.add((job.preset, job.cell, job.name))
+            print(f"{time.strftime('%H:%M:%S')} skip  {job.preset}/{job.cell}/{job.name} for now: needs "
+                  f"{seconds_needed(job, work) / 3600:.2f} h, {max(0.0, end - time.time()) / 3600:.2f} h left",
+                  flush=True)
+        return False
+
     while pending or running:
         free = [slot for slot in range(parallel) if slot not in running]
         if deadline is not None and time.time() >= deadline:
             pending = []  # past --hours: let the running ones finish, start nothing new
-        if end is not None:
-            for job in [job for job in pending if seconds_needed(job, work) > end - time.time()]:
-                pending.remove(job)  # time only runs out: a run that does not fit now never will
-                print(f"{time.strftime('%H:%M:%S')} skip  {job.preset}/{job.cell}/{job.name}: needs "
-                      f"{seconds_needed(job, work) / 3600:.2f} h, {max(0.0, end - time.time()) / 3600:.2f} h left",
-                      flush=True)
-        while pending and free:
-            job, slot = pending.pop(0), free.pop(0)
+        while free and (job := next((job for job in pending if fits(job)), None)):
+            pending.remove(job)
+            slot = free.pop(0)
             job.work_dir(work).mkdir(parents=True, exist_ok=True)
             log = open(job.work_dir(work).with_suffix(".log"), "a")
             core = cores[slot % len(cores)] if cores else None
@@ -305,6 +318,8 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                                        else None)
             running[slot] = (process, job)
             print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
+        if not running and free and pending:  # nothing left that fits in the time left
+            break
         time.sleep(1)
         for slot, (process, job) in list(running.items()):
             if process.poll() is None:
@@ -318,7 +333,11 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                 print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
                       f"{job.result_dir(results)}", flush=True)
                 if costs is not None:
-                    measured = costs()
+                    try:
+                        measured = costs()
+                    except (OSError, ValueError, AttributeError) as error:  # a summary being written: keep the costs
+                        print(f"costs not renewed: {error}", flush=True)
+                        measured = {}
                     pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
             else:
                 failed += 1

@@ -151,7 +151,39 @@ def test_finish_within_skips_runs_that_would_overrun_and_backfills_shorter_ones(
 def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):
     failed = campaign.run([hour_job("long", 1.0)], 1, tmp_path / "work", tmp_path / "results", finish_within=1.0)
     assert failed == 0 and not (tmp_path / "work").exists()
-    assert "skip  fig3_tabular_multi/long/seeds0: needs 1.25 h, 1.00 h left" in capsys.readouterr().out
+    assert "skip  fig3_tabular_multi/long/seeds0 for now: needs 1.25 h, 1.00 h left" in capsys.readouterr().out
+
+
+def test_a_run_skipped_on_a_high_estimate_starts_once_measured_costs_make_it_fit(tmp_path, monkeypatch, capsys):
+    """A fake clock and fake runs on 2 slots: ``a`` takes 0.5 h; ``b`` is estimated at 1 CPU-hour (1.25 h with the
+    margin, over the 1 h left) until ``a`` finishes and the renewed costs put it at 0.2 (0.25 h, within the 0.5 h
+    then left)."""
+    clock, durations, started = [0.0], {"a": 0.5, "b": 0.2}, []
+
+    class FakeRun:
+        def __init__(self, command, **_):
+            self.folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+            self.cell, self.start, self.returncode = self.folder.parent.name, clock[0], None
+            started.append((self.cell, clock[0]))
+
+        def poll(self):
+            if clock[0] - self.start < 3600 * durations[self.cell]:
+                return None
+            (self.folder / "summary.json").write_text(json.dumps({"status": "completed"}))
+            self.returncode = 0
+            return 0
+
+    monkeypatch.setattr(campaign, "time", type("Clock", (), {
+        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: f"{clock[0] / 3600:.2f}h"),
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))}))
+    monkeypatch.setattr(campaign, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign, "export", lambda job, work, results: None)
+    monkeypatch.setattr(campaign, "report", lambda preset, results: None)
+    a, b = hour_job("a", 0.5), hour_job("b", 1.0)
+    failed = campaign.run([a, b], 2, tmp_path / "work", tmp_path / "results", finish_within=1.0,
+                          costs=lambda: {("fig3_tabular_multi", "b"): 3600 * 0.2 / b.steps})
+    assert failed == 0 and [cell for cell, _ in started] == ["a", "b"] and started[1][1] == 0.5 * 3600
+    assert capsys.readouterr().out.count("skip  fig3_tabular_multi/b/seeds0 for now") == 1
 
 
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
@@ -162,26 +194,29 @@ def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
 def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tmp_path):
     results = tmp_path / "results"
 
-    def record(cell: str, name: str, seeds: list[int], cpu: str, per_episode: float) -> None:
+    def record(cell: str, name: str, seeds: list[int], cpu: str | None, per_episode: float) -> None:
         folder = results / "runs" / "fig3_tabular_multi" / cell / name
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps({
             "status": "completed", "seeds": seeds, "steps": 600, "cpu_seconds": len(seeds) * 600 * per_episode,
-            "hardware": {"cpu": cpu}}))
+            "hardware": {"cpu": cpu} if cpu else None}))
 
     record("tpo", "seeds0-1", [0, 1], "CPU A", 2.0)
     record("tpo", "seeds2", [2], "CPU B", 0.5)  # the same cell on CPU B: 4x cheaper
     record("grpo", "seeds0-1", [0, 1], "CPU A", 4.0)  # measured on CPU A only
-    cells = [dict(QUEUE["cells"][0], seeds=5), dict(QUEUE["cells"][1], seeds=5),
+    record("grpo", "seeds2-4.tmp", [2, 3, 4], "CPU B", 9.0)  # an export cut short: not a run
+    cells = [dict(QUEUE["cells"][0], seeds=5), dict(QUEUE["cells"][1], priority="P2", seeds=5),
              dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate
 
-    def costs(cpu: str) -> tuple[dict[str, float], float | None]:
-        jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, cpu_model=cpu)
+    def costs(cpu: str, only: set[str] | None = None) -> tuple[dict[str, float], float | None]:
+        jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, only, cpu_model=cpu)
         assert [(job.cell, job.name) for job, state in jobs if not state.startswith("done")] == [
-            ("tpo", "seeds3-4"), ("grpo", "seeds2-4"), ("later", "seeds0-4")]
+            (cell, name) for cell, name in (("tpo", "seeds3-4"), ("grpo", "seeds2-4"), ("later", "seeds0-4"))
+            if only is None or cell == "grpo"]
         return {job.cell: job.cost for job, _ in jobs}, factor
 
-    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.25, "later": 8.0 * 0.25}, 0.25)
-    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * 4.0}, 4.0)
+    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.25, "later": 8.0}, 0.25)  # estimates stay unscaled
+    assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.25}, 0.25)  # the factor comes from the whole queue
+    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0}, 4.0)
     pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
     assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0}, None)
