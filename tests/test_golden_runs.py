@@ -29,7 +29,7 @@ _TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "t
           "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
 _TERMINAL, _DENSE = [*_TOKEN, "task.reward=terminal"], [*_TOKEN, "task.reward=bag_of_tokens"]
 # MNIST's evaluation products are large enough for oneDNN, which cpu_matmul=auto takes on some CPUs only: the
-# goldens pin it, so that they hold on every host
+# goldens pin it, and conftest caps its kernels at AVX2, so that they hold on every host
 _MNIST = ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=20", "task.checkpoint_every=0", "seeds=2",
           "task.batch_size=16", "cpu_matmul=onednn"]
 _TABULAR_SINGLE = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "trainer.steps=12", "seeds=2"]
