@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
     if factor:
         print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "
-              "measured on both); cells without runs from it are scaled by that")
+              "measured on both); cells measured only elsewhere are scaled by that")
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
