@@ -129,22 +129,26 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     """Every job of the queue with its state (exported, or to run), and this CPU's speed factor.
 
     A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
-    it; else its other runs' cost times the factor: the median, over the queue's cells measured on both, of this
-    CPU's cost over the others' (hosts and code versions differ up to 3x; None where no cell has both, and costs
-    from other CPUs are taken as they are); else the queue's estimate, unscaled (it was measured on no CPU in
-    particular)."""
+    it; else its other runs' cost times the factor: the median, over every cell under ``results/runs`` measured on
+    both (any queue's), of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no
+    cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, unscaled (it was
+    measured on no CPU in particular)."""
     chunk = int(queue.get("chunk", 5))
-    here, other, cells = [], [], []
-    for cell in queue["cells"]:
-        selected = not only or cell["priority"] in only
-        steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ()))) if selected else 0
-        finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
-        here.append(_rate(spent, lambda model: bool(cpu_model) and model == cpu_model))
-        other.append(_rate(spent, lambda model: not cpu_model or model != cpu_model))
-        if selected:
-            cells.append((cell, steps, finished, here[-1], other[-1]))
-    ratios = [a / b for a, b in zip(here, other) if a and b]
+
+    def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
+        return (_rate(spent, lambda model: bool(cpu_model) and model == cpu_model),
+                _rate(spent, lambda model: not cpu_model or model != cpu_model))
+
+    measured = [rates(exported(cell_dir, 0)[1]) for cell_dir in sorted((results / "runs").glob("*/*"))
+                if cell_dir.is_dir()]
+    ratios = [here / other for here, other in measured if here and other]
     factor = statistics.median(ratios) if ratios else None
+    cells = []
+    for cell in queue["cells"]:
+        if not only or cell["priority"] in only:
+            steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
+            finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
+            cells.append((cell, steps, finished, *rates(spent)))
     jobs = []
     for cell, steps, finished, cost_here, cost_other in cells:
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
@@ -393,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
     if factor:
         print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "
-              "measured on both); cells measured only elsewhere are scaled by that")
+              "measured on both, any queue's); cells measured only elsewhere are scaled by that")
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")

@@ -194,8 +194,9 @@ def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
 def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tmp_path):
     results = tmp_path / "results"
 
-    def record(cell: str, name: str, seeds: list[int], cpu: str | None, per_episode: float) -> None:
-        folder = results / "runs" / "fig3_tabular_multi" / cell / name
+    def record(cell: str, name: str, seeds: list[int], cpu: str | None, per_episode: float,
+               preset: str = "fig3_tabular_multi") -> None:
+        folder = results / "runs" / preset / cell / name
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps({
             "status": "completed", "seeds": seeds, "steps": 600, "cpu_seconds": len(seeds) * 600 * per_episode,
@@ -205,6 +206,8 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
     record("tpo", "seeds2", [2], "CPU B", 0.5)  # the same cell on CPU B: 4x cheaper
     record("grpo", "seeds0-1", [0, 1], "CPU A", 4.0)  # measured on CPU A only
     record("grpo", "seeds2-4.tmp", [2, 3, 4], "CPU B", 9.0)  # an export cut short: not a run
+    record("x", "seeds0", [0], "CPU A", 1.0, preset="another_queues")  # a cell of no cell here: CPU B 2x cheaper
+    record("x", "seeds1", [1], "CPU B", 0.5, preset="another_queues")
     cells = [dict(QUEUE["cells"][0], seeds=5), dict(QUEUE["cells"][1], priority="P2", seeds=5),
              dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate
 
@@ -215,8 +218,9 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
             if only is None or cell == "grpo"]
         return {job.cell: job.cost for job, _ in jobs}, factor
 
-    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.25, "later": 8.0}, 0.25)  # estimates stay unscaled
-    assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.25}, 0.25)  # the factor comes from the whole queue
-    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0}, 4.0)
+    # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell); estimates stay unscaled
+    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0}, 0.375)
+    assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.375}, 0.375)  # whatever the priorities run
+    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0}, 3.0)
     pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
     assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0}, None)
