@@ -264,8 +264,9 @@ def fit_plan(jobs: list[Job], parallel: int, seconds: float, work: Path) -> list
     free_at, started = [0.0] * parallel, []
     for job in jobs:
         slot = min(range(parallel), key=free_at.__getitem__)
-        if free_at[slot] + seconds_needed(job, work) <= seconds:
-            free_at[slot] += seconds_needed(job, work)
+        needed = seconds_needed(job, work)
+        if free_at[slot] + needed <= seconds:
+            free_at[slot] += needed
             started.append(job)
     return started
 
@@ -298,12 +299,13 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     skipped: set[tuple[str, str, str]] = set()
 
     def fits(job: Job) -> bool:  # --finish-within; checked again whenever a slot frees (costs may have fallen)
-        if end is None or seconds_needed(job, work) <= end - time.time():
+        needed = 0.0 if end is None else seconds_needed(job, work)
+        if end is None or needed <= end - time.time():
             return True
         if (job.preset, job.cell, job.name) not in skipped:
             skipped.add((job.preset, job.cell, job.name))
             print(f"{time.strftime('%H:%M:%S')} skip  {job.preset}/{job.cell}/{job.name} for now: needs "
-                  f"{seconds_needed(job, work) / 3600:.2f} h, {max(0.0, end - time.time()) / 3600:.2f} h left",
+                  f"{needed / 3600:.2f} h, {max(0.0, end - time.time()) / 3600:.2f} h left",
                   flush=True)
         return False
 
