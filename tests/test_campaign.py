@@ -18,9 +18,10 @@ import yaml
 from conftest import ROOT
 from harness import campaign
 
+STEPS = 2000  # ~1 ms each: a kill 0.3 s after the first checkpoint (step 50) lands seconds before a run's end
 QUEUE = {"chunk": 20, "cells": [
     {"priority": "P1", "preset": "fig3_tabular_multi", "name": name, "seeds": 40, "cost": 0.001,
-     "overrides": [f"algorithm={name}", "trainer.steps=600", "task.checkpoint_every=50"]}
+     "overrides": [f"algorithm={name}", f"trainer.steps={STEPS}", "task.checkpoint_every=50"]}
     for name in ("tpo", "grpo")]}
 
 
@@ -78,7 +79,7 @@ def test_a_campaign_killed_at_any_moment_finishes_with_the_same_numbers(tmp_path
     assert metrics(killed) == metrics(full)
     resumed = [json.loads((killed / "results" / "runs" / p.relative_to(killed / "work") / "summary.json")
                           .read_text())["resumed_from"] for p in interrupted]
-    assert all(len(steps) == 1 and 0 < steps[0] < 600 for steps in resumed)
+    assert all(len(steps) == 1 and 0 < steps[0] < STEPS for steps in resumed), (interrupted, resumed)
 
     again = subprocess.run([sys.executable, "-m", "harness.campaign", str(tmp_path / "queue.yaml"), "--work",
                             str(killed / "work"), "--results", str(killed / "results")], cwd=tmp_path,
@@ -90,18 +91,18 @@ def test_seeds_already_exported_are_not_run_again(tmp_path):
     results = tmp_path / "results"
     earlier = results / "runs" / "fig3_tabular_multi" / "tpo"  # an older run of seeds 0-3, any folder layout
     earlier.mkdir(parents=True)
-    (earlier / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [0, 1, 2, 3], "steps": 600,
+    (earlier / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [0, 1, 2, 3], "steps": STEPS,
                                                        "cpu_seconds": 24.0}))
-    shorter = earlier / "seeds5-6"  # a finished run of fewer episodes than the cell's 600: its seeds run again
+    shorter = earlier / "seeds5-6"  # a finished run of fewer episodes than the cell's: its seeds run again
     shorter.mkdir()
-    (shorter / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [5, 6], "steps": 300,
+    (shorter / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [5, 6], "steps": STEPS // 2,
                                                       "cpu_seconds": 3.0}))
     jobs, _ = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
     assert [(job.offset, job.seeds, state) for job, state in jobs] == [
         (0, 4, "done: seeds 0-3"), (4, 1, "to run"), (5, 5, "to run"), (10, 2, "to run")]
     assert jobs[1][0].name == "seeds4" and jobs[2][0].name == "seeds5-9"
     # measured on the cell's finished runs, short ones included (the cost of an episode), not the queue's estimate
-    assert jobs[1][0].cost == (24.0 + 3.0) / (4 * 600 + 2 * 300)
+    assert jobs[1][0].cost == (24.0 + 3.0) / (4 * STEPS + 2 * (STEPS // 2))
 
 
 def test_an_unknown_queue_lists_the_valid_ones(capsys):
@@ -199,7 +200,7 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
         folder = results / "runs" / preset / cell / name
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps({
-            "status": "completed", "seeds": seeds, "steps": 600, "cpu_seconds": len(seeds) * 600 * per_episode,
+            "status": "completed", "seeds": seeds, "steps": STEPS, "cpu_seconds": len(seeds) * STEPS * per_episode,
             "hardware": {"cpu": cpu} if cpu else None}))
 
     record("tpo", "seeds0-1", [0, 1], "CPU A", 2.0)
