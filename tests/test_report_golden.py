@@ -10,6 +10,7 @@ hand-computed assertions below pin a few numbers independently of the golden fil
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import zlib
 from pathlib import Path
@@ -214,6 +215,21 @@ def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
     text = (report / "README.md").read_text()
     assert "python -m harness -m experiment=table1_vocab_sweep algorithm=ppo task.V=16" in text
     assert "python -m harness -m experiment=table1_vocab_sweep algorithm=dg task.V=8" in text
+
+
+def test_table3_cells_get_per_seed_dynamics_of_ours_alone(report):
+    """Table 3's cells have no per-seed data from the paper: each cell with runs gets ours, from its own seeds."""
+    dynamics = json.loads((report / "table3_dynamics.json").read_text())
+    assert len(dynamics) == 8 * 5 - 1 and "GRPO (no KL), Interact., H=10" not in dynamics  # the failed cell
+    tpo = dynamics["TPO, Prompt, H=7"]
+    error = values("table3_terminal algorithm.name=tpo task.match=prompts task.H=7", SEEDS, DEFAULT_STEPS,
+                   False)["error"]
+    assert tpo["seeds"] == SEEDS and tpo["solved"] == int((error < 0.02).any(axis=1).sum())
+    assert tpo["mean_at"]["500"] == pytest.approx(error[:, list(DEFAULT_STEPS).index(500)].mean())
+    assert tpo["final_per_seed"] == pytest.approx(list(error[:, -1]))
+    text = (report / "README.md").read_text()
+    assert "### Table 3 — per-seed dynamics\n" in text and "| TPO, Prompt, H=7 | ours | 3 |" in text
+    assert "### Fig 1b — per-seed dynamics against the paper's seeds" in text
 
 
 def test_bootstrap_intervals_are_reproducible(sweep):

@@ -132,32 +132,38 @@ def _generic_figures(runs: pd.DataFrame, covered: set[str]) -> list[Figure]:
 
 
 CONCLUSIONS = "conclusions.md"  # a hand-written reading of a report folder's tables, linked from its README
-SEED_DYNAMICS = {"fig1b": dynamics.PAPER_FILE}  # tables whose cells get the per-seed comparison with the paper's
+# tables whose cells get per-seed dynamics: beside the paper's own seeds where its per-seed data exists (a file), ours
+# only where the paper gives just the table's numbers (None)
+SEED_DYNAMICS: dict[str, Path | None] = {"fig1b": dynamics.PAPER_FILE, "table3": None}
 
 
 def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
-    """Per-seed dynamics of each row of ``spec`` (ours, from the runs used in its cells) beside the paper's."""
+    """Per-seed dynamics of each cell of ``spec`` that has runs (ours, from the runs used in it), beside the
+    paper's seeds where ``SEED_DYNAMICS`` names their file."""
     ours = {}
-    for row, _, key in spec.cells():
+    for row, col, key in spec.cells():
         resolved = report.resolve(spec.preset, key, report.budget(spec.preset, spec.seeds, spec.steps))
         matrix, zero_var = report.matrix(resolved, "error"), report.matrix(resolved, "frac_zero_var")
         logged = np.array_equal(zero_var.seeds, matrix.seeds) and np.array_equal(zero_var.steps, matrix.steps)
         if len(matrix.seeds):  # locked seeds only where every seed's every episode logs the zero-variance share
-            ours[label(row)] = dynamics.seed_dynamics(matrix.values, matrix.steps,
-                                                      zero_var=zero_var.values if logged else None)
+            ours[label({**row, **col})] = dynamics.seed_dynamics(matrix.values, matrix.steps,
+                                                                 zero_var=zero_var.values if logged else None)
     paper_file = SEED_DYNAMICS[spec.name]
-    paper = {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()}
+    paper = ({} if paper_file is None else
+             {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()})
     (out / f"{spec.name}_dynamics.json").write_text(json.dumps(ours, indent=1) + "\n")
+    source = (f"Paper: its own per-seed data ({paper_file.name}, from the reference repository's Fig 1b asset). "
+              if paper_file else
+              "The paper publishes no per-seed data for these cells: ours only, partial cells included (see seeds). ")
     return "\n".join([
-        f"### {spec.title.split(' — ')[0]} — per-seed dynamics against the paper's seeds\n",
+        f"### {spec.title.split(' — ')[0]} — per-seed dynamics" + (" against the paper's seeds\n" if paper else "\n"),
         "Seed-mean error (%) at episodes; median over seeds of the first episode below 50% error (seeds that never "
         "get there listed apart); seeds that ever fall below 2% (solved) and, of those, the ones that later rise "
         f"above 20% at least once; seeds stuck late (mean error above 50% over the second half); the solved seeds' "
         "median share of episodes above 20% from their first solve on; seeds locked at the end (ours only: over "
         f"the last {100 * dynamics.LOCK_TAIL:g}% of episodes at least {100 * dynamics.LOCK_ZERO_VAR:g}% of groups "
-        "have zero variance, so the group-relative gradient is zero, while the error stays above 20%). Paper: its "
-        f"own per-seed data ({paper_file.name}, from the reference repository's Fig 1b asset). Ours per seed: "
-        f"[{spec.name}_dynamics.json]({spec.name}_dynamics.json).\n",
+        "have zero variance, so the group-relative gradient is zero, while the error stays above 20%). " + source +
+        f"Ours per seed: [{spec.name}_dynamics.json]({spec.name}_dynamics.json).\n",
         dynamics.markdown(ours, {name: value for name, value in paper.items() if name in ours or not ours}), ""])
 
 

@@ -125,12 +125,13 @@ def _post_solve_share(row: np.ndarray, solved: float, relapse: float) -> float |
 
 
 def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
-    """A table of ours against the paper's per-seed statistics, one row per (algorithm, source)."""
+    """A table of ours against the paper's per-seed statistics, one row per (algorithm, source), in the order of
+    ``ours`` (then the paper's others)."""
     header = ["algorithm", "source", "seeds", *(f"mean @{e}" for e in EPISODES), "median first < 50%",
               "never < 50%", "solved (< 2%)", "solved then > 20%", "stuck late (> 50%)",
               "post-solve > 20% (median share)", "locked at the end"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for algorithm in sorted(set(ours) | set(paper)):
+    for algorithm in [*ours, *(name for name in paper if name not in ours)]:
         for source, table in (("ours", ours), ("paper", paper)):
             if algorithm not in table:
                 continue
@@ -144,7 +145,7 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
             lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
                                             str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
                                             f"{d['relapsed']}/{d['solved']}", stuck, share, locked]) + " |")
-    both = [name for name in sorted(set(ours) & set(paper)) if ours[name]["seeds"] and paper[name]["seeds"]]
+    both = [name for name in ours if name in paper and ours[name]["seeds"] and paper[name]["seeds"]]
     compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in both}
     if compared:
         names = list(next(iter(compared.values())))
