@@ -293,8 +293,7 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
             process.wait(timeout=120)
         raise SystemExit(130)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     skipped: set[tuple[str, str, str]] = set()
 
@@ -309,46 +308,51 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                   flush=True)
         return False
 
-    while pending or running:
-        free = [slot for slot in range(parallel) if slot not in running]
-        if deadline is not None and time.time() >= deadline:
-            pending = []  # past --hours: let the running ones finish, start nothing new
-        while free and (job := next((job for job in pending if fits(job)), None)):
-            pending.remove(job)
-            slot = free.pop(0)
-            job.work_dir(work).mkdir(parents=True, exist_ok=True)
-            log = open(job.work_dir(work).with_suffix(".log"), "a")
-            core = cores[slot % len(cores)] if cores else None
-            process = subprocess.Popen(job.command(work), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       preexec_fn=(lambda c=core: os.sched_setaffinity(0, {c})) if core is not None
-                                       else None)
-            running[slot] = (process, job)
-            print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
-        if not running and free and pending:  # nothing left that fits in the time left
-            break
-        time.sleep(1)
-        for slot, (process, job) in list(running.items()):
-            if process.poll() is None:
-                continue
-            del running[slot]
-            summary = job.work_dir(work) / "summary.json"
-            status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
-            if process.returncode == 0 and status in DONE:
-                export(job, work, results)
-                report(job.preset, results)
-                print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
-                      f"{job.result_dir(results)}", flush=True)
-                if costs is not None:
-                    try:
-                        measured = costs()
-                    except (OSError, ValueError, AttributeError) as error:  # a summary being written: keep the costs
-                        print(f"costs not renewed: {error}", flush=True)
-                        measured = {}
-                    pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
-            else:
-                failed += 1
-                print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
-                      f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
+    try:
+        while pending or running:
+            free = [slot for slot in range(parallel) if slot not in running]
+            if deadline is not None and time.time() >= deadline:
+                pending = []  # past --hours: let the running ones finish, start nothing new
+            while free and (job := next((job for job in pending if fits(job)), None)):
+                pending.remove(job)
+                slot = free.pop(0)
+                job.work_dir(work).mkdir(parents=True, exist_ok=True)
+                core = cores[slot % len(cores)] if cores else None
+                with open(job.work_dir(work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
+                    process = subprocess.Popen(job.command(work), cwd=ROOT, env=env, stdout=log,
+                                               stderr=subprocess.STDOUT, preexec_fn=(
+                                                   lambda c=core: os.sched_setaffinity(0, {c}))
+                                               if core is not None else None)
+                running[slot] = (process, job)
+                print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
+            if not running and free and pending:  # nothing left that fits in the time left
+                break
+            time.sleep(1)
+            for slot, (process, job) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[slot]
+                summary = job.work_dir(work) / "summary.json"
+                status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
+                if process.returncode == 0 and status in DONE:
+                    export(job, work, results)
+                    report(job.preset, results)
+                    print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
+                          f"{job.result_dir(results)}", flush=True)
+                    if costs is not None:
+                        try:
+                            measured = costs()
+                        except (OSError, ValueError, AttributeError) as error:  # a summary being written
+                            print(f"costs not renewed (kept): {error}", flush=True)
+                            measured = {}
+                        pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
+                else:
+                    failed += 1
+                    print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
+                          f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
+    finally:  # the caller's own handlers again (a runner used in-process, as in tests)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return failed
 
 

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # torch's vectorised CPU kernels (ATen) and oneDNN pick their code by the CPU's widest vector ISA, and the AVX-512
 # code rounds some reductions differently from the AVX2 code (in the last digit). Capped at AVX2 in every test
 # process (runs started from tests inherit it), the golden runs hold byte for byte on AVX2 and AVX-512 hosts alike;
-# without the cap, 31 of them differ on an AVX-512 EPYC.
+# without the cap, 31 of them differ on an AVX-512 EPYC. MKL (torch's BLAS) picks its code the same way on Intel
+# CPUs (on AMD ones it runs its AVX2 code already), so it gets the same cap.
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests' models and data are local: never wait on a network
+# MNIST is cached per test session, not in the user's ~/.cache (whose copy, from any source, would be trusted)
+if "TPO_BENCH_CACHE" not in os.environ:
+    os.environ["TPO_BENCH_CACHE"] = tempfile.mkdtemp(prefix="tpo-bench-tests-")
+    atexit.register(shutil.rmtree, os.environ["TPO_BENCH_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -82,13 +82,13 @@ def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch)
     assert not report["complete"] and len(report["speed"]) == 3
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_workload_counts_the_prefix_rows_the_sampler_decodes():
     answers = torch.tensor([[[[0, 0, 1], [0, 1, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 1], [1, 1, 0]]]])  # (1, 2, 3, 3)
     # prompt 0: depth 1 {0}, depth 2 {00, 01}; prompt 1: depth 1 {1}, depth 2 {11}
     assert episode_workload.decoded_rows(answers) == 5
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_projection_refuses_without_cuda():
     result = subprocess.run([sys.executable, "bench/gpu_sweep_projection.py"], cwd=ROOT, capture_output=True, text=True,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)

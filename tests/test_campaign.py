@@ -150,8 +150,10 @@ def test_finish_within_skips_runs_that_would_overrun_and_backfills_shorter_ones(
 
 
 def test_a_run_that_cannot_finish_in_time_is_never_started(tmp_path, capsys):
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     failed = campaign.run([hour_job("long", 1.0)], 1, tmp_path / "work", tmp_path / "results", finish_within=1.0)
     assert failed == 0 and not (tmp_path / "work").exists()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers  # the caller's again
     assert "skip  fig3_tabular_multi/long/seeds0 for now: needs 1.25 h, 1.00 h left" in capsys.readouterr().out
 
 
