@@ -10,8 +10,9 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_hero_notebook_runs_top_to_bottom(monkeypatch):
+def test_hero_notebook_runs_top_to_bottom(monkeypatch, tmp_path):
     monkeypatch.delenv("TPO_RUNS", raising=False)
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))  # no user kernelspec "python3": this interpreter's kernel
     notebook = nbformat.read(ROOT / "notebooks" / "hero_comparison.ipynb", as_version=4)
     NotebookClient(notebook, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
