@@ -350,9 +350,14 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                     failed += 1
                     print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
                           f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
-    finally:  # the caller's own handlers again (a runner used in-process, as in tests)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    finally:
+        for process, _ in running.values():  # leaving on an error: no run goes on alone, holding its lock
+            if process.poll() is None:
+                process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
+                process.wait(timeout=120)
+        for signum, handler in previous.items():  # the caller's own handlers again (a runner used in-process)
+            if handler is not None:  # None: set outside Python, cannot be put back from here
+                signal.signal(signum, handler)
     return failed
 
 

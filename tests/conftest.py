@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 # torch's vectorised CPU kernels (ATen) and oneDNN pick their code by the CPU's widest vector ISA, and the AVX-512
@@ -19,10 +16,6 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", "AVX2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests' models and data are local: never wait on a network
-# MNIST is cached per test session, not in the user's ~/.cache (whose copy, from any source, would be trusted)
-if "TPO_BENCH_CACHE" not in os.environ:
-    os.environ["TPO_BENCH_CACHE"] = tempfile.mkdtemp(prefix="tpo-bench-tests-")
-    atexit.register(shutil.rmtree, os.environ["TPO_BENCH_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -73,6 +66,15 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None =
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=environment)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mnist_cache(tmp_path_factory) -> Path:
+    """MNIST cached in this session's temporary folder (pytest removes old ones), not in the user's ~/.cache, whose
+    copy, from any source, would be trusted; runs started from tests inherit it. ``TPO_BENCH_CACHE`` set: kept."""
+    if "TPO_BENCH_CACHE" not in os.environ:
+        os.environ["TPO_BENCH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    return Path(os.environ["TPO_BENCH_CACHE"])
 
 
 @pytest.fixture

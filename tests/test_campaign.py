@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import ROOT
@@ -187,6 +188,42 @@ def test_a_run_skipped_on_a_high_estimate_starts_once_measured_costs_make_it_fit
                           costs=lambda: {("fig3_tabular_multi", "b"): 3600 * 0.2 / b.steps})
     assert failed == 0 and [cell for cell, _ in started] == ["a", "b"] and started[1][1] == 0.5 * 3600
     assert capsys.readouterr().out.count("skip  fig3_tabular_multi/b/seeds0 for now") == 1
+
+
+def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkeypatch):
+    """``a`` finishes and its export fails: the runner raises, and ``b``, still running, is sent SIGTERM (it then
+    writes its summary and its checkpoint resumes it) instead of running on alone."""
+    clock, terminated = [0.0], []
+
+    class FakeRun:
+        def __init__(self, command, **_):
+            self.folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+            self.cell, self.returncode = self.folder.parent.name, None
+
+        def poll(self):
+            if self.cell == "a" and clock[0] >= 120:
+                (self.folder / "summary.json").write_text(json.dumps({"status": "completed"}))
+                self.returncode = 0
+            return self.returncode
+
+        def terminate(self):
+            terminated.append(self.cell)
+            self.returncode = -15
+
+        def wait(self, timeout=None):
+            return self.returncode
+
+    def export(job, work, results):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(campaign, "time", type("Clock", (), {
+        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))}))
+    monkeypatch.setattr(campaign, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign, "export", export)
+    with pytest.raises(OSError, match="disk full"):
+        campaign.run([hour_job("a", 0.1), hour_job("b", 0.1)], 2, tmp_path / "work", tmp_path / "results")
+    assert terminated == ["b"]
 
 
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):

@@ -230,6 +230,10 @@ def test_table3_cells_get_per_seed_dynamics_of_ours_alone(report):
     text = (report / "README.md").read_text()
     assert "### Table 3 — per-seed dynamics\n" in text and "| TPO, Prompt, H=7 | ours | 3 |" in text
     assert "### Fig 1b — per-seed dynamics against the paper's seeds" in text
+    fig1b = text[text.index("### Fig 1b — per-seed dynamics"):]
+    rows = [line.split(" | ")[:2] for line in fig1b.splitlines() if line.startswith("| TPO | ")]
+    assert rows[:2] == [["| TPO", "ours"], ["| TPO", "paper"]]  # ours beside the paper's own seeds
+    assert "Ours against the paper's seeds, two-sided p" in fig1b
 
 
 def test_bootstrap_intervals_are_reproducible(sweep):

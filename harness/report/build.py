@@ -142,12 +142,15 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
     paper's seeds where ``SEED_DYNAMICS`` names their file."""
     ours = {}
     for row, col, key in spec.cells():
-        resolved = report.resolve(spec.preset, key, report.budget(spec.preset, spec.seeds, spec.steps))
+        budget = report.budget(key.get("experiment", spec.preset), spec.seeds, spec.steps)  # as the table's
+        resolved = report.resolve(spec.preset, key, budget)
         matrix, zero_var = report.matrix(resolved, "error"), report.matrix(resolved, "frac_zero_var")
         logged = np.array_equal(zero_var.seeds, matrix.seeds) and np.array_equal(zero_var.steps, matrix.steps)
+        name = label({**row, **col})
+        assert name not in ours, f"two cells of {spec.name} are both labelled {name!r}"
         if len(matrix.seeds):  # locked seeds only where every seed's every episode logs the zero-variance share
-            ours[label({**row, **col})] = dynamics.seed_dynamics(matrix.values, matrix.steps,
-                                                                 zero_var=zero_var.values if logged else None)
+            ours[name] = dynamics.seed_dynamics(matrix.values, matrix.steps,
+                                                zero_var=zero_var.values if logged else None)
     paper_file = SEED_DYNAMICS[spec.name]
     paper = ({} if paper_file is None else
              {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()})
