@@ -113,6 +113,38 @@ def test_seed_ranges_merge_across_flush_denormal_but_not_across_a_hyperparameter
     assert resolved.status == "conflict" and "algorithm.eta" in resolved.flags[0]
 
 
+def test_a_shorter_run_of_another_configuration_is_superseded_not_a_conflict(tmp_path):
+    """Seeds 0-1 ran 10 of 20 steps under another η; seeds 2-3 ran all 20: the short run is ignored (flagged), not
+    a conflict. Two full runs of different η stay a conflict, and the token task's dedup and seed_chunk (rounding
+    only) never make one."""
+    from harness.report import synthetic
+    from harness.report.tables import Report
+
+    steps = np.array([0, 10, 19])
+    short = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 10, **{"algorithm.eta": 2.0})
+    synthetic.write_run(tmp_path / "short", short, {"error": np.full((2, 2), 0.5)}, steps=steps[:2])
+    full = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20, seed_offset=2,
+                                 **{"task.dedup": True, "task.seed_chunk": 1})
+    synthetic.write_run(tmp_path / "full", full, {"error": np.full((2, 3), 0.5)}, steps=steps)
+    other = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20, seed_offset=4,
+                                  **{"task.dedup": False, "task.seed_chunk": "auto"})
+    synthetic.write_run(tmp_path / "other", other, {"error": np.full((2, 3), 0.5)}, steps=steps)
+    clash = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20, seed_offset=6,
+                                  **{"algorithm.eta": 2.0})
+    synthetic.write_run(tmp_path / "clash", clash, {"error": np.full((2, 3), 0.5)}, steps=steps)
+
+    def resolve(*names):
+        runs, curves = load_runs([tmp_path / name for name in names])
+        return Report(runs, curves).resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
+
+    superseded = resolve("short", "full", "other")
+    assert superseded.status == "ok" and superseded.finished_seeds == [2, 3, 4, 5]
+    assert "ignored 1 shorter run(s)" in superseded.flags
+    conflict = resolve("short", "full", "clash")
+    assert conflict.status == "conflict" and "algorithm.eta" in conflict.flags[0]
+    assert resolve("short").status == "partial"  # nothing longer: the short run is what there is
+
+
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
     from harness.report.load import find_run_dirs
 

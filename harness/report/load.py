@@ -22,12 +22,14 @@ from harness.outputs import METRICS_FILE, SUMMARY_FILE
 from harness.rundir import NEUTRAL_DEFAULTS
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
-# Keys that never distinguish results (where and how a run ran; threads, cpu_matmul and flush_denormal move only
-# float rounding: flushing sets values below 1.2e-38 to zero, and runs recorded before the key existed did not
-# flush); budget keys are checked, not matched.
+# Keys that never distinguish results (where and how a run ran; threads, cpu_matmul, flush_denormal and the token
+# task's dedup and seed_chunk move only float rounding: flushing sets values below 1.2e-38 to zero, runs recorded
+# before the key existed did not flush, dedup trains each distinct answer once with its multiplicity, seed_chunk
+# computes the same seeds' gradients together or apart); budget keys are checked, not matched.
 IGNORED = ("logger", "device", "threads", "cpu_matmul", "flush_denormal", "trainer.resume", "trainer.overwrite",
            "trainer.progress", "trainer.checkpoint_every", "task.checkpoint_every", "task.data_dir", "task.source",
-           "task.steps_to", "experiment_name", "trainer.solved_below", "trainer.relapse_above")
+           "task.steps_to", "task.dedup", "task.seed_chunk", "experiment_name", "trainer.solved_below",
+           "trainer.relapse_above")
 BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
 ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
 Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name

@@ -227,15 +227,16 @@ class Report:
             errors = sorted({str(e) for e in candidates.error.dropna()}) or ["no metrics"]
             return Resolved("failed", flags=[f"failed: {'; '.join(errors)}"], run_dirs=list(candidates.run_dir))
         flags = []
-        if usable.signature.nunique() > 1:  # seed ranges merge only when they ran the same configuration
-            return Resolved("conflict", flags=[
-                f"conflict: {usable.signature.nunique()} configurations (differ in "
-                f"{', '.join(_differing(usable.config))}); keep one configuration's runs under the report's paths"],
-                run_dirs=list(usable.run_dir))
         full = usable[usable.status.isin(DONE) & (usable.steps.fillna(0) >= steps_wanted)]
-        if not full.empty and len(full) < len(usable):
+        if not full.empty and len(full) < len(usable):  # superseded, whatever configuration they ran
             flags.append(f"ignored {len(usable) - len(full)} shorter run(s)")
-        used = (full if not full.empty else usable).sort_values("mtime")
+        used = full if not full.empty else usable
+        if used.signature.nunique() > 1:  # seed ranges merge only when they ran the same configuration
+            return Resolved("conflict", flags=[
+                f"conflict: {used.signature.nunique()} configurations (differ in "
+                f"{', '.join(_differing(used.config))}); keep one configuration's runs under the report's paths"],
+                run_dirs=list(used.run_dir))
+        used = used.sort_values("mtime")
         owner: dict[int, int] = {}
         for run, seed_ids in zip(used.run, used.seed_ids):
             for seed in seed_ids:
