@@ -287,11 +287,7 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     pending, running, failed = [job for job in jobs if not finished(job, work)], {}, 0
 
     def stop(signum, frame):
-        for process, _ in running.values():
-            process.send_signal(signal.SIGTERM)  # each run writes its summary ("interrupted") and stops
-        for process, _ in running.values():
-            process.wait(timeout=120)
-        raise SystemExit(130)
+        raise SystemExit(130)  # the ``finally`` below stops the runs
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -351,10 +347,11 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                     print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
                           f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
     finally:
-        for process, _ in running.values():  # leaving on an error: no run goes on alone, holding its lock
-            if process.poll() is None:
-                process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
-                process.wait(timeout=120)
+        alive = [process for process, _ in running.values() if process.poll() is None]
+        for process in alive:  # stopped or failed: no run goes on alone, holding its lock
+            process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
+        for process in alive:
+            process.wait(timeout=120)
         for signum, handler in previous.items():  # the caller's own handlers again (a runner used in-process)
             if handler is not None:  # None: set outside Python, cannot be put back from here
                 signal.signal(signum, handler)
