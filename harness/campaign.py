@@ -210,15 +210,19 @@ def report(preset: str, results: Path) -> None:
     """Regenerate the tables and figures of ``preset`` and of every preset whose report reads its runs
     (``report_sources``: shared runs, and variant presets such as beyond_relapse_skip of beyond_relapse), from
     everything under results/runs. A variant preset with no table or figure of its own gets no report folder."""
-    from harness.report.specs import FIGURES, TABLES, report_sources
+    from harness.report.specs import FIGURES, TABLES, report_sources, report_specs
 
     owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
     readers = [name for name in owners if name != preset and preset in report_sources(name)]
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
     for target in targets:
         sources = [results / "runs" / name for name in report_sources(target)]
+        chosen = []
+        if target in owners:  # its own tables and figures only, not those of the runs it shares
+            tables, figures = report_specs(target)
+            chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "none"]
         subprocess.run([sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
-                        "--out", _shown(results / target)], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
+                        "--out", _shown(results / target), *chosen], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
 
 
 def _shown(path: Path) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -224,6 +225,29 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
     with pytest.raises(OSError, match="disk full"):
         campaign.run([hour_job("a", 0.1), hour_job("b", 0.1)], 2, tmp_path / "work", tmp_path / "results")
     assert terminated == ["b"]
+
+
+def test_a_report_folder_shows_its_own_tables_and_figures_not_those_of_the_runs_it_shares(tmp_path):
+    """Table 3's H = 7 runs are also beyond_relapse's Muon rows and the modern baselines' TPO: a finished Table 3
+    cell regenerates all three folders, each with its own table and figure only."""
+    import numpy as np
+
+    from harness.report import synthetic
+
+    steps = np.arange(0, 2000, 100)
+    config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 2000,
+                                   **{"task.H": 7, "task.match": "prompts"})
+    synthetic.write_run(tmp_path / "runs" / "table3_terminal" / "prompts_h7_tpo" / "seeds0-1", config,
+                        {"error": np.full((2, len(steps)), 0.25)}, steps=steps)
+    campaign.report("table3_terminal", tmp_path)
+    shown = {folder: sorted(p.name for p in (tmp_path / folder).glob("*.md") if p.name != "README.md")
+             for folder in ("table3_terminal", "beyond_relapse", "beyond_terminal_baselines")}
+    assert shown == {"table3_terminal": ["fig7.caption.md", "table3.md"],
+                     "beyond_relapse": ["beyond_relapse.caption.md", "beyond_relapse.md"],
+                     "beyond_terminal_baselines": ["beyond_terminal.caption.md", "beyond_terminal.md"]}
+    readme = (tmp_path / "beyond_relapse" / "README.md").read_text()
+    assert "--tables beyond_relapse --figures beyond_relapse`" in readme  # the command that regenerates it
+    assert re.search(r"\| TPO, Muon +\| 25\.0", readme)  # Table 3's run is the Muon row
 
 
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import run_config
 from harness.report import load_runs, mechanism_table, write_report
@@ -111,6 +112,44 @@ def test_seed_ranges_merge_across_flush_denormal_but_not_across_a_hyperparameter
     runs, curves = load_runs([tmp_path / "a", tmp_path / "c"])
     resolved = Report(runs, curves).resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
     assert resolved.status == "conflict" and "algorithm.eta" in resolved.flags[0]
+
+
+def test_a_report_removes_the_tables_and_figures_it_no_longer_writes_and_keeps_hand_written_files(tmp_path):
+    from harness.report import synthetic
+
+    steps = np.array([0, 10, 19])
+    config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20,
+                                   **{"task.H": 7, "task.match": "prompts"})
+    synthetic.write_run(tmp_path / "runs" / "a", config, {"error": np.full((2, 3), 0.5)}, steps=steps)
+    out = tmp_path / "report"
+    write_report([tmp_path / "runs"], out, tables="table3", figures="fig7", resamples=20)
+    written = {"table3.md", "table3.csv", "table3.tex", "table3_dynamics.json", "fig7.png", "fig7.pdf",
+               "fig7.caption.md"}
+    assert written <= {p.name for p in out.iterdir()}
+    (out / "conclusions.md").write_text("read by hand\n")
+    write_report([tmp_path / "runs"], out, tables="none", figures="none", resamples=20)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "conclusions.md", "missing.json", "runs.csv"]
+
+
+def test_a_cell_with_more_seeds_than_its_preset_takes_the_presets_first_seeds(tmp_path):
+    """beyond_relapse's 10-seed rows read Table 3's 20-seed runs: the row averages seeds 0-9 like its neighbours, and
+    says so; a budget that is not the preset's (the paper's, a largest run's) keeps every seed."""
+    from harness.report import synthetic
+    from harness.report.tables import Report
+
+    steps = np.array([0, 10, 19])
+    finals = np.arange(6) / 10  # seed s ends at s / 10
+    for offset in (0, 3):
+        config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 3, 20, seed_offset=offset)
+        errors = np.repeat(finals[offset:offset + 3, None], len(steps), axis=1)
+        synthetic.write_run(tmp_path / f"seeds{offset}", config, {"error": errors}, steps=steps)
+    report = Report(*load_runs([tmp_path]))
+    capped = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
+    assert capped.status == "ok" and capped.finished_seeds == [0, 1, 2, 3]
+    assert "first 4 of 6 seeds (the preset's)" in capped.flags
+    assert report.matrix(capped, "error").values[:, -1].mean() == pytest.approx(finals[:4].mean())
+    every = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "paper"))
+    assert every.finished_seeds == list(range(6)) and not every.flags
 
 
 def test_a_shorter_run_of_another_configuration_is_superseded_not_a_conflict(tmp_path):

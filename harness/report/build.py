@@ -185,7 +185,9 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     out.mkdir(parents=True, exist_ok=True)
     report = Report(runs, curves, resamples, seed)
     sources = " ".join([*map(str, paths), *(f"--wandb {w}" for w in wandb)])
-    command = f"python -m harness.report {sources} --out {out}"
+    chosen = "".join(f" --{kind} {choice}" for kind, choice in (("tables", tables), ("figures", figures))
+                     if choice != "auto")
+    command = f"python -m harness.report {sources} --out {out}{chosen}"
     experiments = set(runs.experiment)
 
     table = results_table(report).sort_values(["experiment", "task", "algorithm", "params"], kind="stable")
@@ -203,7 +205,8 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
         sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]
 
     records = []
-    for spec in _select(table_specs, tables, experiments):
+    chosen_tables = _select(table_specs, tables, experiments)
+    for spec in chosen_tables:
         cells = report.evaluate(spec)
         records.append(cells[["preset", "status", "command"]])
         sections += [write_table(spec, cells, out),
@@ -232,4 +235,16 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                      "folders added:\n", "```bash", *commands, "```", ""]
     (out / "README.md").write_text("\n".join(sections))
     (out / "missing.json").write_text(json.dumps(commands, indent=1) + "\n")
+    remove_stale(out, {spec.name for spec in chosen_tables}, {figure.name for figure in written}, table_specs)
     return table
+
+
+def remove_stale(out: Path, tables: set[str], figures: set[str], table_specs: dict[str, Table]) -> None:
+    """Delete what an earlier report wrote into ``out`` and this one did not (a table or figure no longer chosen, or
+    no longer drawn), so a folder never shows a stale table beside fresh ones. Hand-written files stay."""
+    stale = [f"{name}{ending}" for name in set(table_specs) - tables for ending in (".md", ".csv", ".tex",
+                                                                                   "_dynamics.json")]
+    drawn_before = (path.name.removesuffix(".caption.md") for path in out.glob("*.caption.md"))
+    stale += [f"{name}{ending}" for name in set(drawn_before) - figures for ending in (".png", ".pdf", ".caption.md")]
+    for name in stale:
+        (out / name).unlink(missing_ok=True)

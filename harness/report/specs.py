@@ -174,6 +174,15 @@ def report_sources(preset: str) -> list[str]:
     return list(dict.fromkeys(name for own in named for name in (own, *SHARED_RUNS.get(own, ()))))
 
 
+def report_specs(preset: str) -> tuple[list[str], list[str]]:
+    """The tables and figures of ``preset``'s report folder: the tables it owns and the figures with a panel of it.
+    A folder shows only these, although it reads more runs (``report_sources``): beyond_relapse reads Table 3's runs
+    for its Muon row and must not redraw Table 3."""
+    tables = [name for name, spec in TABLES.items() if spec.preset == preset]
+    figures = [name for name, figure in FIGURES.items() if any(panel.preset == preset for panel in figure.panels)]
+    return tables, figures
+
+
 def label(key: dict) -> str:
     """Human label of a cell key: {"algorithm.name": "tpo", "task.H": 7} → "TPO, H=7"."""
     parts = []
@@ -411,6 +420,19 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
               where={"task.H": 7, "task.match": "prompts"}, ylabel="exact-match error")),
            caption="(a) seed mean ± s.e., each smoothed by a 20-episode causal moving average; (b) mean ± s.e. at "
                    "the last episode. TPO and GRPO are Table 3's prompt-matched H = 7 runs (same seeds)."),
+    Figure("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon (terminal "
+           "reward, prompt-matched H = 7)", tuple(
+        Panel("beyond_relapse", by_value("experiment", RELAPSE_VARIANTS), title=f"({tag}) {ALGORITHM_LABEL[name]}",
+              where={"algorithm.name": name, "task.H": 7, "task.match": "prompts"}, ylim=(0.0, 1.05),
+              ylabel="exact-match error", smooth=20) for tag, name in (("a", "tpo"), ("b", "grpo"))),
+           caption="Seed mean ± s.e., each smoothed by a 20-episode causal moving average. Muon is the reference "
+                   "optimizer (Table 3's runs, same seeds); the guards and Adam change only the optimizer."),
+    Figure("beyond_amplification", "Beyond the paper — low-variance groups: standardisation variants under "
+           "reward noise (terminal reward, H = 6)",
+           panels("beyond_amplification", algorithms("tpo", "grpo"), grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}),
+                  by_value("experiment", SPREAD_VARIANTS), ylim=(0.0, 1.05), ylabel="exact-match error", smooth=20),
+           ncols=3, caption="Seed mean ± s.e., each smoothed by a 20-episode causal moving average. Noise: N(0, σ²) "
+                            "on every score the algorithm reads; the error is measured on the clean reward."),
     Figure("fig9", "Fig 9 — LLM RLVR: TPO vs GRPO (K=16, batch 16, AdamW 1e-5)", tuple(
         Panel(preset, by_algorithm("tpo", "grpo"), title=f"{task} — {model_label}", where={"model.name": model},
               metrics=(metric,), ylabel=ylabel, ylim=(0.0, 1.0))

@@ -197,6 +197,8 @@ class Report:
         if seeds and steps:
             return seeds, steps, "paper"
         mine = self.runs[self.runs.experiment == preset]
+        if mine.empty:  # a figure's series of a preset nothing has run yet
+            return 0, 0, "largest run"
         return int(mine.seeds.max() or 0), int(mine.steps.max() or 0), "largest run"
 
     def matching(self, preset: str, key: dict) -> pd.DataFrame:
@@ -219,7 +221,7 @@ class Report:
         return self._resolved[cache_key]
 
     def _resolve(self, candidates: pd.DataFrame, budget: tuple[int, int, str]) -> Resolved:
-        seeds_wanted, steps_wanted, _ = budget
+        seeds_wanted, steps_wanted, source = budget
         if candidates.empty:
             return Resolved("missing")
         usable = candidates[(candidates.status != "failed") & candidates.run.isin(self.with_data)]
@@ -246,6 +248,9 @@ class Report:
                         f"conflict: seed {seed} is in more than one run (the first two runs listed); keep one copy "
                         "of each seed"], run_dirs=both + [d for d in used.run_dir if d not in both])
                 owner[seed] = run
+        if source == "preset" and len(owner) > seeds_wanted:  # the preset's seeds, so a table's cells compare alike
+            flags.append(f"first {seeds_wanted} of {len(owner)} seeds (the preset's)")
+            owner = dict(sorted(owner.items())[:seeds_wanted])
         owners: dict[int, list[int]] = {}
         for seed, run in sorted(owner.items()):
             owners.setdefault(int(run), []).append(seed)
