@@ -209,7 +209,8 @@ def export(job: Job, work: Path, results: Path) -> None:
 def report(preset: str, results: Path) -> None:
     """Regenerate the tables and figures of ``preset`` and of every preset whose report reads its runs
     (``report_sources``: shared runs, and variant presets such as beyond_relapse_skip of beyond_relapse), from
-    everything under results/runs. A variant preset with no table or figure of its own gets no report folder."""
+    everything under results/runs. Each folder shows its own tables and figures only (``report_specs``), whatever
+    other runs it reads. A variant preset with no table or figure of its own gets no report folder."""
     from harness.report.specs import FIGURES, TABLES, report_sources, report_specs
 
     owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
@@ -220,7 +221,7 @@ def report(preset: str, results: Path) -> None:
         chosen = []
         if target in owners:  # its own tables and figures only, not those of the runs it shares
             tables, figures = report_specs(target)
-            chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "none"]
+            chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "generic"]
         subprocess.run([sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
                         "--out", _shown(results / target), *chosen], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
 

@@ -129,27 +129,43 @@ def test_a_report_removes_the_tables_and_figures_it_no_longer_writes_and_keeps_h
     (out / "conclusions.md").write_text("read by hand\n")
     write_report([tmp_path / "runs"], out, tables="none", figures="none", resamples=20)
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "conclusions.md", "missing.json", "runs.csv"]
+    # a table and a figure of the same name: dropping the figure keeps the table
+    write_report([tmp_path / "runs"], out, tables="beyond_relapse", figures="beyond_relapse", resamples=20)
+    assert {"beyond_relapse.md", "beyond_relapse.png"} <= {p.name for p in out.iterdir()}
+    write_report([tmp_path / "runs"], out, tables="beyond_relapse", figures="none", resamples=20)
+    names = {p.name for p in out.iterdir()}
+    assert "beyond_relapse.md" in names and "beyond_relapse.png" not in names and "conclusions.md" in names
 
 
 def test_a_cell_with_more_seeds_than_its_preset_takes_the_presets_first_seeds(tmp_path):
     """beyond_relapse's 10-seed rows read Table 3's 20-seed runs: the row averages seeds 0-9 like its neighbours, and
     says so; a budget that is not the preset's (the paper's, a largest run's) keeps every seed."""
-    from harness.report import synthetic
+    from harness.report import synthetic, tables
+    from harness.report.specs import Table, algorithms
     from harness.report.tables import Report
 
     steps = np.array([0, 10, 19])
     finals = np.arange(6) / 10  # seed s ends at s / 10
-    for offset in (0, 3):
+    for offset in (3, 0):  # the higher seeds written first: the cap goes by seed id, not by run age
         config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 3, 20, seed_offset=offset)
         errors = np.repeat(finals[offset:offset + 3, None], len(steps), axis=1)
-        synthetic.write_run(tmp_path / f"seeds{offset}", config, {"error": errors}, steps=steps)
-    report = Report(*load_runs([tmp_path]))
+        synthetic.write_run(tmp_path / "runs" / f"seeds{offset}", config, {"error": errors}, steps=steps)
+    report = Report(*load_runs([tmp_path / "runs"]))
     capped = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "preset"))
     assert capped.status == "ok" and capped.finished_seeds == [0, 1, 2, 3]
     assert "first 4 of 6 seeds (the preset's)" in capped.flags
     assert report.matrix(capped, "error").values[:, -1].mean() == pytest.approx(finals[:4].mean())
+    exact = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (6, 20, "preset"))
+    assert exact.finished_seeds == list(range(6)) and not exact.flags
     every = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "paper"))
     assert every.finished_seeds == list(range(6)) and not every.flags
+    assert report.budget("no_such_preset") == (0, 0, "largest run")  # a figure line nothing has run yet
+    spec = Table("capped", "A table over the preset's seeds", "table3_terminal", rows=algorithms("tpo"))
+    with pytest.MonkeyPatch.context() as patch:  # the table says which seeds a complete cell averages
+        patch.setattr(tables, "preset_budget", lambda preset: (4, 20))
+        write_report([tmp_path / "runs"], tmp_path / "report", tables="capped", figures="none", resamples=20,
+                     table_specs={"capped": spec})
+    assert "Notes: TPO: first 4 of 6 seeds (the preset's)." in (tmp_path / "report" / "capped.md").read_text()
 
 
 def test_a_shorter_run_of_another_configuration_is_superseded_not_a_conflict(tmp_path):

@@ -30,11 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", type=Path, help="sweep folders or run directories")
-    parser.add_argument("--out", type=Path, default=Path("results/report"), help="output folder")
+    parser.add_argument("--out", type=Path, default=Path("results/report"),
+                        help="output folder; tables and figures an earlier report wrote there and this one does not "
+                             "are removed")
     parser.add_argument("--tables", default="auto",
                         help=f"auto (those whose preset has runs) | all | none | comma list of {','.join(TABLES)}")
     parser.add_argument("--figures", default="auto",
-                        help=f"auto | all | none | comma list of {','.join(FIGURES)}")
+                        help=f"auto | all | none | generic (only the per-preset curves drawn for runs no paper "
+                             f"figure covers) | comma list of {','.join(FIGURES)}")
     parser.add_argument("--smooth", type=int, default=1,
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
     parser.add_argument("--resamples", type=int, default=stats.RESAMPLES, help="bootstrap resamples")

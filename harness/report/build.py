@@ -104,12 +104,13 @@ def metrics_needed(table_specs: dict[str, Table], figure_specs: dict[str, Figure
 
 
 def _select(specs: dict, choice: str, experiments: set[str]) -> list:
-    """auto: specs whose presets have runs; all; none; or a comma-separated list of names."""
+    """auto: specs whose presets have runs; all; none (generic: none, but figures keep the generic ones); or a
+    comma-separated list of names."""
     if choice == "auto":
         return [s for s in specs.values() if _presets(s) & experiments]
     if choice == "all":
         return list(specs.values())
-    if choice == "none":
+    if choice in ("none", "generic"):
         return []
     unknown = set(choice.split(",")) - set(specs)
     if unknown:
@@ -185,9 +186,9 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     out.mkdir(parents=True, exist_ok=True)
     report = Report(runs, curves, resamples, seed)
     sources = " ".join([*map(str, paths), *(f"--wandb {w}" for w in wandb)])
-    chosen = "".join(f" --{kind} {choice}" for kind, choice in (("tables", tables), ("figures", figures))
-                     if choice != "auto")
-    command = f"python -m harness.report {sources} --out {out}{chosen}"
+    selection = "".join(f" --{kind} {choice}" for kind, choice in (("tables", tables), ("figures", figures))
+                        if choice != "auto")
+    command = f"python -m harness.report {sources} --out {out}{selection}"
     experiments = set(runs.experiment)
 
     table = results_table(report).sort_values(["experiment", "task", "algorithm", "params"], kind="stable")
@@ -235,16 +236,18 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                      "folders added:\n", "```bash", *commands, "```", ""]
     (out / "README.md").write_text("\n".join(sections))
     (out / "missing.json").write_text(json.dumps(commands, indent=1) + "\n")
-    remove_stale(out, {spec.name for spec in chosen_tables}, {figure.name for figure in written}, table_specs)
+    remove_stale(out, set(table_specs), {spec.name for spec in chosen_tables}, {figure.name for figure in written})
     return table
 
 
-def remove_stale(out: Path, tables: set[str], figures: set[str], table_specs: dict[str, Table]) -> None:
+def remove_stale(out: Path, known_tables: set[str], written_tables: set[str], written_figures: set[str]) -> None:
     """Delete what an earlier report wrote into ``out`` and this one did not (a table or figure no longer chosen, or
-    no longer drawn), so a folder never shows a stale table beside fresh ones. Hand-written files stay."""
-    stale = [f"{name}{ending}" for name in set(table_specs) - tables for ending in (".md", ".csv", ".tex",
-                                                                                   "_dynamics.json")]
-    drawn_before = (path.name.removesuffix(".caption.md") for path in out.glob("*.caption.md"))
-    stale += [f"{name}{ending}" for name in set(drawn_before) - figures for ending in (".png", ".pdf", ".caption.md")]
+    no longer drawn), so a folder never shows a stale table beside fresh ones: a report folder belongs to one
+    selection of tables and figures. Files of other names (conclusions.md) stay."""
+    stale = [f"{name}{ending}" for name in known_tables - written_tables
+             for ending in (".md", ".csv", ".tex", "_dynamics.json")]
+    drawn_before = {path.name.removesuffix(".caption.md") for path in out.glob("*.caption.md")}
+    stale += [f"{name}{ending}" for name in drawn_before - written_figures for ending in (".png", ".pdf",
+                                                                                         ".caption.md")]
     for name in stale:
         (out / name).unlink(missing_ok=True)

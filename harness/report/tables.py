@@ -460,6 +460,10 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
         reference = label(table.reference)
         lines += [PAIRED.format(ref=reference) + "\n", pivot(table, cells, paired_text).to_markdown(), ""]
     flagged = cells.drop_duplicates("cell")
+    noted = flagged[(flagged.status == "ok") & (flagged["flags"] != "")]
+    if not noted.empty:  # complete cells whose runs needed a word: more seeds than the preset's, shorter runs ignored
+        lines += ["Notes: " + "; ".join(f"{', '.join(p for p in (c.row, c.col) if p)}: {c['flags']}"
+                                        for _, c in noted.iterrows()) + ".", ""]
     flagged = flagged[flagged.status != "ok"]
     if (flagged.status == "missing").all() and len(flagged) == cells.cell.nunique():
         lines += ["No runs yet: " + ", ".join(f"`{c}`" for c in missing_commands(cells)) + "\n"]
