@@ -70,3 +70,41 @@ def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold(
     d = seed_dynamics(errors, steps, episodes=(), zero_var=zero_var)
     assert d["locked_per_seed"] == [True, True, False, False, None] and d["locked"] == 2
     assert "locked" not in seed_dynamics(errors, steps, episodes=())  # no zero-variance data: not claimed
+
+
+def test_relapse_onsets_their_climbs_and_the_zero_gradient_windows_before_them():
+    from harness.report.relapses import onsets
+
+    errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, np.nan])
+    zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 0], dtype=bool)
+    found = onsets(errors, zero, solved=0.02, relapse=0.2, window=2)
+    # solved at 2 and 3, onset at 5 (last solved 3); solved again at 7, onset at 8; the NaN at 9 is neither
+    assert found.climbs == [2, 1]
+    assert found.before_onset == [0.5, 1.0]  # zero[3:5], zero[6:8]
+    assert found.before_calm == [0.0, 0.5, 1.0, 0.5]  # before episodes 2, 3, 4 and 7
+    early = onsets(np.array([0.0, 0.5]), np.array([True, True]), window=2)
+    assert early.climbs == [1] and early.before_onset == []  # counted, but no full window before it
+
+
+def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
+    from harness.report.relapses import drift
+
+    zero = np.array([False, False, True, True])
+    assert drift(np.array([1.0, 3.0, 0.5, 1.5]), zero) == 0.5
+    assert np.isnan(drift(np.ones(4), np.ones(4, dtype=bool)))  # nothing to compare with
+    assert np.isnan(drift(np.array([1.0, np.nan, 1.0, 1.0]), zero))  # runs from before the diagnostic
+
+
+def test_relapse_summary_counts_each_seed_of_merged_seed_ranges_once(tmp_path):
+    from harness.report import synthetic
+    from harness.report.relapses import summarize
+
+    steps = np.arange(12)
+    errors = np.tile(np.array([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0]), (2, 1))
+    for offset in (0, 2):
+        config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 12, seed_offset=offset)
+        synthetic.write_run(tmp_path / f"seeds{offset}", config,
+                            {"error": errors, "frac_zero_var": (errors == 0).astype(float)}, steps=steps)
+    row = summarize(tmp_path, window=3)
+    assert row["seeds"] == 4 and row["onsets"] == 4 and row["median climb"] == 1
+    assert row["zero-gradient share, 3 before an onset"] == "1.00"  # episodes 3-5 of every seed are solved
