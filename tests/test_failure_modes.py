@@ -19,7 +19,7 @@ from harness import rundir
 from harness.outputs import relapse_events
 from harness.report import stats
 from harness.report.load import read_config
-from harness.report.specs import RELAPSED, SOLVED, Stat
+from harness.report.specs import RELAPSED, RELAPSES, SOLVED, Stat
 from harness.run import build_task
 from tasks import token_reversal as tr
 from tasks.models import optim, transformer
@@ -280,6 +280,11 @@ def test_report_counts_seeds_that_solved_and_relapsed():
     assert stats.per_seed(RELAPSED, matrix).tolist() == [1, 0, 0]
     assert stats.point(SOLVED, matrix) == pytest.approx(2 / 3)
     assert Stat("relapsed", threshold=0.02, relapse_above=0.05).name == "relapsed_0.02_0.05"
+    twice = stats.SeedMatrix(np.arange(2), np.arange(6), np.array([[0.01, 0.3, 0.0, 0.5, 0.01, 0.01],
+                                                                   [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]]))
+    assert stats.per_seed(RELAPSES, twice).tolist() == [2, 0]  # each relapse counts; a seed never solved has none
+    assert stats.per_seed(RELAPSED, twice).tolist() == [1, 0]
+    assert stats.point(RELAPSES, twice) == 1.0 and RELAPSES.name == "relapses_0.02_0.2"
 
 
 def test_summary_records_each_seeds_events(tmp_path):

@@ -20,7 +20,8 @@ class Stat:
     whose seed mean is strictly below ``threshold``), at_step (seed mean at ``step``), mean (seed mean of each
     seed's mean over every logged step: the area under the curve per step, which a late relapse cannot hide),
     solved (fraction of seeds whose error ever fell below ``threshold``), relapsed (fraction of seeds that, once
-    solved, rose above ``relapse_above``; ``harness.outputs.relapse_events``). ``when = (metric, value)`` keeps
+    solved, rose above ``relapse_above``; ``harness.outputs.relapse_events``), relapses (relapse events per seed,
+    0 for a seed that never solved: how often, where relapsed says only whether). ``when = (metric, value)`` keeps
     only the steps where that metric has that value (e.g. episodes whose groups all have zero variance)."""
 
     kind: str
@@ -37,8 +38,8 @@ class Stat:
     def name(self) -> str:
         if self.kind == "steps_to":
             return f"steps_to_{self.threshold:g}"
-        if self.kind in ("solved", "relapsed"):
-            return f"{self.kind}_{self.threshold:g}" + (f"_{self.relapse_above:g}" if self.kind == "relapsed" else "")
+        if self.kind in ("solved", "relapsed", "relapses"):
+            return f"{self.kind}_{self.threshold:g}" + (f"_{self.relapse_above:g}" if self.relapse_above else "")
         if self.when is not None:
             return f"{self.kind}_{self.metric}_when_{self.when[0]}_{self.when[1]:g}"
         return f"at_step_{self.step}" if self.kind == "at_step" else self.kind
@@ -53,6 +54,8 @@ class Stat:
             return f"solved seeds ({share}; error < {100 * self.threshold:g}%)"
         if self.kind == "relapsed":
             return f"relapsed seeds ({share}; > {100 * self.relapse_above:g}% after solving)"
+        if self.kind == "relapses":
+            return f"relapses per seed (> {100 * self.relapse_above:g}% after < {100 * self.threshold:g}%)"
         if self.kind == "mean" and self.when is not None:
             return f"mean {self.metric} where {self.when[0]} = {self.when[1]:g}"
         if self.kind == "mean":
@@ -66,6 +69,7 @@ TO_1 = Stat("steps_to", threshold=0.01)
 TO_5 = Stat("steps_to", threshold=0.05)
 SOLVED = Stat("solved", threshold=0.02)  # the thresholds of trainer.solved_below / relapse_above
 RELAPSED = Stat("relapsed", threshold=0.02, relapse_above=0.2)
+RELAPSES = Stat("relapses", threshold=0.02, relapse_above=0.2, percent=False)
 
 
 @dataclass(frozen=True)
@@ -295,14 +299,15 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon, terminal reward, "
           "prompt-matched H = 7", "beyond_relapse",
           rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in RELAPSE_VARIANTS),
-          stats=(FINAL, TO_5, SOLVED, RELAPSED, MEAN,
+          stats=(FINAL, TO_5, SOLVED, RELAPSED, RELAPSES, MEAN,
                  Stat("mean", metric="update_muon", when=ZERO_VARIANCE_EPISODES, percent=False),
                  Stat("mean", metric="update_adam", when=ZERO_VARIANCE_EPISODES, percent=False)),
           where={"task.H": 7, "task.match": "prompts"}, reference={"experiment": "beyond_relapse"}, seeds=10,
           steps=2000,
           note="Paired with the same algorithm under the reference Muon (whose runs are Table 3's). Solved: error "
-               "< 2% at some episode; relapsed: > 20% after solving. Update norms: ‖Δθ‖ of the episode on Muon's and "
-               "Adam's parameters, averaged over episodes whose groups all have zero variance (gradient exactly 0)."),
+               "< 2% at some episode; a relapse: > 20% after solving (counted each time, per seed). Update norms: "
+               "‖Δθ‖ of the episode on Muon's and Adam's parameters, averaged over episodes whose groups all have "
+               "zero variance (gradient exactly 0)."),
     Table("beyond_amplification", "Beyond the paper — low-variance groups: reward noise × standardisation variant, "
           "terminal reward, H = 6", "beyond_amplification",
           rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),

@@ -76,9 +76,11 @@ def _column(stat: Stat, matrix: SeedMatrix) -> np.ndarray:
         return matrix.values[:, -1]
     if stat.kind == "mean":
         return _nanmean(matrix.values, axis=1)
-    if stat.kind in ("solved", "relapsed"):
+    if stat.kind in ("solved", "relapsed", "relapses"):
         events = [relapse_events(matrix.steps, row, stat.threshold, stat.relapse_above or 1.0)
                   for row in matrix.values]
+        if stat.kind == "relapses":
+            return np.array([float(e["relapses"]) for e in events])
         return np.array([float(e["solved" if stat.kind == "solved" else "relapses"] > 0) for e in events])
     hits = np.flatnonzero(matrix.steps == stat.step)
     return matrix.values[:, hits[0]] if hits.size else np.full(len(matrix.seeds), np.nan)

@@ -357,11 +357,13 @@ def missing_commands(records: pd.DataFrame) -> list[str]:
 
 def fmt(stat: Stat, value: float) -> str:
     """A number as the paper prints it: steps as integers ("−" = never), errors in % with 1 decimal (2 significant
-    digits below 1%), "−" above ``dash_above``, raw values with 4 decimals."""
+    digits below 1%), "−" above ``dash_above``, counts per seed with 2 decimals, raw values with 4."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     if stat.kind == "steps_to":
         return "−" if math.isinf(value) else f"{value:.0f}"
+    if stat.kind == "relapses":
+        return f"{value:.2f}"
     if not stat.percent:
         return f"{value:.4f}"
     if stat.dash_above is not None and value > stat.dash_above:
