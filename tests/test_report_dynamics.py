@@ -108,3 +108,16 @@ def test_relapse_summary_counts_each_seed_of_merged_seed_ranges_once(tmp_path):
     row = summarize(tmp_path, window=3)
     assert row["seeds"] == 4 and row["onsets"] == 4 and row["median climb"] == 1
     assert row["zero-gradient share, 3 before an onset"] == "1.00"  # episodes 3-5 of every seed are solved
+
+
+def test_episodes_binned_by_gradient_norm_edges_included_below():
+    import pandas as pd
+
+    from harness.report.relapses import by_gradient_norm
+
+    wide = pd.DataFrame({"grad_norm": [0.0, 0.0, 5e-4, 1e-3, 0.05, 2.0, np.nan],
+                         "update_muon": [1.0, 3.0, 2.0, 5.0, 3.0, 4.0, 9.0], "error": [0.0] * 7})
+    table = by_gradient_norm(wide)
+    assert table.index.tolist() == ["0", "(0, 0.001)", "[0.001, 0.01)", "[0.01, 0.1)", "≥ 1"]
+    assert table["update_muon"].tolist() == [2.0, 2.0, 5.0, 3.0, 4.0]  # exactly 1e-3 opens the next bin
+    assert table["share of episodes"].tolist() == pytest.approx([2 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6])  # NaN left out

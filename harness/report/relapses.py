@@ -12,8 +12,12 @@ logged episode:
 * drift: per seed, the mean update norm in zero-gradient episodes over that in the others, for the parameters
   Muon updates and those Adam updates. An optimizer whose step followed the gradient would give 0; a step of fixed
   size, 1.
+* by gradient norm: episodes binned by their first-epoch gradient norm (0, then decades), with each bin's share of
+  the episodes, mean update norms and mean error. A vanishing gradient that still takes a full step shows here even
+  when it is not exactly zero.
 
-``python -m harness.report.relapses results/runs/table3_terminal/prompts_h7_tpo ...`` prints one row per folder.
+``python -m harness.report.relapses results/runs/table3_terminal/prompts_h7_tpo ...`` prints one row per folder,
+then one gradient-norm table per folder.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import pandas as pd
 from harness.report.dynamics import RELAPSE, SOLVED
 from harness.report.load import load_runs
 
-METRICS = ("error", "frac_zero_var", "update_muon", "update_adam")
+METRICS = ("error", "frac_zero_var", "grad_norm", "update_muon", "update_adam")
+GRADIENT_BINS = (0.0, 1e-3, 1e-2, 1e-1, 1.0)  # the first bin is exactly 0; the rest are [edge, next edge), last open
 
 
 @dataclass
@@ -70,10 +75,30 @@ def drift(update: np.ndarray, zero_gradient: np.ndarray) -> float:
     return float(update[zero_gradient].mean() / update[~zero_gradient].mean())
 
 
-def summarize(path: Path, window: int = 10) -> dict:
+def episodes(path: Path) -> pd.DataFrame:
+    """Every logged episode of every seed under ``path``: one row per (run, seed, step), one column per metric."""
+    _, curves = load_runs([path], metrics=list(METRICS))
+    return curves.astype({"metric": str}).pivot(index=["run", "seed", "step"], columns="metric", values="value")
+
+
+def by_gradient_norm(wide: pd.DataFrame) -> pd.DataFrame:
+    """Episodes binned by gradient norm (``GRADIENT_BINS``): share, mean update norms and mean error per bin."""
+    wide = wide[np.isfinite(wide["grad_norm"])]
+    edges = np.array(GRADIENT_BINS[1:])
+    names = ["0", f"(0, {edges[0]:g})", *(f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:])),
+             f"≥ {edges[-1]:g}"]
+    norm = wide["grad_norm"].to_numpy()
+    index = np.where(norm == 0, 0, 1 + np.searchsorted(edges, norm, side="right"))
+    columns = [name for name in ("update_muon", "update_adam", "error") if name in wide]
+    table = wide[columns].groupby(index).mean()
+    table.insert(0, "share of episodes", pd.Series(index).value_counts(normalize=True).sort_index())
+    table.index = pd.Index([names[i] for i in table.index], name="gradient norm")
+    return table
+
+
+def summarize(path: Path, window: int = 10, wide: pd.DataFrame | None = None) -> dict:
     """The onsets and drift of every seed under ``path``, in one row."""
-    runs, curves = load_runs([path], metrics=list(METRICS))
-    wide = curves.astype({"metric": str}).pivot(index=["run", "seed", "step"], columns="metric", values="value")
+    wide = episodes(path) if wide is None else wide
     found, ratios = Onsets(), {"update_muon": [], "update_adam": []}
     for _, seed in wide.groupby(level=["run", "seed"]):
         zero_gradient = seed["frac_zero_var"].to_numpy() >= 1.0
@@ -104,7 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="run folders (e.g. one cell of results/runs)")
     parser.add_argument("--window", type=int, default=10, help="episodes before an onset or a calm episode")
     args = parser.parse_args(argv)
-    print(pd.DataFrame([summarize(path, args.window) for path in args.paths]).to_markdown(index=False))
+    tables = {path: episodes(path) for path in args.paths}
+    print(pd.DataFrame([summarize(path, args.window, wide) for path, wide in tables.items()]).to_markdown(index=False))
+    for path, wide in tables.items():
+        print(f"\n{path}\n\n" + by_gradient_norm(wide).to_markdown(floatfmt=".4f"))
 
 
 if __name__ == "__main__":
