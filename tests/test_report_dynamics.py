@@ -72,18 +72,24 @@ def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold(
     assert "locked" not in seed_dynamics(errors, steps, episodes=())  # no zero-variance data: not claimed
 
 
-def test_relapse_onsets_their_climbs_and_the_zero_gradient_windows_before_them():
-    from harness.report.relapses import onsets
+def test_relapse_onsets_their_climbs_and_the_episodes_at_risk_with_their_zero_gradient_streaks():
+    from harness.outputs import relapse_events
+    from harness.report.relapses import Onsets, onsets, risk_by_streak
 
-    errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, np.nan])
-    zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 0], dtype=bool)
-    found = onsets(errors, zero, solved=0.02, relapse=0.2, window=2)
-    # solved at 2 and 3, onset at 5 (last solved 3); solved again at 7, onset at 8; the NaN at 9 is neither
+    errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, 0.0, np.nan, 0.0, 0.9])
+    zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0], dtype=bool)
+    found = onsets(errors, zero, solved=0.02, relapse=0.2)
+    # solved at 2 (streak 1) and 3 (streak 2), calm at 4 (streak 0), onset at 5 (last solved 3); solved at 7
+    # (streak 2), onset at 8; solved at 9, whose next episode is NaN: the curve ends, 11-12 never count
     assert found.climbs == [2, 1]
-    assert found.before_onset == [0.5, 1.0]  # zero[3:5], zero[6:8]
-    assert found.before_calm == [0.0, 0.5, 1.0, 0.5]  # before episodes 2, 3, 4 and 7
-    early = onsets(np.array([0.0, 0.5]), np.array([True, True]), window=2)
-    assert early.climbs == [1] and early.before_onset == []  # counted, but no full window before it
+    assert found.streaks == [1, 2, 0, 2] and found.followed == [False, False, True, True]
+    events = relapse_events(np.arange(len(errors)), errors, 0.02, 0.2)
+    assert events["relapses"] == len(found.climbs)  # the same events as summary.json's
+    risk = risk_by_streak(found).set_index("zero-gradient episodes in a row")
+    assert risk.loc["0", "risk per episode"] == 1.0 and risk.loc["1–2", "risk per episode"] == pytest.approx(1 / 3)
+    assert risk.loc["3–10", "episodes at risk"] == 0 and np.isnan(risk.loc["≥ 11", "risk per episode"])
+    both = onsets(errors[:5], zero[:5], into=Onsets(climbs=[7], streaks=[3], followed=[False]))
+    assert both.climbs == [7] and both.streaks == [3, 1, 2] and both.followed == [False, False, False]
 
 
 def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
@@ -92,22 +98,33 @@ def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
     zero = np.array([False, False, True, True])
     assert drift(np.array([1.0, 3.0, 0.5, 1.5]), zero) == 0.5
     assert np.isnan(drift(np.ones(4), np.ones(4, dtype=bool)))  # nothing to compare with
-    assert np.isnan(drift(np.array([1.0, np.nan, 1.0, 1.0]), zero))  # runs from before the diagnostic
+    assert drift(np.array([1.0, np.nan, 0.5, 0.5]), zero) == 0.5  # an episode that logs no update is left out
+    assert np.isnan(drift(np.full(4, np.nan), zero))  # runs from before the diagnostic
 
 
-def test_relapse_summary_counts_each_seed_of_merged_seed_ranges_once(tmp_path):
+def test_relapse_summary_counts_each_seed_once_and_refuses_a_seed_in_two_runs_or_two_configurations(tmp_path):
     from harness.report import synthetic
-    from harness.report.relapses import summarize
+    from harness.report.relapses import episodes, summarize
 
-    steps = np.arange(12)
-    errors = np.tile(np.array([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0]), (2, 1))
+    steps = np.arange(8)
+    errors = np.array([[1.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    metrics = {"error": errors, "frac_zero_var": (errors == 0).astype(float),
+               "update_muon": np.where(errors == 0, 0.5, 1.0)}
     for offset in (0, 2):
-        config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 12, seed_offset=offset)
-        synthetic.write_run(tmp_path / f"seeds{offset}", config,
-                            {"error": errors, "frac_zero_var": (errors == 0).astype(float)}, steps=steps)
-    row = summarize(tmp_path, window=3)
-    assert row["seeds"] == 4 and row["onsets"] == 4 and row["median climb"] == 1
-    assert row["zero-gradient share, 3 before an onset"] == "1.00"  # episodes 3-5 of every seed are solved
+        config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 8, seed_offset=offset)
+        synthetic.write_run(tmp_path / "cell" / f"seeds{offset}", config, metrics, steps=steps)
+    row, found = summarize(tmp_path / "cell")
+    assert (row["seeds"], row["onsets"], row["seeds with onsets"], row["median climb"]) == (4, 2, 2, 1)
+    assert row["Muon drift, median [range] (seeds)"] == "0.50 [0.50, 0.50] (2)"  # seeds that never solve: no zeros
+    config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 8)  # seeds 0-1 again
+    synthetic.write_run(tmp_path / "copy" / "a", config, metrics, steps=steps)
+    synthetic.write_run(tmp_path / "copy" / "b", config, metrics, steps=steps)
+    with pytest.raises(SystemExit, match="more than one run"):
+        episodes(tmp_path / "copy")
+    other = synthetic.make_config("table3_terminal", "token_reversal", "grpo", 2, 8, seed_offset=4)
+    synthetic.write_run(tmp_path / "cell" / "grpo", other, metrics, steps=steps)
+    with pytest.raises(SystemExit, match="2 configurations"):
+        episodes(tmp_path / "cell")
 
 
 def test_episodes_binned_by_gradient_norm_edges_included_below():
@@ -115,9 +132,10 @@ def test_episodes_binned_by_gradient_norm_edges_included_below():
 
     from harness.report.relapses import by_gradient_norm
 
-    wide = pd.DataFrame({"grad_norm": [0.0, 0.0, 5e-4, 1e-3, 0.05, 2.0, np.nan],
-                         "update_muon": [1.0, 3.0, 2.0, 5.0, 3.0, 4.0, 9.0], "error": [0.0] * 7})
+    wide = pd.DataFrame({"grad_norm": [0.0, 0.0, 5e-4, 1e-3, 0.05, 2.0, 3.0, np.nan],
+                         "update_muon": [1.0, 3.0, 2.0, 5.0, 3.0, 4.0, np.nan, 9.0], "error": [0.0] * 8})
     table = by_gradient_norm(wide)
     assert table.index.tolist() == ["0", "(0, 0.001)", "[0.001, 0.01)", "[0.01, 0.1)", "≥ 1"]
-    assert table["update_muon"].tolist() == [2.0, 2.0, 5.0, 3.0, 4.0]  # exactly 1e-3 opens the next bin
-    assert table["share of episodes"].tolist() == pytest.approx([2 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6])  # NaN left out
+    assert table["update_muon"].tolist() == [2.0, 2.0, 5.0, 3.0, 4.0]  # 1e-3 opens the next bin; NaN updates skipped
+    shares = [2 / 7, 1 / 7, 1 / 7, 1 / 7, 2 / 7]  # every episode with a gradient norm, logged update or not
+    assert table["share of episodes"].tolist() == pytest.approx(shares)
