@@ -55,7 +55,7 @@ class Stat:
         if self.kind == "relapsed":
             return f"relapsed seeds ({share}; > {100 * self.relapse_above:g}% after solving)"
         if self.kind == "relapses":
-            return f"relapses per seed (> {100 * self.relapse_above:g}% after < {100 * self.threshold:g}%)"
+            return f"relapses per seed (> {100 * (self.relapse_above or 1.0):g}% after < {100 * self.threshold:g}%)"
         if self.kind == "mean" and self.when is not None:
             return f"mean {self.metric} where {self.when[0]} = {self.when[1]:g}"
         if self.kind == "mean":
