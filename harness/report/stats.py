@@ -79,9 +79,8 @@ def _column(stat: Stat, matrix: SeedMatrix) -> np.ndarray:
     if stat.kind in ("solved", "relapsed", "relapses"):
         events = [relapse_events(matrix.steps, row, stat.threshold, stat.relapse_above or 1.0)
                   for row in matrix.values]
-        if stat.kind == "relapses":
-            return np.array([float(e["relapses"]) for e in events])
-        return np.array([float(e["solved" if stat.kind == "solved" else "relapses"] > 0) for e in events])
+        counts = np.array([float(e["solved" if stat.kind == "solved" else "relapses"]) for e in events])
+        return counts if stat.kind == "relapses" else (counts > 0).astype(float)
     hits = np.flatnonzero(matrix.steps == stat.step)
     return matrix.values[:, hits[0]] if hits.size else np.full(len(matrix.seeds), np.nan)
 
