@@ -131,8 +131,10 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
     it; else its other runs' cost times the factor: the median, over every cell under ``results/runs`` measured on
     both (any queue's), of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no
-    cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, unscaled (it was
-    measured on no CPU in particular)."""
+    cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, calibrated: times the
+    median, over the queue's cells with a cost by the first two rules, of that cost over their estimate (the
+    estimates were written on some CPU, and this queue's measured cells say how this one compares; unscaled where
+    none is measured)."""
     chunk = int(queue.get("chunk", 5))
 
     def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
@@ -144,20 +146,29 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     ratios = [here / other for here, other in measured if here and other]
     factor = statistics.median(ratios) if ratios else None
     cells = []
-    for cell in queue["cells"]:
-        if not only or cell["priority"] in only:
-            steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
-            finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
-            cells.append((cell, steps, finished, *rates(spent)))
-    jobs = []
-    for cell, steps, finished, cost_here, cost_other in cells:
-        overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
+    for cell in queue["cells"]:  # every priority's, for the calibration of the estimates
+        steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
+        finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
+        cost_here, cost_other = rates(spent)
         if cost_here:
             cost, note = cost_here, ""
         elif cost_other:
             cost = cost_other * (factor or 1.0)
             note = f" (cost × {factor:.2f} for this CPU)" if factor else " (cost from other CPUs)" if cpu_model else ""
         else:
+            cost, note = None, ""
+        cells.append((cell, steps, finished, cost, note))
+    calibrations = [cost / float(cell["cost"]) for cell, _, _, cost, _ in cells if cost]
+    calibration = statistics.median(calibrations) if calibrations else None
+    jobs = []
+    for cell, steps, finished, cost, note in cells:
+        if only and cell["priority"] not in only:
+            continue
+        overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
+        if cost is None and calibration:
+            cost = float(cell["cost"]) * calibration
+            note = f" (estimate × {calibration:.2f}, as this queue's measured cells)"
+        elif cost is None:
             cost, note = float(cell["cost"]), " (cost estimated)"
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
@@ -414,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
-    if args.dry_run or not todo:  # costs: measured on the cell's finished runs (this CPU's), else the queue's estimate
+    if args.dry_run or not todo:  # costs: as ``plan`` says
         return
 
     def costs() -> dict[tuple[str, str], float]:  # after each finished run: the cells' costs as measured by now

@@ -272,8 +272,8 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
     record("grpo", "seeds2-4.tmp", [2, 3, 4], "CPU B", 9.0)  # an export cut short: not a run
     record("x", "seeds0", [0], "CPU A", 1.0, preset="another_queues")  # a cell of no cell here: CPU B 2x cheaper
     record("x", "seeds1", [1], "CPU B", 0.5, preset="another_queues")
-    cells = [dict(QUEUE["cells"][0], seeds=5), dict(QUEUE["cells"][1], priority="P2", seeds=5),
-             dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate
+    cells = [dict(QUEUE["cells"][0], seeds=5, cost=1.0), dict(QUEUE["cells"][1], priority="P2", seeds=5, cost=3.0),
+             dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate, calibrated
 
     def costs(cpu: str, only: set[str] | None = None) -> tuple[dict[str, float], float | None]:
         jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, only, cpu_model=cpu)
@@ -282,9 +282,12 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
             if only is None or cell == "grpo"]
         return {job.cell: job.cost for job, _ in jobs}, factor
 
-    # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell); estimates stay unscaled
-    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0}, 0.375)
+    # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell); the estimate of "later" times the
+    # median of the measured cells' cost over their estimate: 0.5 / 1.0 (tpo) and 1.5 / 3.0 (grpo)
+    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0 * 0.5}, 0.375)
     assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.375}, 0.375)  # whatever the priorities run
-    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0}, 3.0)
+    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * (2.0 / 1.0 + 4.0 / 3.0) / 2}, 3.0)
     pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
-    assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0}, None)
+    assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0 * (pooled / 1.0 + 4.0 / 3.0) / 2}, None)
+    cells = cells[2:]  # no cell measured: the estimate as it is
+    assert campaign.plan({"chunk": 5, "cells": cells}, results, None, "CPU B")[0][0][0].cost == 8.0
