@@ -68,6 +68,22 @@ def test_rank_scores_are_mid_ranks_and_do_not_fix_amplification():
     assert torch.allclose(standardize(noisy, spread=Spread(rank_scores=True))[0], expected)
 
 
+@pytest.mark.parametrize("spread", [Spread(std_floor=0.1), Spread(rank_scores=True)])
+def test_floor_and_ranks_leave_every_binary_group_bit_for_bit_as_sigma(spread):
+    """All 2^8 groups of 0/1 scores at K = 8 (float32, as the tasks score): a floor below √7/8 and the mid-ranks (an
+    affine map of two-valued scores) give the paper's u and A to the bit, so beyond_amplification_floor and _rank
+    at reward_noise = 0 are the σ runs (the queue's F4 cells confirm it on full runs)."""
+    import itertools
+
+    groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))
+    for zero_variance in ("centered", "zero"):
+        assert torch.equal(standardize(groups, zero_variance=zero_variance, spread=spread),
+                           standardize(groups, zero_variance=zero_variance))
+    assert torch.equal(zscore_advantages(groups, spread=spread), zscore_advantages(groups))
+    noisy = groups + 0.01 * torch.randn(groups.shape, generator=torch.Generator().manual_seed(0))
+    assert not torch.allclose(standardize(noisy, spread=spread), standardize(noisy))  # with noise they differ
+
+
 @pytest.mark.parametrize("spread", [Spread(), Spread(std_floor=0.2), Spread(std_shrinkage=3), Spread(rank_scores=True)])
 def test_zero_variance_groups_stay_zero_in_every_variant(spread):
     same = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
