@@ -1,0 +1,105 @@
+"""How hard a noise-only group pulls on the policy next to a real one (issue 17, README "Beyond the paper": low-variance
+groups).
+
+A group's pull is the norm of the first-epoch gradient of an algorithm's loss on the group's candidate log-probs
+ℓ_k, at θ = θ_old with every candidate equally likely (the start of training, when the candidates differ). It is
+computed through the registered algorithm's own ``signal`` and ``loss``, for groups of K binary scores with m right
+and for groups whose scores differ only by N(0, σ²) noise (what ``task.reward_noise`` makes of a zero-variance
+group). Each pull is given over that of a lone winner (1 of K right): 1 means a noise-only group moves the policy as
+hard as the rarest real signal. Under Muon only these ratios matter: its step has the same size whatever the
+gradient's.
+
+The standardisation variants are read from the ``beyond_amplification_*`` presets, so the table describes the runs.
+
+``python -m harness.report.group_pull [--algorithms tpo grpo] [--noise 0.001 0.01] [--out FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from algorithms import Groups, Rollout
+from algorithms.registry import build, get_algorithm
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor",
+           "shrunk σ": "beyond_amplification_shrinkage", "ranks": "beyond_amplification_rank"}
+
+
+def variants() -> dict[str, dict]:
+    """Each variant's ``algorithm`` overrides, as its preset sets them (the σ preset sets none)."""
+    return {label: (yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()) or {})
+            .get("algorithm", {}) for label, preset in PRESETS.items()}
+
+
+def pulls(algorithm: str, scores: torch.Tensor, **hyperparameters) -> torch.Tensor:
+    """The pull of each group of ``scores`` (G, K): ‖∂ loss_g / ∂ℓ‖ at ℓ = ℓ_old, all candidates equally likely."""
+    defaults = OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml")
+    method = build(OmegaConf.merge(defaults, {key: value for key, value in hyperparameters.items()}))
+    groups_count, k = scores.shape
+    shape = (1, groups_count, k, 1) if method.token_level else (1, groups_count, k)
+    logp_old = torch.full(shape, -math.log(k), dtype=scores.dtype)
+    groups = Groups(scores=scores.unsqueeze(0), logp_old=logp_old, rollout=Rollout.GROUP)
+    logp = logp_old.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups)).sum(), logp)
+    return gradient[0].flatten(1).norm(dim=1) * groups_count  # the loss averages over groups: one group's own pull
+
+
+def table(algorithms: tuple[str, ...] = ("tpo", "grpo"), k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
+          draws: int = 4096, seed: int = 0) -> tuple[list[str], list[str], list[list[float]]]:
+    """(row labels, column labels, ratios): rows m of K right (m = 1 … K − 1), then noise-only groups at each σ (the
+    mean pull over ``draws`` groups); columns algorithm × variant; each pull over the lone winner's."""
+    real = torch.tensor([[1.0] * m + [0.0] * (k - m) for m in range(1, k)])
+    generator = torch.Generator().manual_seed(seed)
+    noisy = [sigma * torch.randn(draws, k, generator=generator) for sigma in noise]
+    columns, values = [], []
+    for algorithm in algorithms:
+        label = get_algorithm(algorithm).label
+        for variant, overrides in variants().items():
+            columns.append(f"{label}, {variant}")
+            lone = pulls(algorithm, real, **overrides)[0]
+            values.append([*(pulls(algorithm, real, **overrides) / lone).tolist(),
+                           *[(pulls(algorithm, scores, **overrides).mean() / lone).item() for scores in noisy]])
+    rows = [f"{m} of {k} right" for m in range(1, k)] + [f"noise only, σ = {sigma:g}" for sigma in noise]
+    return rows, columns, [list(row) for row in zip(*values)]
+
+
+def markdown(rows: list[str], columns: list[str], ratios: list[list[float]]) -> str:
+    lines = ["| group | " + " | ".join(columns) + " |", "|:--|" + "--:|" * len(columns)]
+    lines += [f"| {row} | " + " | ".join(f"{value:.2f}" for value in values) + " |"
+              for row, values in zip(rows, ratios)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algorithms", nargs="+", default=["tpo", "grpo"])
+    parser.add_argument("--K", type=int, default=8, help="candidates per group")
+    parser.add_argument("--noise", nargs="+", type=float, default=[0.001, 0.01], help="σ of the score noise")
+    parser.add_argument("--draws", type=int, default=4096, help="noise-only groups averaged per σ")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = parser.parse_args(argv)
+    for name in args.algorithms:
+        try:
+            get_algorithm(name)
+        except ValueError as error:  # one line naming the valid ids
+            parser.error(str(error))
+    text = markdown(*table(tuple(args.algorithms), args.K, tuple(args.noise), args.draws, args.seed))
+    print(text, end="")
+    if args.out:
+        command = (f"python -m harness.report.group_pull --algorithms {' '.join(args.algorithms)} --K {args.K} "
+                   f"--noise {' '.join(f'{sigma:g}' for sigma in args.noise)} --draws {args.draws} --seed {args.seed}")
+        args.out.write_text(f"Generated by `{command}`. Pull of a group over that of a lone winner (1 of {args.K} "
+                            f"right), first epoch, every candidate equally likely (`harness/report/group_pull.py`)."
+                            f"\n\n{text}")
+
+
+if __name__ == "__main__":
+    main()
