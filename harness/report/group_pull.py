@@ -11,7 +11,7 @@ gradient's.
 
 The standardisation variants are read from the ``beyond_amplification_*`` presets, so the table describes the runs.
 
-``python -m harness.report.group_pull [--algorithms tpo grpo] [--noise 0.001 0.01] [--out FILE]``
+``python -m harness.report.group_pull [--algorithms ID ...] [--noise 0.001 0.01] [--out FILE]``
 """
 
 from __future__ import annotations
@@ -32,10 +32,18 @@ PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor
            "shrunk σ": "beyond_amplification_shrinkage", "ranks": "beyond_amplification_rank"}
 
 
+def _preset(name: str) -> dict:
+    return yaml.safe_load((ROOT / "conf" / "experiment" / f"{name}.yaml").read_text()) or {}
+
+
 def variants() -> dict[str, dict]:
     """Each variant's ``algorithm`` overrides, as its preset sets them (the σ preset sets none)."""
-    return {label: (yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()) or {})
-            .get("algorithm", {}) for label, preset in PRESETS.items()}
+    return {label: _preset(preset).get("algorithm", {}) for label, preset in PRESETS.items()}
+
+
+def swept_algorithms() -> tuple[str, ...]:
+    """The algorithms the experiment sweeps (its σ preset's ``algorithm`` sweep)."""
+    return tuple(str(_preset(PRESETS["σ"])["hydra"]["sweeper"]["params"]["algorithm"]).split(","))
 
 
 def pulls(algorithm: str, scores: torch.Tensor, **hyperparameters) -> torch.Tensor:
@@ -51,15 +59,16 @@ def pulls(algorithm: str, scores: torch.Tensor, **hyperparameters) -> torch.Tens
     return gradient[0].flatten(1).norm(dim=1) * groups_count  # the loss averages over groups: one group's own pull
 
 
-def table(algorithms: tuple[str, ...] = ("tpo", "grpo"), k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
+def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
           draws: int = 4096, seed: int = 0) -> tuple[list[str], list[str], list[list[float]]]:
     """(row labels, column labels, ratios): rows m of K right (m = 1 … K − 1), then noise-only groups at each σ (the
-    mean pull over ``draws`` groups); columns algorithm × variant; each pull over the lone winner's."""
+    mean pull over ``draws`` groups); columns algorithm (default: the swept ones) × variant; each pull over the lone
+    winner's."""
     real = torch.tensor([[1.0] * m + [0.0] * (k - m) for m in range(1, k)])
     generator = torch.Generator().manual_seed(seed)
     noisy = [sigma * torch.randn(draws, k, generator=generator) for sigma in noise]
     columns, values = [], []
-    for algorithm in algorithms:
+    for algorithm in algorithms or swept_algorithms():
         label = get_algorithm(algorithm).label
         for variant, overrides in variants().items():
             columns.append(f"{label}, {variant}")
@@ -79,7 +88,8 @@ def markdown(rows: list[str], columns: list[str], ratios: list[list[float]]) -> 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algorithms", nargs="+", default=["tpo", "grpo"])
+    parser.add_argument("--algorithms", nargs="+", default=list(swept_algorithms()),
+                        help="default: those the beyond_amplification preset sweeps")
     parser.add_argument("--K", type=int, default=8, help="candidates per group")
     parser.add_argument("--noise", nargs="+", type=float, default=[0.001, 0.01], help="σ of the score noise")
     parser.add_argument("--draws", type=int, default=4096, help="noise-only groups averaged per σ")
