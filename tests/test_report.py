@@ -208,3 +208,21 @@ def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
         (tmp_path / "cell" / name / "summary.json").write_text("{}")
     assert [p.name for p in find_run_dirs([tmp_path])] == ["eta0.25", "eta0.5", "eta1", "seeds0-4", "seeds5-9",
                                                            "seeds10-14", "seeds15-19"]
+
+
+def test_a_figures_variant_presets_are_told_apart_and_a_long_title_wraps_to_the_figure():
+    """beyond_relapse and beyond_amplification draw one line per variant preset: each gets its own colour (they
+    were all the same grey), and a title longer than the figure is wide wraps instead of being cut off."""
+    from harness.report import figures
+    from harness.report.specs import FIGURES, RELAPSE_VARIANTS, Series
+
+    colours = {figures.series_style(Series({"experiment": name}), i, len(RELAPSE_VARIANTS))[0]
+               for i, name in enumerate(RELAPSE_VARIANTS)}
+    assert len(colours) == len(RELAPSE_VARIANTS)
+    assert figures.series_style(Series({"algorithm.name": "tpo"}), 0, 2) == figures.ALGORITHM_STYLE["tpo"]
+
+    title = FIGURES["beyond_relapse"].title
+    lines = figures.wrapped_title(title, 2 * 3.6).split("\n")  # two panels of 3.6 in
+    assert len(lines) == 2 and " ".join(lines) == title
+    assert all(len(line) <= figures.TITLE_CHARS_PER_INCH * 7.2 for line in lines)
+    assert figures.wrapped_title("Fig 2", 7.2) == "Fig 2"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,7 @@ from harness.report.tables import Report, Resolved, fill_command
 
 # One fixed colour and line style per algorithm across every figure, from the registry.
 ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
+TITLE_CHARS_PER_INCH = 12  # a figure title wraps at this many characters per inch of figure width (10 pt)
 METRIC_STYLE = ("-", "--", ":")  # panels with several metrics (Fig 10b): line style marks the metric
 LOG_FLOOR = 1e-7
 MECHANISM_BINS = ("[0, .25)", "[.25, .5)", "[.5, .75)", "[.75, 1]")
@@ -48,15 +50,20 @@ def smooth(values: np.ndarray, window: int, centred: bool = False) -> np.ndarray
 
 
 def series_style(series: Series, index: int, count: int) -> tuple[str, str]:
-    """Explicit style, else the algorithm's; a series that varies another key (K, epochs, η) gets a viridis colour
-    and its algorithm's line style."""
+    """Explicit style, else the algorithm's; a series that varies another key (K, epochs, η, a variant preset) gets
+    a viridis colour and its algorithm's line style."""
     if series.style:
         return series.style
     algorithm = series.key.get("algorithm.name")
-    if set(series.key) - {"algorithm.name", "experiment"}:
+    if set(series.key) - {"algorithm.name"}:
         line = ALGORITHM_STYLE.get(algorithm, (None, "-"))[1]
         return matplotlib.colors.to_hex(plt.get_cmap("viridis")(index / max(1, count - 1) * 0.9)), line
     return ALGORITHM_STYLE.get(algorithm, ("#333333", "-"))
+
+
+def wrapped_title(title: str, width_inches: float) -> str:
+    """A figure title in lines that fit the figure's width (a long one on a two-panel figure was cut off)."""
+    return textwrap.fill(title, int(TITLE_CHARS_PER_INCH * width_inches))
 
 
 def _series_label(series: Series, panel: Panel) -> str:
@@ -196,7 +203,7 @@ class Drawer:
                 ax.legend(frameon=False, fontsize=7)
         for ax in list(axes.flat)[count:]:
             ax.set_visible(False)
-        fig.suptitle(figure.title, fontsize=10)
+        fig.suptitle(wrapped_title(figure.title, fig.get_figwidth()), fontsize=10)
         fig.tight_layout()
         if not drawn:
             plt.close(fig)
