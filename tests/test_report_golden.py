@@ -183,6 +183,16 @@ def test_hand_computed_steps_to_final_and_paired(report):
     assert t3.loc[(key, "final"), "se"] == pytest.approx(last.std() / np.sqrt(SEEDS))
     assert t3.loc[(key, "final"), "paper"] == "6.9"
 
+    # beyond_amplification_noise pairs every cell with the paper's σ without noise (two keys name the reference)
+    noise = cells(report, "beyond_amplification_noise")
+    floor = values("beyond_amplification_floor algorithm.name=tpo task.reward_noise=0.01", SEEDS, DEFAULT_STEPS,
+                   False)["error"][:, -1]
+    clean = values("beyond_amplification algorithm.name=tpo task.reward_noise=0", SEEDS, DEFAULT_STEPS,
+                   False)["error"][:, -1]
+    row = noise.loc[("algorithm.name=tpo experiment=beyond_amplification_floor task.reward_noise=0.01", "final")]
+    assert row["diff"] == pytest.approx(floor.mean() - clean.mean())
+    assert row["p_better"] == pytest.approx(np.mean((floor < clean) + 0.5 * (floor == clean)))
+
     fig4b = cells(report, "fig4b")
     surplus = values("fig4_mnist algorithm.name=tpo", SEEDS, STEPS["fig4_mnist"], True)["mech_surplus_bin3"]
     assert fig4b.loc[("algorithm.name=tpo metric=mech_surplus_bin3", "at_step_2000"), "ours"] == pytest.approx(
