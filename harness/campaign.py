@@ -85,7 +85,20 @@ def load_queue(name: str) -> dict:
     if not path.exists():
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
         raise SystemExit(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
-    return yaml.safe_load(path.read_text())
+    queue = yaml.safe_load(path.read_text()) or {}
+    seen = set()
+    for index, cell in enumerate(queue.get("cells") or ()):
+        where = f"{path.name}: cells[{index}]"
+        missing = [key for key in ("priority", "preset", "name", "seeds", "cost") if key not in cell]
+        if missing:
+            raise SystemExit(f"Error: {where} has no {missing[0]}; a cell needs priority, preset, name, seeds, cost")
+        if isinstance(cell["cost"], bool) or not isinstance(cell["cost"], (int, float)) or not cell["cost"] > 0:
+            raise SystemExit(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
+                             "seed-episode > 0")
+        if (cell["preset"], cell["name"]) in seen:
+            raise SystemExit(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; list each cell once")
+        seen.add((cell["preset"], cell["name"]))
+    return queue
 
 
 @functools.cache  # a running campaign re-plans after every finished run: compose each cell's config once
@@ -132,9 +145,9 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     it; else its other runs' cost times the factor: the median, over every cell under ``results/runs`` measured on
     both (any queue's), of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no
     cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, calibrated: times the
-    median, over the queue's cells with a cost by the first two rules, of that cost over their estimate (the
-    estimates were written on some CPU, and this queue's measured cells say how this one compares; unscaled where
-    none is measured)."""
+    median, over the queue's cells of the same priority with a cost by the first two rules (of any priority where
+    none of its own has one), of that cost over their estimate. The estimates were written on some CPU, at some
+    time, a priority's together: its measured cells say how this CPU compares (unscaled where none is measured)."""
     chunk = int(queue.get("chunk", 5))
 
     def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
@@ -158,16 +171,22 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
         else:
             cost, note = None, ""
         cells.append((cell, steps, finished, cost, note))
-    calibrations = [cost / float(cell["cost"]) for cell, _, _, cost, _ in cells if cost]
-    calibration = statistics.median(calibrations) if calibrations else None
+    calibrations: dict[str, list[float]] = {}
+    for cell, _, _, cost, _ in cells:
+        if cost:
+            calibrations.setdefault(cell["priority"], []).append(cost / float(cell["cost"]))
+    everywhere = [ratio for ratios in calibrations.values() for ratio in ratios]
     jobs = []
     for cell, steps, finished, cost, note in cells:
         if only and cell["priority"] not in only:
             continue
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
-        if cost is None and calibration:
+        ratios = calibrations.get(cell["priority"]) or everywhere
+        if cost is None and ratios:
+            calibration = statistics.median(ratios)
             cost = float(cell["cost"]) * calibration
-            note = f" (estimate × {calibration:.2f}, as this queue's measured cells)"
+            whose = f"{cell['priority']}'s" if cell["priority"] in calibrations else "this queue's"
+            note = f" (estimate × {calibration:.2f}, as {whose} measured cells)"
         elif cost is None:
             cost, note = float(cell["cost"]), " (cost estimated)"
         if finished:

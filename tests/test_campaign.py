@@ -116,6 +116,23 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
         raise AssertionError("an unknown queue was accepted")
 
 
+@pytest.mark.parametrize("change, message", [
+    (lambda cells: cells[1].pop("cost"), "queue.yaml: cells[1] has no cost; a cell needs priority, preset, name, "),
+    (lambda cells: cells[0].update(cost=0), "queue.yaml: cells[0].cost=0 is not valid; expected CPU-seconds per "),
+    (lambda cells: cells[1].update(name="tpo"), "queue.yaml: cells[1] repeats the cell fig3_tabular_multi/tpo; "),
+])
+def test_a_queue_with_a_bad_cell_is_refused_before_anything_runs(tmp_path, change, message):
+    """A cell without an estimate, with a zero one (it would divide the calibration) or listed twice (it would count
+    twice in it, and run twice)."""
+    queue = {"chunk": 5, "cells": [dict(cell) for cell in QUEUE["cells"]]}
+    change(queue["cells"])
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump(queue))
+    with pytest.raises(SystemExit, match="^Error: " + re.escape(message)):
+        campaign.main([str(path), "--dry-run", "--results", str(tmp_path / "results")])
+    assert not (tmp_path / "results").exists()
+
+
 def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
     cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
              dict(QUEUE["cells"][0], priority="P2", name="later", seeds=5)]
@@ -273,21 +290,26 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
     record("x", "seeds0", [0], "CPU A", 1.0, preset="another_queues")  # a cell of no cell here: CPU B 2x cheaper
     record("x", "seeds1", [1], "CPU B", 0.5, preset="another_queues")
     cells = [dict(QUEUE["cells"][0], seeds=5, cost=1.0), dict(QUEUE["cells"][1], priority="P2", seeds=5, cost=3.0),
-             dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0)]  # no runs: the queue's estimate, calibrated
+             dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0),  # no runs: the estimate, calibrated by P1's
+             dict(QUEUE["cells"][0], name="other", priority="P3", seeds=5, cost=2.0)]  # P3 has none: by every cell
 
     def costs(cpu: str, only: set[str] | None = None) -> tuple[dict[str, float], float | None]:
         jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, only, cpu_model=cpu)
         assert [(job.cell, job.name) for job, state in jobs if not state.startswith("done")] == [
-            (cell, name) for cell, name in (("tpo", "seeds3-4"), ("grpo", "seeds2-4"), ("later", "seeds0-4"))
+            (cell, name) for cell, name in (("tpo", "seeds3-4"), ("grpo", "seeds2-4"), ("later", "seeds0-4"),
+                                            ("other", "seeds0-4"))
             if only is None or cell == "grpo"]
         return {job.cell: job.cost for job, _ in jobs}, factor
 
-    # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell); the estimate of "later" times the
-    # median of the measured cells' cost over their estimate: 0.5 / 1.0 (tpo) and 1.5 / 3.0 (grpo)
-    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0 * 0.5}, 0.375)
+    # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell). An estimate is calibrated by its
+    # priority's measured cells, cost over estimate ("later": tpo's 0.5 / 1.0), or by every measured cell where its
+    # priority has none ("other": the median of tpo's and grpo's 1.5 / 3.0)
+    assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0 * 0.5, "other": 2.0 * 0.5}, 0.375)
     assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.375}, 0.375)  # whatever the priorities run
-    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * (2.0 / 1.0 + 4.0 / 3.0) / 2}, 3.0)
+    assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * 2.0,
+                               "other": 2.0 * (2.0 / 1.0 + 4.0 / 3.0) / 2}, 3.0)
     pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
-    assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0 * (pooled / 1.0 + 4.0 / 3.0) / 2}, None)
+    assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0 * pooled,
+                               "other": 2.0 * (pooled / 1.0 + 4.0 / 3.0) / 2}, None)
     cells = cells[2:]  # no cell measured: the estimate as it is
     assert campaign.plan({"chunk": 5, "cells": cells}, results, None, "CPU B")[0][0][0].cost == 8.0

@@ -70,9 +70,10 @@ def test_rank_scores_are_mid_ranks_and_do_not_fix_amplification():
 
 @pytest.mark.parametrize("spread", [Spread(std_floor=0.1), Spread(rank_scores=True)])
 def test_floor_and_ranks_leave_every_binary_group_bit_for_bit_as_sigma(spread):
-    """All 2^8 groups of 0/1 scores at K = 8 (float32, as the tasks score): a floor below √7/8 and the mid-ranks (an
-    affine map of two-valued scores) give the paper's u and A to the bit, so beyond_amplification_floor and _rank
-    at reward_noise = 0 are the σ runs (the queue's F4 cells confirm it on full runs)."""
+    """All 2^8 groups of 0/1 scores at K = 8 (float32, as the tasks score): a floor below √7/8 leaves σ as it is, and
+    the mid-ranks, an affine map of two-valued scores, standardise to the same u and A to the bit (here: at K = 8 in
+    float32; other K or float64 can differ in the last bit). So beyond_amplification_floor and _rank at
+    reward_noise = 0 are the σ runs (the queue's F4 cells confirm it on full runs)."""
     import itertools
 
     groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))
@@ -387,9 +388,13 @@ def test_group_pull_of_real_groups_matches_the_closed_form_and_noise_pulls_as_th
 def test_group_pull_refuses_an_unknown_algorithm_and_writes_its_command(tmp_path, capsys):
     from harness.report import group_pull
 
-    with pytest.raises(SystemExit):
-        group_pull.main(["--algorithms", "tpoo"])
-    assert "error: algorithm='tpoo' is unknown; valid choices: tpo, " in capsys.readouterr().err
+    for name in ("tpoo", "ppo"):  # unknown; known, but it compares no group
+        with pytest.raises(SystemExit):
+            group_pull.main(["--algorithms", name])
+        assert (f"error: --algorithms {name}: not an algorithm that standardises group scores; valid choices: tpo, "
+                in capsys.readouterr().err)
+    valid = group_pull.standardising()
+    assert set(valid) >= {"tpo", "grpo", "dapo", "group_pg"} and "dg" not in valid
     out = tmp_path / "pull.md"
     group_pull.main(["--algorithms", "grpo", "--noise", "0.01", "--draws", "64", "--out", str(out)])
     text = out.read_text()

@@ -25,7 +25,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from algorithms import Groups, Rollout
-from algorithms.registry import build, get_algorithm
+from algorithms.registry import ALGORITHMS, build, get_algorithm
+from algorithms.scores import Spread
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor",
@@ -39,6 +40,12 @@ def _preset(name: str) -> dict:
 def variants() -> dict[str, dict]:
     """Each variant's ``algorithm`` overrides, as its preset sets them (the σ preset sets none)."""
     return {label: _preset(preset).get("algorithm", {}) for label, preset in PRESETS.items()}
+
+
+def standardising() -> tuple[str, ...]:
+    """The registered algorithms that standardise the scores of group rollouts (the variants apply to them)."""
+    return tuple(name for name, cls in ALGORITHMS.items()
+                 if Rollout.GROUP in cls.rollouts and issubclass(cls.Hyperparameters, Spread))
 
 
 def swept_algorithms() -> tuple[str, ...]:
@@ -56,7 +63,9 @@ def pulls(algorithm: str, scores: torch.Tensor, **hyperparameters) -> torch.Tens
     groups = Groups(scores=scores.unsqueeze(0), logp_old=logp_old, rollout=Rollout.GROUP)
     logp = logp_old.clone().requires_grad_()
     (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups)).sum(), logp)
-    return gradient[0].flatten(1).norm(dim=1) * groups_count  # the loss averages over groups: one group's own pull
+    # TPO and GRPO average over groups: × G is one group's own pull (other aggregations scale every group alike,
+    # which leaves the ratios of ``table`` as they are)
+    return gradient[0].flatten(1).norm(dim=1) * groups_count
 
 
 def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
@@ -96,11 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args(argv)
+    valid = standardising()
     for name in args.algorithms:
-        try:
-            get_algorithm(name)
-        except ValueError as error:  # one line naming the valid ids
-            parser.error(str(error))
+        if name not in valid:  # one line naming the valid ids
+            parser.error(f"--algorithms {name}: not an algorithm that standardises group scores; valid choices: "
+                         f"{', '.join(valid)}")
     text = markdown(*table(tuple(args.algorithms), args.K, tuple(args.noise), args.draws, args.seed))
     print(text, end="")
     if args.out:

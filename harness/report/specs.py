@@ -321,8 +321,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           cols=grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}), stats=(FINAL, MEAN),
           reference={"experiment": "beyond_amplification", "task.reward_noise": 0.0}, seeds=10, steps=1000,
           note="The cells of beyond_amplification, each paired with the same algorithm under the paper's σ without "
-               "noise (on binary scores the floor and the ranks are that run bit for bit): Δ is how far a variant "
-               "under noise is from the clean reference, so a variant that fixes amplification has Δ near 0."),
+               "noise (at K = 8 on binary scores the floor and the ranks are that run bit for bit): Δ is how far a "
+               "variant under noise is from the clean reference, so a variant that fixes amplification has Δ near 0."),
 )}
 
 FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["bag_of_tokens", "sequential"]})
