@@ -145,9 +145,9 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     it; else its other runs' cost times the factor: the median, over every cell under ``results/runs`` measured on
     both (any queue's), of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no
     cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, calibrated: times the
-    median, over the queue's cells of the same priority with a cost by the first two rules (of any priority where
-    none of its own has one), of that cost over their estimate. The estimates were written on some CPU, at some
-    time, a priority's together: its measured cells say how this CPU compares (unscaled where none is measured)."""
+    median of cost over estimate of the queue's cells with a cost by the first two rules (``calibrate``). The
+    estimates were written on some CPU, at some time, a priority's together: its measured cells say how this CPU
+    compares (unscaled where none is measured)."""
     chunk = int(queue.get("chunk", 5))
 
     def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
@@ -158,7 +158,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
                 if cell_dir.is_dir()]
     ratios = [here / other for here, other in measured if here and other]
     factor = statistics.median(ratios) if ratios else None
-    cells = []
+    cells, calibrations = [], []
     for cell in queue["cells"]:  # every priority's, for the calibration of the estimates
         steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
         finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
@@ -171,22 +171,17 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
         else:
             cost, note = None, ""
         cells.append((cell, steps, finished, cost, note))
-    calibrations: dict[str, list[float]] = {}
-    for cell, _, _, cost, _ in cells:
         if cost:
-            calibrations.setdefault(cell["priority"], []).append(cost / float(cell["cost"]))
-    everywhere = [ratio for ratios in calibrations.values() for ratio in ratios]
+            calibrations.append((cell["priority"], bool(cost_here), cost / float(cell["cost"])))
     jobs = []
     for cell, steps, finished, cost, note in cells:
         if only and cell["priority"] not in only:
             continue
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
-        ratios = calibrations.get(cell["priority"]) or everywhere
-        if cost is None and ratios:
-            calibration = statistics.median(ratios)
-            cost = float(cell["cost"]) * calibration
-            whose = f"{cell['priority']}'s" if cell["priority"] in calibrations else "this queue's"
-            note = f" (estimate × {calibration:.2f}, as {whose} measured cells)"
+        calibration = calibrate(calibrations, cell["priority"])
+        if cost is None and calibration:
+            cost = float(cell["cost"]) * calibration[0]
+            note = f" (estimate × {calibration[0]:.2f}, as {calibration[1]})"
         elif cost is None:
             cost, note = float(cell["cost"]), " (cost estimated)"
         if finished:
@@ -198,6 +193,20 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
                 jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
                                  cost), "to run" + note))
     return jobs, factor
+
+
+def calibrate(ratios: list[tuple[str, bool, float]], priority: str) -> tuple[float, str] | None:
+    """The median of (priority, measured on this CPU, cost over estimate) ``ratios`` that says most about this
+    CPU and ``priority``, with where it comes from: the priority's cells measured here, else its cells with a cost
+    scaled from other CPUs, else any priority's measured here, else any (None: no cell has a cost)."""
+    for source, keep in ((f"{priority}'s cells measured here", lambda p, here: p == priority and here),
+                         (f"{priority}'s measured cells", lambda p, here: p == priority),
+                         ("cells measured here", lambda p, here: here),
+                         ("this queue's measured cells", lambda p, here: True)):
+        chosen = [ratio for p, here, ratio in ratios if keep(p, here)]
+        if chosen:
+            return statistics.median(chosen), source
+    return None
 
 
 def breadth_first(planned: list[tuple[Job, str]], chunk: int) -> list[tuple[Job, str]]:

@@ -116,6 +116,16 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
         raise AssertionError("an unknown queue was accepted")
 
 
+def test_an_estimate_is_calibrated_by_the_cells_that_say_most_about_this_cpu_and_its_priority():
+    ratios = [("F1", True, 0.5), ("F1", False, 0.3), ("F2", False, 0.2), ("F3", True, 0.9), ("F3", True, 0.7)]
+    assert campaign.calibrate(ratios, "F1") == (0.5, "F1's cells measured here")
+    assert campaign.calibrate(ratios, "F2") == (0.2, "F2's measured cells")
+    assert campaign.calibrate(ratios, "F4") == (0.7, "cells measured here")  # median of 0.5, 0.9, 0.7
+    assert campaign.calibrate([("F2", False, 0.2), ("F2", False, 0.4)], "F4") == (
+        pytest.approx(0.3), "this queue's measured cells")
+    assert campaign.calibrate([], "F1") is None
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda cells: cells[1].pop("cost"), "queue.yaml: cells[1] has no cost; a cell needs priority, preset, name, "),
     (lambda cells: cells[0].update(cost=0), "queue.yaml: cells[0].cost=0 is not valid; expected CPU-seconds per "),
@@ -289,9 +299,9 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
     record("grpo", "seeds2-4.tmp", [2, 3, 4], "CPU B", 9.0)  # an export cut short: not a run
     record("x", "seeds0", [0], "CPU A", 1.0, preset="another_queues")  # a cell of no cell here: CPU B 2x cheaper
     record("x", "seeds1", [1], "CPU B", 0.5, preset="another_queues")
-    cells = [dict(QUEUE["cells"][0], seeds=5, cost=1.0), dict(QUEUE["cells"][1], priority="P2", seeds=5, cost=3.0),
+    cells = [dict(QUEUE["cells"][0], seeds=5, cost=1.0), dict(QUEUE["cells"][1], priority="P2", seeds=5, cost=6.0),
              dict(QUEUE["cells"][0], name="later", seeds=5, cost=8.0),  # no runs: the estimate, calibrated by P1's
-             dict(QUEUE["cells"][0], name="other", priority="P3", seeds=5, cost=2.0)]  # P3 has none: by every cell
+             dict(QUEUE["cells"][0], name="other", priority="P3", seeds=5, cost=2.0)]  # P3 has none: by the others
 
     def costs(cpu: str, only: set[str] | None = None) -> tuple[dict[str, float], float | None]:
         jobs, factor = campaign.plan({"chunk": 5, "cells": cells}, results, only, cpu_model=cpu)
@@ -302,14 +312,14 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
         return {job.cell: job.cost for job, _ in jobs}, factor
 
     # CPU B's speed: the median of 0.25 (tpo) and 0.5 (another queue's cell). An estimate is calibrated by its
-    # priority's measured cells, cost over estimate ("later": tpo's 0.5 / 1.0), or by every measured cell where its
-    # priority has none ("other": the median of tpo's and grpo's 1.5 / 3.0)
+    # priority's measured cells, cost over estimate ("later": tpo's 0.5 / 1.0), or where its priority has none by
+    # the cells measured on this CPU ("other": tpo's again, not grpo's 1.5 / 6.0, scaled from CPU A)
     assert costs("CPU B") == ({"tpo": 0.5, "grpo": 4.0 * 0.375, "later": 8.0 * 0.5, "other": 2.0 * 0.5}, 0.375)
     assert costs("CPU B", {"P2"}) == ({"grpo": 4.0 * 0.375}, 0.375)  # whatever the priorities run
     assert costs("CPU A") == ({"tpo": 2.0, "grpo": 4.0, "later": 8.0 * 2.0,
-                               "other": 2.0 * (2.0 / 1.0 + 4.0 / 3.0) / 2}, 3.0)
+                               "other": 2.0 * (2.0 / 1.0 + 4.0 / 6.0) / 2}, 3.0)
     pooled = (2 * 2.0 + 0.5) / 3  # a CPU with no runs of its own: every run's cost, unscaled
     assert costs("CPU C") == ({"tpo": pooled, "grpo": 4.0, "later": 8.0 * pooled,
-                               "other": 2.0 * (pooled / 1.0 + 4.0 / 3.0) / 2}, None)
+                               "other": 2.0 * (pooled / 1.0 + 4.0 / 6.0) / 2}, None)
     cells = cells[2:]  # no cell measured: the estimate as it is
     assert campaign.plan({"chunk": 5, "cells": cells}, results, None, "CPU B")[0][0][0].cost == 8.0
