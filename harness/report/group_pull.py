@@ -25,7 +25,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from algorithms import Groups, Rollout
-from algorithms.registry import ALGORITHMS, build, get_algorithm
+from algorithms.registry import ALGORITHMS, Algorithm, build, get_algorithm
 from algorithms.scores import Spread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,10 +53,13 @@ def swept_algorithms() -> tuple[str, ...]:
     return tuple(str(_preset(PRESETS["σ"])["hydra"]["sweeper"]["params"]["algorithm"]).split(","))
 
 
-def pulls(algorithm: str, scores: torch.Tensor, **hyperparameters) -> torch.Tensor:
+def method(algorithm: str, overrides: dict) -> Algorithm:
+    """The algorithm as its conf/algorithm YAML sets it, with a variant's ``overrides``."""
+    return build(OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml"), overrides))
+
+
+def pulls(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
     """The pull of each group of ``scores`` (G, K): ‖∂ loss_g / ∂ℓ‖ at ℓ = ℓ_old, all candidates equally likely."""
-    defaults = OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml")
-    method = build(OmegaConf.merge(defaults, {key: value for key, value in hyperparameters.items()}))
     groups_count, k = scores.shape
     shape = (1, groups_count, k, 1) if method.token_level else (1, groups_count, k)
     logp_old = torch.full(shape, -math.log(k), dtype=scores.dtype)
@@ -81,9 +84,11 @@ def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[fl
         label = get_algorithm(algorithm).label
         for variant, overrides in variants().items():
             columns.append(f"{label}, {variant}")
-            lone = pulls(algorithm, real, **overrides)[0]
-            values.append([*(pulls(algorithm, real, **overrides) / lone).tolist(),
-                           *[(pulls(algorithm, scores, **overrides).mean() / lone).item() for scores in noisy]])
+            built = method(algorithm, overrides)
+            real_pulls = pulls(built, real)
+            lone = real_pulls[0]
+            values.append([*(real_pulls / lone).tolist(),
+                           *[(pulls(built, scores).mean() / lone).item() for scores in noisy]])
     rows = [f"{m} of {k} right" for m in range(1, k)] + [f"noise only, σ = {sigma:g}" for sigma in noise]
     return rows, columns, [list(row) for row in zip(*values)]
 
