@@ -73,7 +73,7 @@ def test_floor_and_ranks_leave_every_binary_group_bit_for_bit_as_sigma(spread):
     """All 2^8 groups of 0/1 scores at K = 8 (float32, as the tasks score): a floor below √7/8 leaves σ as it is, and
     the mid-ranks, an affine map of two-valued scores, standardise to the same u and A to the bit (here: at K = 8 in
     float32; other K or float64 can differ in the last bit). So beyond_amplification_floor and _rank at
-    reward_noise = 0 are the σ runs (the queue's F4 cells confirm it on full runs)."""
+    reward_noise = 0 are the σ runs (the end-to-end test below; the queue's F3 cells confirm it on full runs)."""
     import itertools
 
     groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))
@@ -83,6 +83,25 @@ def test_floor_and_ranks_leave_every_binary_group_bit_for_bit_as_sigma(spread):
     assert torch.equal(zscore_advantages(groups, spread=spread), zscore_advantages(groups))
     noisy = groups + 0.01 * torch.randn(groups.shape, generator=torch.Generator().manual_seed(0))
     assert not torch.allclose(standardize(noisy, spread=spread), standardize(noisy))  # with noise they differ
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
+def test_floor_and_ranks_train_exactly_as_sigma_on_binary_rewards(algorithm):
+    """End to end at K = 8: every logged number of a floor or a rank run equals the σ run's, episode by episode (what
+    lets the amplification conclusions read those cells at noise 0 as σ's)."""
+    tiny = ["task=token_reversal", "task.H=3", "task.batch_size=6", "task.K=8", "seeds=2", "task.reward=terminal",
+            "model.d_model=16", "model.layers=1", "model.ffn=32", f"algorithm={algorithm}"]
+    runs = {variant: build_task(compose_config([*tiny, *variant])) for variant in
+            [(), ("algorithm.std_floor=0.1",), ("algorithm.rank_scores=true",), ("algorithm.std_floor=0.5",)]}
+    logged = {variant: [task.step(step).metrics for step in range(4)] for variant, task in runs.items()}
+    sigma = logged[()]
+    for variant in [("algorithm.std_floor=0.1",), ("algorithm.rank_scores=true",)]:
+        for ours, theirs in zip(logged[variant], sigma, strict=True):
+            assert ours.keys() == theirs.keys()
+            assert all(torch.allclose(ours[k], theirs[k], rtol=0, atol=0, equal_nan=True) for k in theirs), variant
+    # a floor above a real group's σ (√7/8 ≈ 0.33 for 1 of 8 right) does change the run: the comparison can fail
+    assert any(not torch.equal(ours["grad_norm"], theirs["grad_norm"])
+               for ours, theirs in zip(logged[("algorithm.std_floor=0.5",)], sigma, strict=True))
 
 
 @pytest.mark.parametrize("spread", [Spread(), Spread(std_floor=0.2), Spread(std_shrinkage=3), Spread(rank_scores=True)])
