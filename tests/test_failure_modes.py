@@ -383,6 +383,38 @@ def test_the_report_merges_seed_ranges_written_as_0_and_0_0_and_points_shared_ce
     assert command("beyond_relapse", skip).startswith("python -m harness -m experiment=beyond_relapse_skip ")
 
 
+def test_a_metric_some_seeds_lack_shows_how_many_seeds_its_value_and_its_pairing_average(tmp_path, monkeypatch):
+    """Table 3's seeds 0-3 predate the update norms: a cell must not pass off their mean over the other seeds as the
+    cell's (the report marks "n=" beside the value and beside the paired difference)."""
+    from harness.report import tables
+    from harness.report.load import load_runs
+    from harness.report.specs import Table
+    from harness.report.synthetic import make_config, write_run
+
+    monkeypatch.setattr(tables, "preset_budget", lambda preset: None)
+    steps = np.arange(0, 100, 10)
+    norms = np.full((2, len(steps)), 0.02)
+    runs = (("beyond_amplification", 0, {}), ("beyond_amplification", 2, {"update_muon": norms}),
+            ("beyond_amplification_floor", 0, {"update_muon": np.full((4, len(steps)), 0.01)}))
+    for preset, offset, columns in runs:  # σ's seeds 0-1 have no update norms
+        seeds = len(next(iter(columns.values()))) if columns else 2
+        config = make_config(preset, "token_reversal", "tpo", seeds, 100, seed_offset=offset,
+                             **{"task.reward_noise": 0.0})
+        write_run(tmp_path / f"{preset}{offset}", config, {"error": np.full((seeds, len(steps)), 0.5), **columns},
+                  steps=steps)
+    table = Table("norms", "norms", "beyond_amplification",
+                  rows=({"algorithm.name": "tpo", "experiment": "beyond_amplification"},
+                        {"algorithm.name": "tpo", "experiment": "beyond_amplification_floor"}),
+                  stats=(Stat("mean", metric="update_muon", percent=False),), where={"task.reward_noise": 0.0},
+                  reference={"experiment": "beyond_amplification"}, seeds=4, steps=100)
+    cells = tables.Report(*load_runs([tmp_path])).evaluate(table).set_index("row")
+    sigma, floor = cells.iloc[0], cells.iloc[1]
+    assert (sigma.seeds, sigma.seeds_run, floor.seeds, floor.seeds_run, floor.paired_seeds) == (2, 4, 4, 4, 2)
+    stat = table.stats[0]
+    assert tables.cell_text(stat, sigma).endswith(" n=2") and " n=" not in tables.cell_text(stat, floor)
+    assert tables.paired_text(stat, floor) == "-0.0100 [-0.0100, -0.0100] P=1.00 n=2"
+
+
 # ---- how hard a noise-only group pulls (harness/report/group_pull.py) -------------------------------------------
 def test_group_pull_of_real_groups_matches_the_closed_form_and_noise_pulls_as_the_variant_says():
     from harness.report import group_pull

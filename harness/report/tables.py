@@ -327,7 +327,8 @@ class Report:
             "diff_high": comparison.high if comparison else nan,
             "p_better": comparison.p_better if comparison else nan,
             "paired_seeds": comparison.seeds if comparison else 0,
-            "seeds": summary.seeds if summary else 0, "seeds_run": len(matrix.seeds) if matrix is not None else 0,
+            "seeds": summary.seeds if summary else 0,
+            "seeds_run": sum(len(seeds) for seeds in resolved.owners.values()),  # the cell's, with the metric or not
             "last_step": int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else nan,
             "status": resolved.status, "flags": "; ".join(resolved.flags),
             "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
@@ -404,7 +405,8 @@ def paired_text(stat: Stat, cell: pd.Series) -> str:
     low, high = (("−inf" if math.isinf(v) and v < 0 else "+inf" if math.isinf(v) else fmt(signed, v))
                  for v in (cell.diff_low, cell.diff_high))
     probability = "n/a" if math.isnan(cell.p_better) else f"{cell.p_better:.2f}"
-    return f"{diff} [{low}, {high}] P={probability}"
+    fewer = f" n={cell.paired_seeds}" if cell.paired_seeds < cell.seeds_run else ""
+    return f"{diff} [{low}, {high}] P={probability}{fewer}"
 
 
 def pivot(table: Table, cells: pd.DataFrame, text) -> pd.DataFrame:
