@@ -11,6 +11,9 @@ gradient's.
 
 The standardisation variants are read from the ``beyond_amplification_*`` presets, so the table describes the runs.
 
+A second table asks what the noise does to the real groups: how much of a clean group's gradient survives and how
+much noise it gains (``real_under_noise``).
+
 ``python -m harness.report.group_pull [--algorithms ID ...] [--noise 0.001 0.01] [--out FILE]``
 """
 
@@ -58,17 +61,22 @@ def method(algorithm: str, overrides: dict) -> Algorithm:
     return build(OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml"), overrides))
 
 
-def pulls(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
-    """The pull of each group of ``scores`` (G, K): ‖∂ loss_g / ∂ℓ‖ at ℓ = ℓ_old, all candidates equally likely."""
+def gradients(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
+    """Each group's first-epoch gradient (G, K): ∂ loss_g / ∂ℓ at ℓ = ℓ_old, all candidates equally likely."""
     groups_count, k = scores.shape
     shape = (1, groups_count, k, 1) if method.token_level else (1, groups_count, k)
     logp_old = torch.full(shape, -math.log(k), dtype=scores.dtype)
     groups = Groups(scores=scores.unsqueeze(0), logp_old=logp_old, rollout=Rollout.GROUP)
     logp = logp_old.clone().requires_grad_()
     (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups)).sum(), logp)
-    # TPO and GRPO average over groups: × G is one group's own pull (other aggregations scale every group alike,
-    # which leaves the ratios of ``table`` as they are)
-    return gradient[0].flatten(1).norm(dim=1) * groups_count
+    # TPO and GRPO average over groups: × G is one group's own gradient (other aggregations scale every group alike,
+    # which leaves the ratios of the tables as they are)
+    return gradient[0].flatten(1) * groups_count
+
+
+def pulls(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
+    """The pull of each group of ``scores`` (G, K): the norm of its first-epoch gradient."""
+    return gradients(method, scores).norm(dim=1)
 
 
 def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
@@ -93,9 +101,38 @@ def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[fl
     return rows, columns, [list(row) for row in zip(*values)]
 
 
+def real_under_noise(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
+                     right: tuple[int, ...] = (1, 4, 7), draws: int = 4096, seed: int = 0):
+    """What noise does to a real group (m of K right, plus N(0, σ²) on every score): (row labels, column labels,
+    cells), each cell (signal, noise): the mean component of its gradient along the clean group's gradient and the
+    mean norm of the rest, both over the clean group's pull. Ranks break the ties among equal scores by the noise,
+    so they lose signal here where σ and its variants do not."""
+    generator = torch.Generator().manual_seed(seed)
+    cases = [(m, sigma, sigma * torch.randn(draws, k, generator=generator)) for sigma in noise for m in right]
+    columns, cells = [], []
+    for algorithm in algorithms or swept_algorithms():
+        label = get_algorithm(algorithm).label
+        for variant, overrides in variants().items():
+            columns.append(f"{label}, {variant}")
+            built, column = method(algorithm, overrides), []
+            for m, _, draw in cases:
+                clean = torch.tensor([[1.0] * m + [0.0] * (k - m)])
+                along = gradients(built, clean)[0]
+                along = along / along.norm()
+                noisy = gradients(built, clean + draw)
+                signal = noisy @ along
+                rest = (noisy - signal[:, None] * along).norm(dim=1)
+                scale = pulls(built, clean)[0]
+                column.append(((signal.mean() / scale).item(), (rest.mean() / scale).item()))
+            cells.append(column)
+    rows = [f"{m} of {k} right + noise σ = {sigma:g}" for m, sigma, _ in cases]
+    return rows, columns, [list(row) for row in zip(*cells)]
+
+
 def markdown(rows: list[str], columns: list[str], ratios: list[list[float]]) -> str:
     lines = ["| group | " + " | ".join(columns) + " |", "|:--|" + "--:|" * len(columns)]
-    lines += [f"| {row} | " + " | ".join(f"{value:.2f}" for value in values) + " |"
+    lines += [f"| {row} | " + " | ".join(" / ".join(f"{v:.2f}" for v in value) if isinstance(value, tuple)
+                                         else f"{value:.2f}" for value in values) + " |"
               for row, values in zip(rows, ratios)]
     return "\n".join(lines) + "\n"
 
@@ -115,14 +152,18 @@ def main(argv: list[str] | None = None) -> None:
         if name not in valid:  # one line naming the valid ids
             parser.error(f"--algorithms {name}: not an algorithm that standardises group scores; valid choices: "
                          f"{', '.join(valid)}")
-    text = markdown(*table(tuple(args.algorithms), args.K, tuple(args.noise), args.draws, args.seed))
-    print(text, end="")
+    chosen = (tuple(args.algorithms), args.K, tuple(args.noise))
+    text = markdown(*table(*chosen, args.draws, args.seed))
+    under_noise = markdown(*real_under_noise(*chosen, draws=args.draws, seed=args.seed))
+    print(text, "\n", under_noise, sep="", end="")
     if args.out:
         command = (f"python -m harness.report.group_pull --algorithms {' '.join(args.algorithms)} --K {args.K} "
                    f"--noise {' '.join(f'{sigma:g}' for sigma in args.noise)} --draws {args.draws} --seed {args.seed}")
         args.out.write_text(f"Generated by `{command}`. Pull of a group over that of a lone winner (1 of {args.K} "
                             f"right), first epoch, every candidate equally likely (`harness/report/group_pull.py`)."
-                            f"\n\n{text}")
+                            f"\n\n{text}\nReal groups under the same noise: signal / noise, the mean component of a "
+                            f"group's gradient along its clean gradient and the mean norm of the rest, each over the "
+                            f"clean group's pull (1.00 / 0.00: the noise changes nothing).\n\n{under_noise}")
 
 
 if __name__ == "__main__":
