@@ -99,9 +99,14 @@ def test_floor_and_ranks_train_exactly_as_sigma_on_binary_rewards(algorithm):
         for ours, theirs in zip(logged[variant], sigma, strict=True):
             assert ours.keys() == theirs.keys()
             assert all(torch.allclose(ours[k], theirs[k], rtol=0, atol=0, equal_nan=True) for k in theirs), variant
-    # a floor above a real group's σ (√7/8 ≈ 0.33 for 1 of 8 right) does change the run: the comparison can fail
+    # a floor above a real group's σ (√7/8 ≈ 0.33 for 1 of 8 right) does change the run, and so do the ranks once
+    # noise breaks the ties: the comparison can fail
     assert any(not torch.equal(ours["grad_norm"], theirs["grad_norm"])
                for ours, theirs in zip(logged[("algorithm.std_floor=0.5",)], sigma, strict=True))
+    noisy = {variant: build_task(compose_config([*tiny, "task.reward_noise=0.01", *variant]))
+             for variant in [(), ("algorithm.rank_scores=true",)]}
+    first = {variant: task.step(0).metrics["grad_norm"] for variant, task in noisy.items()}
+    assert not torch.equal(first[()], first[("algorithm.rank_scores=true",)])
 
 
 @pytest.mark.parametrize("spread", [Spread(), Spread(std_floor=0.2), Spread(std_shrinkage=3), Spread(rank_scores=True)])
@@ -396,6 +401,7 @@ def test_a_metric_some_seeds_lack_shows_how_many_seeds_its_value_and_its_pairing
     norms = np.full((2, len(steps)), 0.02)
     runs = (("beyond_amplification", 0, {}), ("beyond_amplification", 2, {"update_muon": norms}),
             ("beyond_amplification_floor", 0, {"update_muon": np.full((4, len(steps)), 0.01)}))
+    runs[2][2]["update_muon"][3] = np.nan  # and the floor's seed 3 diverged
     for preset, offset, columns in runs:  # σ's seeds 0-1 have no update norms
         seeds = len(next(iter(columns.values()))) if columns else 2
         config = make_config(preset, "token_reversal", "tpo", seeds, 100, seed_offset=offset,
@@ -409,10 +415,10 @@ def test_a_metric_some_seeds_lack_shows_how_many_seeds_its_value_and_its_pairing
                   reference={"experiment": "beyond_amplification"}, seeds=4, steps=100)
     cells = tables.Report(*load_runs([tmp_path])).evaluate(table).set_index("row")
     sigma, floor = cells.iloc[0], cells.iloc[1]
-    assert (sigma.seeds, sigma.seeds_run, floor.seeds, floor.seeds_run, floor.paired_seeds) == (2, 4, 4, 4, 2)
+    assert (sigma.seeds, sigma.seeds_run, floor.seeds, floor.seeds_run, floor.paired_seeds) == (2, 4, 3, 4, 1)
     stat = table.stats[0]
-    assert tables.cell_text(stat, sigma).endswith(" n=2") and " n=" not in tables.cell_text(stat, floor)
-    assert tables.paired_text(stat, floor) == "-0.0100 [-0.0100, -0.0100] P=1.00 n=2"
+    assert tables.cell_text(stat, sigma).endswith(" n=2") and tables.cell_text(stat, floor).endswith(" n=3")
+    assert tables.paired_text(stat, floor) == "-0.0100 [-0.0100, -0.0100] P=1.00 n=1"  # seed 2 only
 
 
 # ---- how hard a noise-only group pulls (harness/report/group_pull.py) -------------------------------------------
@@ -458,6 +464,10 @@ def test_ranks_lose_a_real_winners_signal_under_noise_and_sigma_keeps_it():
     for label in ("TPO, σ", "GRPO, σ", "TPO, σ floor", "GRPO, shrunk σ"):
         assert by_column[label][0] == pytest.approx(1.0, abs=0.01) and by_column[label][1] < 0.05
     assert rows == ["1 of 8 right + noise σ = 0.01"]
+    rows, _, cells = group_pull.real_under_noise(("grpo",), k=4, noise=(0.01,), draws=8)  # default m: 1, K/2, K − 1
+    assert rows == [f"{m} of 4 right + noise σ = 0.01" for m in (1, 2, 3)] and np.isfinite(cells).all()
+    with pytest.raises(ValueError, match="right: every m must be in 1..3"):
+        group_pull.real_under_noise(("grpo",), k=4, right=(4,))
 
 
 def test_group_pull_refuses_an_unknown_algorithm_and_writes_its_command(tmp_path, capsys):

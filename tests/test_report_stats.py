@@ -83,6 +83,16 @@ def test_paired_difference_and_probability_of_improvement():
     assert (same.diff, same.low, same.high, same.p_better) == (0, 0, 0, 0.5)
 
 
+def test_paired_uses_only_the_seeds_with_a_value_on_both_sides():
+    """A seed that diverged (NaN) on either side drops out of both: otherwise each side averages other seeds."""
+    reference = matrix([[0.5, 0.2], [0.5, 0.2], [0.5, np.nan]], seeds=[0, 1, 2])
+    algorithm = matrix([[0.5, 0.1], [0.5, np.nan], [0.5, 0.3]], seeds=[0, 1, 2])
+    result = paired(FINAL, algorithm, reference, resamples=400)
+    assert (result.seeds, result.p_better) == (1, 1.0)
+    assert result.diff == pytest.approx(0.1 - 0.2) and result.low == result.high == pytest.approx(-0.1)
+    assert np.isnan(paired(FINAL, matrix([[0.5, np.nan]]), matrix([[0.5, 0.2]])).diff)
+
+
 def test_paired_steps_to_counts_never_minus_never_as_zero():
     never = matrix([[0.5, 0.5, 0.5]] * 3)
     fast = matrix([[0.5, 0.005, 0.0]] * 3)

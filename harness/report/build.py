@@ -199,9 +199,10 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     sections += ["## Runs\n",
                 "Every run directory: final error (seed mean ± s.e. with population std, 95% bootstrap interval "
                 "over seeds) and steps to the task's thresholds (first step whose seed-mean error is strictly "
-                "below). Flags: failed runs (never in a table), interrupted or shorter runs (in a table only while "
-                "its cell has no full-length run, and then marked †), diverged runs, and partial runs (fewer seeds "
-                "or steps than the preset: a table merges a cell's seed ranges).\n"]
+                "below). Flags: failed runs (never in a table); interrupted or shorter runs (in a table only while "
+                "their cell has no full-length run, and then marked †); diverged runs; partial runs (fewer seeds "
+                "than the preset: a table merges the seed ranges of a cell's runs of one configuration and marks "
+                "the cell † until it has the preset's seeds).\n"]
     for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
         shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
         sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]

@@ -102,11 +102,14 @@ def table(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[fl
 
 
 def real_under_noise(algorithms: tuple[str, ...] | None = None, k: int = 8, noise: tuple[float, ...] = (0.001, 0.01),
-                     right: tuple[int, ...] = (1, 4, 7), draws: int = 4096, seed: int = 0):
+                     right: tuple[int, ...] | None = None, draws: int = 4096, seed: int = 0):
     """What noise does to a real group (m of K right, plus N(0, σ²) on every score): (row labels, column labels,
     cells), each cell (signal, noise): the mean component of its gradient along the clean group's gradient and the
     mean norm of the rest, both over the clean group's pull. Ranks break the ties among equal scores by the noise,
-    so they lose signal here where σ and its variants do not."""
+    so they lose signal here where σ and its variants do not. ``right``: the m to show (default 1, K/2, K − 1)."""
+    right = tuple(sorted({1, k // 2, k - 1})) if right is None else right
+    if not all(0 < m < k for m in right):
+        raise ValueError(f"right: every m must be in 1..{k - 1} (K = {k}), got {right}")
     generator = torch.Generator().manual_seed(seed)
     cases = [(m, sigma, sigma * torch.randn(draws, k, generator=generator)) for sigma in noise for m in right]
     columns, cells = [], []
@@ -129,7 +132,8 @@ def real_under_noise(algorithms: tuple[str, ...] | None = None, k: int = 8, nois
     return rows, columns, [list(row) for row in zip(*cells)]
 
 
-def markdown(rows: list[str], columns: list[str], ratios: list[list[float]]) -> str:
+def markdown(rows: list[str], columns: list[str], ratios: list[list]) -> str:
+    """A markdown table; a cell is a ratio or a (signal, noise) pair."""
     lines = ["| group | " + " | ".join(columns) + " |", "|:--|" + "--:|" * len(columns)]
     lines += [f"| {row} | " + " | ".join(" / ".join(f"{v:.2f}" for v in value) if isinstance(value, tuple)
                                          else f"{value:.2f}" for value in values) + " |"
@@ -143,10 +147,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="default: those the beyond_amplification preset sweeps")
     parser.add_argument("--K", type=int, default=8, help="candidates per group")
     parser.add_argument("--noise", nargs="+", type=float, default=[0.001, 0.01], help="σ of the score noise")
-    parser.add_argument("--draws", type=int, default=4096, help="noise-only groups averaged per σ")
+    parser.add_argument("--draws", type=int, default=4096, help="noisy groups averaged per σ (and per real group)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    parser.add_argument("--out", type=Path, help="also write both tables here (markdown)")
     args = parser.parse_args(argv)
+    if args.K < 2:
+        parser.error(f"--K {args.K}: a group needs at least 2 candidates")
     valid = standardising()
     for name in args.algorithms:
         if name not in valid:  # one line naming the valid ids

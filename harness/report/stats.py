@@ -8,7 +8,8 @@
   the same statistic to each resample's seed-mean curve, take the 2.5% and 97.5% quantiles (no interpolation, so
   ``never`` stays ``inf``). Same data and seed → same interval.
 * Paired: seeds with the same id share initial parameters and contexts across algorithms. The difference
-  (algorithm − reference) is bootstrapped with the *same* resampled seed ids for both; never − never counts as 0.
+  (algorithm − reference) is bootstrapped with the *same* resampled seed ids for both, over the seeds that have a
+  value on both sides (not diverged, the metric logged); never − never counts as 0.
   P(better) = fraction of paired seeds on which the algorithm's own per-seed value is better (lower; higher for
   ``Stat.higher_is_better``) than the reference's (ties count ½); per-seed steps_to is the seed's own first step
   below X.
@@ -195,19 +196,23 @@ class Paired:
 
 def paired(stat: Stat, matrix: SeedMatrix, reference: SeedMatrix, resamples: int = RESAMPLES,
            seed: int = SEED) -> Paired:
-    """Algorithm − reference on their common seeds (see module docstring)."""
+    """Algorithm − reference on their common seeds where both have a value (see module docstring)."""
     a, b = matrix.align(reference)
-    n = len(a.seeds)
-    if n == 0 or a.values.size == 0:
-        return Paired(np.nan, np.nan, np.nan, np.nan, n)
+    if len(a.seeds) == 0 or a.values.size == 0:
+        return Paired(np.nan, np.nan, np.nan, np.nan, 0)
+    mine, theirs = per_seed(stat, a), per_seed(stat, b)
+    valid = ~(np.isnan(mine) | np.isnan(theirs))  # a seed that diverged, or lacks the metric, on either side
+    if not valid.all():
+        a, b = (SeedMatrix(m.seeds[valid], m.steps, m.values[valid]) for m in (a, b))
+        mine, theirs = mine[valid], theirs[valid]
+    n = int(valid.sum())
+    if n == 0:
+        return Paired(np.nan, np.nan, np.nan, np.nan, 0)
     counts = resample_counts(n, resamples, seed)
     low, high = interval(_difference(bootstrap(stat, a, counts), bootstrap(stat, b, counts)))
-    mine, theirs = per_seed(stat, a), per_seed(stat, b)
-    valid = ~(np.isnan(mine) | np.isnan(theirs))
     mine, theirs = (theirs, mine) if stat.higher_is_better else (mine, theirs)
-    better = (mine[valid] < theirs[valid]) + 0.5 * (mine[valid] == theirs[valid])
-    return Paired(float(_difference(point(stat, a), point(stat, b))), low, high,
-                  float(better.mean()) if valid.any() else np.nan, n)
+    better = (mine < theirs) + 0.5 * (mine == theirs)
+    return Paired(float(_difference(point(stat, a), point(stat, b))), low, high, float(better.mean()), n)
 
 
 def mean_se(matrix: SeedMatrix) -> tuple[np.ndarray, np.ndarray]:

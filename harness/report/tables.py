@@ -438,9 +438,10 @@ def latex(frame: pd.DataFrame, caption: str) -> str:
 RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ inside / ✗ outside our interval, rounding "
          "included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
          "below X, \"−\" = never (or > 95% where the paper uses that); † = partial (fewer seeds or steps than the "
-         "preset).")
+         "preset); n=k: the value averages k of the cell's seeds (the others diverged or lack the metric).")
 PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% bootstrap, same resampled seeds for "
-          "both], P = fraction of paired seeds on which this cell beats the reference (per-seed values; ties ½).")
+          "both], P = fraction of paired seeds on which this cell beats the reference (per-seed values; ties ½); n=k: "
+          "only k seeds have a value on both sides.")
 
 
 def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
