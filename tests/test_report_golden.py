@@ -266,6 +266,7 @@ def test_every_figure_renders_from_the_synthetic_sweep(sweep, tmp_path):
     assert drawn, "no figure drawn"
     for stem in drawn:
         assert (tmp_path / f"{stem}.pdf").exists() and (tmp_path / f"{stem}.caption.md").exists()
+        assert b"/CreationDate" not in (tmp_path / f"{stem}.pdf").read_bytes()  # regenerated, the same bytes
     assert {"fig1", "fig4", "fig12", "fig13", "fig15"} <= set(drawn)
 
 

@@ -253,7 +253,7 @@ def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int 
     if fig is None:
         return False, drawer.records
     fig.savefig(out / f"{figure.name}.png", dpi=150)
-    fig.savefig(out / f"{figure.name}.pdf")
+    fig.savefig(out / f"{figure.name}.pdf", metadata={"CreationDate": None})  # same figure, same bytes
     plt.close(fig)
     (out / f"{figure.name}.caption.md").write_text(caption(figure, drawer.used, report.runs, how))
     return True, drawer.records
