@@ -120,12 +120,12 @@ def real_under_noise(algorithms: tuple[str, ...] | None = None, k: int = 8, nois
             built, column = method(algorithm, overrides), []
             for m, _, draw in cases:
                 clean = torch.tensor([[1.0] * m + [0.0] * (k - m)])
-                along = gradients(built, clean)[0]
-                along = along / along.norm()
+                clean_gradient = gradients(built, clean)[0]
+                scale = clean_gradient.norm()  # the clean group's pull
+                along = clean_gradient / scale
                 noisy = gradients(built, clean + draw)
                 signal = noisy @ along
                 rest = (noisy - signal[:, None] * along).norm(dim=1)
-                scale = pulls(built, clean)[0]
                 column.append(((signal.mean() / scale).item(), (rest.mean() / scale).item()))
             cells.append(column)
     rows = [f"{m} of {k} right + noise σ = {sigma:g}" for m, sigma, _ in cases]
