@@ -139,3 +139,49 @@ def test_episodes_binned_by_gradient_norm_edges_included_below():
     assert table["update_muon"].tolist() == [2.0, 2.0, 5.0, 3.0, 4.0]  # 1e-3 opens the next bin; NaN updates skipped
     shares = [2 / 7, 1 / 7, 1 / 7, 1 / 7, 2 / 7]  # every episode with a gradient norm, logged update or not
     assert table["share of episodes"].tolist() == pytest.approx(shares)
+
+
+def test_a_seeds_ending_is_read_from_its_last_episodes_and_its_first_reach_from_its_steps():
+    from harness.report.endings import ending
+
+    steps = np.arange(0, 2000, 10)  # 200 logged episodes, one every 10 steps
+    errors = np.r_[np.full(100, 0.9), np.full(100, 0.01)]  # wrong for the first half, then solved
+    alive, rounding = np.full(200, 0.5), np.full(200, 1e-11)
+    learned = ending(steps, errors, alive, np.zeros(200), last=100)
+    assert learned["ending"] == "learned" and learned["error"] == pytest.approx(0.01)
+    assert learned["first episode < 0.05"] == 1000  # the step, not the index
+    longer = ending(steps, errors, alive, np.zeros(200), last=150)
+    assert longer["error"] == pytest.approx((50 * 0.9 + 100 * 0.01) / 150)
+    wrong = np.full(200, 0.95)
+    stuck = np.where(np.arange(200) >= 110, rounding, alive)  # the last 90 of the last 100 vanish
+    assert ending(steps, wrong, stuck, np.ones(200))["ending"] == "stuck"
+    assert ending(steps, wrong, np.where(np.arange(200) >= 111, rounding, alive), np.ones(200))["ending"] == "moving"
+    assert ending(steps, wrong, np.full(200, 2e-6), np.ones(200))["ending"] == "moving"  # small is not vanishing
+    summary = ending(steps, wrong, stuck, np.r_[np.zeros(100), np.full(100, 0.8)])
+    assert summary["vanishing gradient"] == pytest.approx(0.9) and summary["all-wrong groups"] == pytest.approx(0.8)
+    assert summary["first episode < 0.05"] is None
+    assert ending(steps, np.r_[errors[:-1], np.nan], alive, np.zeros(200))["ending"] == "diverged"
+
+
+def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
+    from harness.report import synthetic
+    from harness.report.endings import endings, main, summary
+
+    steps = np.arange(0, 200, 10)
+    errors = np.array([np.full(20, 0.0), np.full(20, 0.97)])
+    norms = np.array([np.full(20, 1e-12), np.full(20, 1e-12)])
+    for offset, grad_norm in ((0, norms), (2, norms + np.array([[0.0], [1.0]]))):  # seed 3 keeps a gradient
+        config = synthetic.make_config("beyond_amplification", "token_reversal", "grpo", 2, 200, seed_offset=offset,
+                                       **{"task.reward_noise": 0.01})
+        synthetic.write_run(tmp_path / "cell" / f"seeds{offset}", config,
+                            {"error": errors, "grad_norm": grad_norm, "all_fail": errors}, steps=steps)
+    seeds = endings(tmp_path / "cell", last=10)
+    assert seeds["ending"].tolist() == ["learned", "stuck", "learned", "moving"]
+    row = summary(tmp_path / "cell", seeds)
+    assert (row["seeds"], row["learned"], row["stuck"], row["moving"], row["never < 0.05"]) == (4, 2, 1, 1, 2)
+    main([str(tmp_path / "cell"), "--last", "10"])
+    printed = [[cell.strip() for cell in line.split("|")[2:-1]] for line in capsys.readouterr().out.splitlines()]
+    assert printed[2] == ["4", "2", "1", "1", "0", "2"]  # the folder's row: seeds, the four endings, never < 0.05
+    assert printed[-1] == ["moving", "0.970", "0.000", "0.970", "never"]  # seed 3
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "cell"), "--last", "0"])

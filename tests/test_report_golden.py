@@ -61,14 +61,17 @@ def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, n
 
 
 def run_keys() -> dict[tuple[str, str], dict]:
-    """Every distinct (experiment, config key) the tables ask for; a cell that a preset reads from another's runs
-    (``SHARED_RUNS``) is written once, under the preset that owns it."""
-    keys = {}
+    """Every distinct (experiment, config key) the tables ask for, whatever the order of its keys (two tables of a
+    preset may share a cell); a cell that a preset reads from another's runs (``SHARED_RUNS``) is written once,
+    under the preset that owns it."""
+    keys, seen = {}, set()
     for spec in SPECS.values():
         for _, _, key in spec.cells():
             key = {k: v for k, v in key.items() if k != "metric"}
             experiment = key.pop("experiment", spec.preset)
-            keys[(experiment, tables.key_text(key))] = key
+            if (experiment, frozenset(key.items())) not in seen:
+                seen.add((experiment, frozenset(key.items())))
+                keys[(experiment, tables.key_text(key))] = key
     owned = {(experiment, frozenset(key.items())) for (experiment, _), key in keys.items()}
     return {(experiment, text): key for (experiment, text), key in keys.items()
             if not any((source, frozenset(key.items())) in owned for source in SHARED_RUNS.get(experiment, ()))}

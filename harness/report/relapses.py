@@ -84,10 +84,10 @@ def drift(update: np.ndarray, zero_gradient: np.ndarray) -> float:
     return float(zero.mean() / other.mean()) if zero.size and other.size else float("nan")
 
 
-def episodes(path: Path) -> pd.DataFrame:
+def episodes(path: Path, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     """Every logged episode of every seed under ``path`` (one configuration): one row per (seed, step), one column
     per metric. Runs of different configurations, or a seed in two runs, are refused: they would be pooled."""
-    runs, curves = load_runs([path], metrics=list(METRICS))
+    runs, curves = load_runs([path], metrics=list(metrics))
     if runs.signature.nunique() > 1:
         raise SystemExit(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
     seeds = [seed for ids in runs.seed_ids for seed in ids]

@@ -147,6 +147,7 @@ VALUE_LABEL = {
     "beyond_relapse": "Muon", "beyond_relapse_skip": "Muon + skip", "beyond_relapse_scale": "Muon + scale",
     "beyond_relapse_adam": "Adam", "beyond_amplification": "σ", "beyond_amplification_floor": "σ floor",
     "beyond_amplification_shrinkage": "shrunk σ", "beyond_amplification_rank": "ranks",
+    "beyond_amplification_scale": "σ + scale", "beyond_amplification_floor_scale": "σ floor + scale",
 }
 
 
@@ -232,6 +233,8 @@ AT_400 = Stat("at_step", step=400)
 RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
 SPREAD_VARIANTS = ("beyond_amplification", "beyond_amplification_floor", "beyond_amplification_shrinkage",
                    "beyond_amplification_rank")
+GUARDED_SPREAD = ("beyond_amplification", "beyond_amplification_scale", "beyond_amplification_floor",
+                  "beyond_amplification_floor_scale")
 ZERO_VARIANCE_EPISODES = ("frac_zero_var", 1.0)  # every group of the episode has zero variance: the gradient is 0
 
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -326,6 +329,14 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           note="The cells of beyond_amplification, each paired with the same algorithm under the paper's σ without "
                "noise (at K = 8 on binary scores the floor and the ranks are that run bit for bit): Δ is how far a "
                "variant under noise is from the clean reference, so a variant that fixes amplification has Δ near 0."),
+    Table("beyond_amplification_guard", "Beyond the paper — low-variance groups: the σ floor with the scale guard, "
+          "GRPO, reward noise 1e-2, terminal reward, H = 6", "beyond_amplification",
+          rows=tuple({"algorithm.name": "grpo", "experiment": e} for e in GUARDED_SPREAD),
+          stats=(FINAL, TO_5, MEAN), where={"task.reward_noise": 0.01},
+          reference={"experiment": "beyond_amplification_floor"}, seeds=10, steps=1000,
+          note="Paired with GRPO under the σ floor (0.1) at the same noise. Scale guard: each epoch's step × "
+               "min(1, ‖g‖/τ), τ = 0.5, ‖g‖ that epoch's gradient norm (between the noise-dominated and the "
+               "learning episodes of the floor's runs)."),
 )}
 
 FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["bag_of_tokens", "sequential"]})

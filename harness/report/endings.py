@@ -1,0 +1,86 @@
+"""How each seed of a cell ends: learned, stuck where no gradient leads out, or still moving (issue 17, README
+"Beyond the paper").
+
+A seed's first-epoch gradient vanishes (``grad_norm`` below ``VANISHING``: float rounding) when no group can move
+it: each group is all wrong or all right (zero variance), or each group's K candidates are the same sequence, so
+their gradients are equal and the group's weights (GRPO's advantages, TPO's p_θ − q) sum to zero. Under reward noise
+a group's scores always vary, so only the second is left: a seed whose gradient vanishes while its error is high has
+collapsed onto wrong answers, deterministic on every prompt, and no loss here leads it out.
+
+Per seed, over its last ``last`` logged episodes: the mean error, the share of episodes whose gradient vanishes and
+the mean share of all-wrong groups; and its first episode below ``reach``. Its ending: ``learned`` (mean error at
+most ``learned``), ``stuck`` (above, with the gradient vanishing in at least ``STUCK`` of those episodes),
+``moving`` (above, otherwise), ``diverged`` (an error is NaN).
+
+``python -m harness.report.endings results/runs/beyond_amplification/noise0.01_grpo ...`` prints one row per folder
+(each folder: the runs of one configuration), then each folder's seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.report.dynamics import RELAPSE
+from harness.report.relapses import episodes
+
+METRICS = ("error", "grad_norm", "all_fail")
+VANISHING = 1e-6  # a gradient norm below this is rounding (an exactly zero gradient logs 1e-13 to 1e-10)
+STUCK = 0.9  # share of the last episodes with a vanishing gradient that makes a failing seed stuck
+ENDINGS = ("learned", "stuck", "moving", "diverged")
+
+
+def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fail: np.ndarray, last: int = 100,
+           reach: float = 0.05, learned: float = RELAPSE) -> dict:
+    """One seed's ending (module docstring) from its logged episodes, in step order."""
+    errors, grad_norms = np.asarray(errors, dtype=float), np.asarray(grad_norms, dtype=float)
+    below = np.flatnonzero(errors < reach)
+    tail = slice(max(len(errors) - last, 0), None)
+    error, vanishing = float(errors[tail].mean()), float(np.mean(grad_norms[tail] < VANISHING))
+    kind = ("diverged" if np.isnan(errors).any() else "learned" if error <= learned
+            else "stuck" if vanishing >= STUCK else "moving")
+    return {"ending": kind, "error": error, "vanishing gradient": vanishing,
+            "all-wrong groups": float(np.mean(np.asarray(all_fail, dtype=float)[tail])),
+            f"first episode < {reach:g}": int(steps[below[0]]) if below.size else None}
+
+
+def endings(path: Path, last: int = 100, reach: float = 0.05, learned: float = RELAPSE) -> pd.DataFrame:
+    """Every seed under ``path`` (one configuration): one row each, indexed by seed."""
+    wide = episodes(path, METRICS)
+    rows = {seed: ending(frame.index.get_level_values("step").to_numpy(), frame["error"].to_numpy(),
+                         frame["grad_norm"].to_numpy(), frame["all_fail"].to_numpy(), last, reach, learned)
+            for seed, frame in wide.groupby(level="seed")}
+    seeds = pd.DataFrame.from_dict(rows, orient="index").rename_axis("seed")
+    return seeds.astype({f"first episode < {reach:g}": "Int64"})  # "never" stays missing, not NaN beside floats
+
+
+def summary(path: Path, seeds: pd.DataFrame) -> dict:
+    """A folder's row: its seeds, how many end each way, and how many never get below ``reach``."""
+    first = next(column for column in seeds if column.startswith("first episode"))
+    counts = seeds["ending"].value_counts()
+    return {"runs": str(path), "seeds": len(seeds), **{kind: int(counts.get(kind, 0)) for kind in ENDINGS},
+            f"never {first.removeprefix('first episode ')}": int(seeds[first].isna().sum())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.endings", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", type=Path, help="run folders, one cell each (e.g. under results/runs)")
+    parser.add_argument("--last", type=int, default=100, help="logged episodes a seed's ending is read from")
+    parser.add_argument("--reach", type=float, default=0.05, help="error threshold of the first-episode column")
+    parser.add_argument("--learned", type=float, default=RELAPSE, help="mean error at most this: learned")
+    args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error(f"--last must be at least 1, got {args.last}")
+    tables = {path: endings(path, args.last, args.reach, args.learned) for path in args.paths}
+    print(pd.DataFrame([summary(path, seeds) for path, seeds in tables.items()]).to_markdown(index=False))
+    for path, seeds in tables.items():
+        shown = seeds.astype(object).where(seeds.notna(), "never")
+        print(f"\n{path}: last {args.last} episodes\n\n" + shown.to_markdown(floatfmt=".3f"))
+
+
+if __name__ == "__main__":
+    main()
