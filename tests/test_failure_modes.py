@@ -73,7 +73,7 @@ def test_floor_and_ranks_leave_every_binary_group_bit_for_bit_as_sigma(spread):
     """All 2^8 groups of 0/1 scores at K = 8 (float32, as the tasks score): a floor below √7/8 leaves σ as it is, and
     the mid-ranks, an affine map of two-valued scores, standardise to the same u and A to the bit (here: at K = 8 in
     float32; other K or float64 can differ in the last bit). So beyond_amplification_floor and _rank at
-    reward_noise = 0 are the σ runs (the end-to-end test below; the queue's F3 cells confirm it on full runs)."""
+    reward_noise = 0 are the σ runs (the end-to-end test below; the queue's F4 cells confirm it on full runs)."""
     import itertools
 
     groups = torch.tensor(list(itertools.product([0.0, 1.0], repeat=8)))

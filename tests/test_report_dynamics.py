@@ -159,8 +159,13 @@ def test_a_seeds_ending_is_read_from_its_last_episodes_and_its_first_reach_from_
     assert ending(steps, wrong, np.full(200, 2e-6), np.ones(200))["ending"] == "moving"  # small is not vanishing
     summary = ending(steps, wrong, stuck, np.r_[np.zeros(100), np.full(100, 0.8)])
     assert summary["vanishing gradient"] == pytest.approx(0.9) and summary["all-wrong groups"] == pytest.approx(0.8)
-    assert summary["first episode < 0.05"] is None
-    assert ending(steps, np.r_[errors[:-1], np.nan], alive, np.zeros(200))["ending"] == "diverged"
+    assert summary["first episode < 0.05"] is None and summary["last episode"] == 1990
+    assert ending(steps, np.full(200, 0.25), alive, np.zeros(200), learned=0.25)["ending"] == "moving"  # strictly
+    nan_at_150 = np.r_[errors[:150], np.full(50, np.nan)]  # diverged: the curve ends at its first NaN
+    diverged = ending(steps, nan_at_150, np.r_[np.full(150, 1e-11), np.full(50, np.nan)], np.zeros(200), last=100)
+    assert diverged["ending"] == "diverged" and diverged["last episode"] == 1490
+    assert diverged["error"] == pytest.approx((50 * 0.9 + 50 * 0.01) / 100)  # episodes 50-149
+    assert diverged["vanishing gradient"] == 1.0
 
 
 def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
@@ -182,6 +187,6 @@ def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
     main([str(tmp_path / "cell"), "--last", "10"])
     printed = [[cell.strip() for cell in line.split("|")[2:-1]] for line in capsys.readouterr().out.splitlines()]
     assert printed[2] == ["4", "2", "1", "1", "0", "2"]  # the folder's row: seeds, the four endings, never < 0.05
-    assert printed[-1] == ["moving", "0.970", "0.000", "0.970", "never"]  # seed 3
+    assert printed[-1] == ["moving", "0.970", "0.000", "0.970", "never", "190"]  # seed 3
     with pytest.raises(SystemExit):
         main([str(tmp_path / "cell"), "--last", "0"])

@@ -8,9 +8,10 @@ a group's scores always vary, so only the second is left: a seed whose gradient 
 collapsed onto wrong answers, deterministic on every prompt, and no loss here leads it out.
 
 Per seed, over its last ``last`` logged episodes: the mean error, the share of episodes whose gradient vanishes and
-the mean share of all-wrong groups; and its first episode below ``reach``. Its ending: ``learned`` (mean error at
-most ``learned``), ``stuck`` (above, with the gradient vanishing in at least ``STUCK`` of those episodes),
-``moving`` (above, otherwise), ``diverged`` (an error is NaN).
+the mean share of all-wrong groups; its first episode below ``reach`` and its last logged episode (a seed shorter
+than the others ends earlier). Its ending: ``learned`` (mean error below ``learned``), ``stuck`` (not, with the
+gradient vanishing in at least ``STUCK`` of those episodes), ``moving`` (not, otherwise), ``diverged`` (its error
+became NaN: its curve ends at its last finite error, as ``harness.outputs.relapse_events`` ends it).
 
 ``python -m harness.report.endings results/runs/beyond_amplification/noise0.01_grpo ...`` prints one row per folder
 (each folder: the runs of one configuration), then each folder's seeds.
@@ -24,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.dynamics import RELAPSE
 from harness.report.relapses import episodes
 
 METRICS = ("error", "grad_norm", "all_fail")
@@ -34,20 +34,23 @@ ENDINGS = ("learned", "stuck", "moving", "diverged")
 
 
 def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fail: np.ndarray, last: int = 100,
-           reach: float = 0.05, learned: float = RELAPSE) -> dict:
+           reach: float = 0.05, learned: float = 0.05) -> dict:
     """One seed's ending (module docstring) from its logged episodes, in step order."""
     errors, grad_norms = np.asarray(errors, dtype=float), np.asarray(grad_norms, dtype=float)
-    below = np.flatnonzero(errors < reach)
-    tail = slice(max(len(errors) - last, 0), None)
+    finite = np.flatnonzero(~np.isfinite(errors))
+    end = int(finite[0]) if finite.size else len(errors)  # a diverged curve ends at its first NaN
+    below = np.flatnonzero(errors[:end] < reach)
+    tail = slice(max(end - last, 0), end)
     error, vanishing = float(errors[tail].mean()), float(np.mean(grad_norms[tail] < VANISHING))
-    kind = ("diverged" if np.isnan(errors).any() else "learned" if error <= learned
+    kind = ("diverged" if end < len(errors) else "learned" if error < learned
             else "stuck" if vanishing >= STUCK else "moving")
     return {"ending": kind, "error": error, "vanishing gradient": vanishing,
             "all-wrong groups": float(np.mean(np.asarray(all_fail, dtype=float)[tail])),
-            f"first episode < {reach:g}": int(steps[below[0]]) if below.size else None}
+            f"first episode < {reach:g}": int(steps[below[0]]) if below.size else None,
+            "last episode": int(steps[end - 1])}
 
 
-def endings(path: Path, last: int = 100, reach: float = 0.05, learned: float = RELAPSE) -> pd.DataFrame:
+def endings(path: Path, last: int = 100, reach: float = 0.05, learned: float = 0.05) -> pd.DataFrame:
     """Every seed under ``path`` (one configuration): one row each, indexed by seed."""
     wide = episodes(path, METRICS)
     rows = {seed: ending(frame.index.get_level_values("step").to_numpy(), frame["error"].to_numpy(),
@@ -71,14 +74,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="run folders, one cell each (e.g. under results/runs)")
     parser.add_argument("--last", type=int, default=100, help="logged episodes a seed's ending is read from")
     parser.add_argument("--reach", type=float, default=0.05, help="error threshold of the first-episode column")
-    parser.add_argument("--learned", type=float, default=RELAPSE, help="mean error at most this: learned")
+    parser.add_argument("--learned", type=float, default=0.05, help="mean error below this: learned")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")
     tables = {path: endings(path, args.last, args.reach, args.learned) for path in args.paths}
     print(pd.DataFrame([summary(path, seeds) for path, seeds in tables.items()]).to_markdown(index=False))
     for path, seeds in tables.items():
-        shown = seeds.astype(object).where(seeds.notna(), "never")
+        first = f"first episode < {args.reach:g}"
+        shown = seeds.astype({first: object}).fillna({first: "never"})
         print(f"\n{path}: last {args.last} episodes\n\n" + shown.to_markdown(floatfmt=".3f"))
 
 
