@@ -2,10 +2,12 @@
 "Beyond the paper").
 
 A seed's first-epoch gradient vanishes (``grad_norm`` below ``VANISHING``: float rounding) when no group can move
-it: each group is all wrong or all right (zero variance), or each group's K candidates are the same sequence, so
-their gradients are equal and the group's weights (GRPO's advantages, TPO's p_θ − q) sum to zero. Under reward noise
-a group's scores always vary, so only the second is left: a seed whose gradient vanishes while its error is high has
-collapsed onto wrong answers, deterministic on every prompt, and no loss here leads it out.
+it: every group is either all wrong or all right (zero variance), or made of K copies of one sequence, whose
+gradients are equal while the group's weights (GRPO's advantages, TPO's p_θ − q) sum to zero. Under reward noise
+a group's scores always vary, so only the copies are left: a seed whose gradient vanishes while its error is high has
+collapsed onto wrong answers, deterministic on every prompt, and no loss here leads it out. A stuck seed is the
+counterpart of ``harness.report.dynamics``' locked one, read from the gradient because under noise no group has zero
+variance.
 
 Per seed, over its last ``last`` logged episodes: the mean error, the share of episodes whose gradient vanishes and
 the mean share of all-wrong groups; its first episode below ``reach`` and its last logged episode (a seed shorter
