@@ -35,6 +35,11 @@ STUCK = 0.9  # share of the last episodes with a vanishing gradient that makes a
 ENDINGS = ("learned", "stuck", "moving", "diverged")
 
 
+def first_column(reach: float) -> str:
+    """The name of the column of a seed's first episode below ``reach``."""
+    return f"first episode < {reach:g}"
+
+
 def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fail: np.ndarray, last: int = 100,
            reach: float = 0.05, learned: float = 0.05) -> dict:
     """One seed's ending (module docstring) from its logged episodes, in step order."""
@@ -48,7 +53,7 @@ def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fa
             else "stuck" if vanishing >= STUCK else "moving")
     return {"ending": kind, "error": error, "vanishing gradient": vanishing,
             "all-wrong groups": float(np.mean(np.asarray(all_fail, dtype=float)[tail])),
-            f"first episode < {reach:g}": int(steps[below[0]]) if below.size else None,
+            first_column(reach): int(steps[below[0]]) if below.size else None,
             "last episode": int(steps[end - 1])}
 
 
@@ -59,15 +64,14 @@ def endings(path: Path, last: int = 100, reach: float = 0.05, learned: float = 0
                          frame["grad_norm"].to_numpy(), frame["all_fail"].to_numpy(), last, reach, learned)
             for seed, frame in wide.groupby(level="seed")}
     seeds = pd.DataFrame.from_dict(rows, orient="index").rename_axis("seed")
-    return seeds.astype({f"first episode < {reach:g}": "Int64"})  # "never" stays missing, not NaN beside floats
+    return seeds.astype({first_column(reach): "Int64"})  # "never" stays missing, not NaN beside floats
 
 
-def summary(path: Path, seeds: pd.DataFrame) -> dict:
+def summary(path: Path, seeds: pd.DataFrame, reach: float = 0.05) -> dict:
     """A folder's row: its seeds, how many end each way, and how many never get below ``reach``."""
-    first = next(column for column in seeds if column.startswith("first episode"))
     counts = seeds["ending"].value_counts()
     return {"runs": str(path), "seeds": len(seeds), **{kind: int(counts.get(kind, 0)) for kind in ENDINGS},
-            f"never {first.removeprefix('first episode ')}": int(seeds[first].isna().sum())}
+            f"never < {reach:g}": int(seeds[first_column(reach)].isna().sum())}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,9 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")
     tables = {path: endings(path, args.last, args.reach, args.learned) for path in args.paths}
-    print(pd.DataFrame([summary(path, seeds) for path, seeds in tables.items()]).to_markdown(index=False))
+    rows = [summary(path, seeds, args.reach) for path, seeds in tables.items()]
+    print(pd.DataFrame(rows).to_markdown(index=False))
+    first = first_column(args.reach)
     for path, seeds in tables.items():
-        first = f"first episode < {args.reach:g}"
         shown = seeds.astype({first: object}).fillna({first: "never"})
         print(f"\n{path}: last {args.last} episodes\n\n" + shown.to_markdown(floatfmt=".3f"))
 
