@@ -1,0 +1,143 @@
+"""How far the golden runs move when the CPU's arithmetic changes: the measurement behind their tolerance.
+
+The goldens (tests/golden/runs/) were written on one machine; another CPU rounds some float32 reductions and
+transcendental functions differently in the last bit, and those differences grow over a run's updates. This script
+rewrites every golden case under settings that change the arithmetic the way another CPU would (vector ISA of torch's
+kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per update index,
+the largest deviation from the committed goldens, as a relative error |x - g| / max(|g|, 1e-3) and as the tolerance
+test's own ratio deviation / allowed (above 1 = the test would fail). A setting that breaks the tolerance shows which
+case and column.
+
+    python bench/golden_spread.py                      # all settings (about 1 CPU-minute each)
+    python bench/golden_spread.py --settings default,threads2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from test_golden_runs import GOLDEN, deviations  # noqa: E402
+
+# name: (environment, extra overrides). The test processes cap ATen, oneDNN and MKL at AVX2 by default (conftest);
+# each setting replaces those caps or adds an override, as a CPU with other kernels would.
+SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "capped_avx2": ({}, []),
+    "aten_default": ({"ATEN_CPU_CAPABILITY": "default"}, []),
+    "aten_avx512": ({"ATEN_CPU_CAPABILITY": "avx512"}, []),
+    "uncapped": ({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "ALL", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+                 []),
+    "sse": ({"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+            []),
+    "mkl_compatible": ({"MKL_CBWR": "COMPATIBLE"}, []),
+    "threads2": ({}, ["threads=2"]),
+    "blas": ({}, ["cpu_matmul=blas"]),
+    # another libm / BLAS, emulated: about half the float results of exp, log, sqrt and the matrix products move by one
+    # unit in the last place, up or down, as a fixed function of the value (the same input gives the same output, as on
+    # any CPU); the tabular runs use no kernel that the settings above change
+    "ulp_noise": ({}, ["--perturb"]),
+}
+PERTURBED = [(torch_module, name) for torch_module in ("torch", "torch.Tensor")
+             for name in ("exp", "log", "sqrt", "matmul", "bmm", "baddbmm")] + [("torch.nn.functional", "linear")]
+
+
+def perturb_last_bits() -> None:
+    """Patch the PERTURBED functions: a result moves one ulp up, one down, or stays, by a hash of its own bits."""
+    import importlib
+
+    import torch
+
+    def patched(original):
+        def call(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if not (isinstance(out, torch.Tensor) and out.dtype in (torch.float32, torch.float64)):
+                return out
+            value = out.detach()
+            bits = value.view(torch.int32 if value.dtype == torch.float32 else torch.int64)
+            draw = ((bits * 2654435761) >> 11) % 4  # 0, 1: stay; 2: up; 3: down
+            target = torch.where(draw == 2, torch.inf, -torch.inf).to(value.dtype)
+            moved = torch.where(draw >= 2, torch.nextafter(value, target), value)
+            return out + (moved - value)  # the same gradient, the value moved
+
+        return call
+
+    for module_name, name in PERTURBED:
+        owner = torch.Tensor if module_name == "torch.Tensor" else importlib.import_module(module_name)
+        setattr(owner, name, patched(getattr(owner, name)))
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def measure(name: str, work: Path) -> list[tuple[str, int, str, float, float]]:
+    """Rewrite every case under setting ``name``; one (case, update index, column, rel. dev., ratio) per cell."""
+    environment, overrides = SETTINGS[name]
+    out = work / name
+    script = [str(Path(__file__).resolve()), "--child"] if "--perturb" in overrides else [
+        str(ROOT / "tests" / "test_golden_runs.py")]
+    overrides = [o for o in overrides if o != "--perturb"]
+    subprocess.run([sys.executable, *script, "--out", str(out), *overrides],
+                   check=True, cwd=ROOT, env={**os.environ, **environment, "PYTHONPATH": str(ROOT)},
+                   stdout=subprocess.DEVNULL)
+    cells = []
+    for case in sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()):
+        golden = (GOLDEN / case / "metrics.csv").read_bytes()
+        produced = (out / case / "metrics.csv").read_bytes()
+        cells += [(case, *cell) for cell in deviations(produced, golden)]
+    return cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
+    args = parser.parse_args()
+    names = args.settings.split(",")
+    for name in names:
+        if name not in SETTINGS:
+            sys.exit(f"--settings: {name!r} is not a setting; valid: {', '.join(SETTINGS)}")
+    import torch
+
+    print(f"# golden spread: {cpu_name()}, torch {torch.__version__}, {len(list(GOLDEN.iterdir())) - 1} cases")
+    print("# rel = |x - g| / max(|g|, 1e-3); ratio = deviation / the golden test's allowance (fails above 1)")
+    with tempfile.TemporaryDirectory() as work:
+        for name in names:
+            cells = measure(name, Path(work))
+            moved = [c for c in cells if c[3] > 0]
+            cases_moved = sorted({c[0] for c in moved})
+            print(f"\n## {name}: {len(cases_moved)} cases moved, {len(moved)} of {len(cells)} cells")
+            by_index: dict[int, tuple[float, float]] = {}
+            for _, index, _, rel, ratio in cells:
+                worst = by_index.get(index, (0.0, 0.0))
+                by_index[index] = (max(worst[0], rel), max(worst[1], ratio))
+            print("update index | max rel | max ratio")
+            for index in sorted(by_index):
+                print(f"{index:12d} | {by_index[index][0]:.2e} | {by_index[index][1]:.3f}")
+            for case, index, column, rel, ratio in sorted(cells, key=lambda c: -c[4])[:3]:
+                if ratio > 0:
+                    print(f"worst: {case} update {index} {column}: rel {rel:.2e}, ratio {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:  # the goldens' writer, with perturbed arithmetic
+        import runpy
+
+        perturb_last_bits()
+        sys.argv = [str(ROOT / "tests" / "test_golden_runs.py"), *sys.argv[2:]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    else:
+        main()
