@@ -3,12 +3,19 @@ keys, the trainer's): a bad value is refused before any work, in one line naming
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot run; raised before any work is done."""
+
+
+def did_you_mean(name: Any, choices) -> str | None:
+    """The valid name nearest to a mistyped ``name`` (difflib's ratio >= 0.6), or None when none is near."""
+    matches = difflib.get_close_matches(str(name), [str(choice) for choice in choices], n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 def check_choice(key: str, value: Any, choices: tuple | list) -> Any:

@@ -1,5 +1,6 @@
-"""Exact expected update directions on logits for a one-hot bandit (spec §2.6, §2.12, §2.14, §2.15, §2.17;
-paper Appendix B). With reward 1{a = y}, every method except TPO moves along v = e_y − π, scaled by β(p), p = π(y).
+"""Exact expected update directions on logits for a one-hot bandit (docs/reproduction.md §2.6, §2.12, §2.14,
+§2.15, §2.17; paper Appendix B). With reward 1{a = y}, every method except TPO moves along v = e_y − π, scaled by
+β(p), p = π(y).
 
 ``probs`` has shape (..., A) over A arms; ``correct`` is the index of the rewarded arm on the same leading axes.
 """

@@ -4,8 +4,8 @@ A class states the method's formula through three methods of ``registry.Algorith
 batch), ``terms`` (the loss terms, aggregated by ``aggregation``) and ``weights`` (first-epoch weights w with
 ∇loss(θ_old) = −aggregate(w ∇ℓ)). The loss functions themselves are the pure ones of ``losses.py``.
 
-Paper methods: spec §2 (TPO Eq. 1–3, GRPO App. F, PPO, DG, PG, the ablations). Modern baselines:
-``../shared/reference/modern-baselines.md`` (RLOO, Dr. GRPO, DAPO, GSPO, CISPO as TRL and verl implement them).
+Paper methods: docs/reproduction.md §2 (TPO Eq. 1–3, GRPO App. F, PPO, DG, PG, the ablations). Modern baselines:
+docs/reproduction.md §16 (RLOO, Dr. GRPO, DAPO, GSPO, CISPO as TRL and verl implement them).
 On single-sample rollouts (the bandits' one action per context) the batch is the comparison set, as for the
 paper's single-sample GRPO, and per-token and per-sequence forms coincide (T = 1).
 """
@@ -73,7 +73,7 @@ class TPONoAnchor(TPO):
 @register
 class GroupPG(Algorithm):
     """Same-signal scalar ablation: −Σ_k (u_k/η) ℓ_k, TPO's standardized scores as policy-gradient weights; on a
-    full-action-set group only the sampled members are weighted (spec §2.16)."""
+    full-action-set group only the sampled members are weighted (docs/reproduction.md §2.16)."""
 
     id, label, style, summary = "group_pg", "Group PG", ("#9467bd", "--"), "PG weighted by TPO's u"
     rollouts = (_G, _F)
@@ -113,8 +113,8 @@ def _zscores(groups: Groups, spread: Spread, guard: bool = True) -> torch.Tensor
 
 @register
 class GRPO(_Advantages):
-    """GRPO as in the paper (spec §2.7): group z-scores, clipped surrogate on the sequence ratio (log-ratio clipped
-    to ±20), k3 KL to the rollout snapshot, summed over the K candidates, averaged over groups."""
+    """GRPO as in the paper (docs/reproduction.md §2.7): group z-scores, clipped surrogate on the sequence ratio
+    (log-ratio clipped to ±20), k3 KL to the rollout snapshot, summed over the K candidates, averaged over groups."""
 
     id, label, style, summary = "grpo", "GRPO", ("#1f77b4", "-"), "GRPO, clip + k3 KL to π_old"
     rollouts = (_G, _S, _E)
@@ -157,7 +157,7 @@ class GRPONoKL(GRPO):
 
 @register
 class GRPOMasked(GRPO):
-    """GRPO with zero-variance groups masked out of the mean (spec §2.10)."""
+    """GRPO with zero-variance groups masked out of the mean (docs/reproduction.md §2.10)."""
 
     id, label, style, summary = "grpo_masked", "GRPO (masked)", ("#17becf", ":"), "GRPO, zero-variance masked"
     rollouts = (_G,)
@@ -167,7 +167,8 @@ class GRPOMasked(GRPO):
 
 @register
 class PPO(_Advantages):
-    """PPO (spec §2.13): per-token ratios clipped at 1 ± ε, no log-ratio clip, no KL, the task's baseline."""
+    """PPO (docs/reproduction.md §2.13): per-token ratios clipped at 1 ± ε, no log-ratio clip, no KL, the task's
+    baseline."""
 
     id, label, style, summary = "ppo", "PPO", ("#2ca02c", "-"), "PPO, clipped per-token ratio"
     rollouts = (_S,)
@@ -185,7 +186,7 @@ class PPO(_Advantages):
 
 @register
 class DG(_Advantages):
-    """Delightful gradient (spec §2.14): −Σ_t sg(σ(A·ℓ/η)·A) log π, surprisal ℓ = −log π at the current
+    """Delightful gradient (docs/reproduction.md §2.14): −Σ_t sg(σ(A·ℓ/η)·A) log π, surprisal ℓ = −log π at the current
     parameters, optionally clipped to [−c, c]."""
 
     id, label, style, summary = "dg", "DG", ("#ff7f0e", "-"), "Delightful gradient, σ(A·ℓ/η) gate"
@@ -248,7 +249,7 @@ class CE(Algorithm):
         return exact.ce_direction(probs, correct)
 
 
-# ---- modern group-RL baselines (modern-baselines.md) ------------------------------------------------------------
+# ---- modern group-RL baselines (docs/reproduction.md §16) -------------------------------------------------------
 
 @register
 class RLOO(_Advantages):

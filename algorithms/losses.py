@@ -1,5 +1,6 @@
 """The pure formulas the algorithm library (``library.py``) is written in: TPO's target and cross-entropy, the
-clipped importance-weighted objective, DG's gate, sequence log-probs and the KL to a reference (spec §2).
+clipped importance-weighted objective, DG's gate, sequence log-probs and the KL to a reference
+(docs/reproduction.md §2).
 
 Tensors have the replica (seed) axis first and the comparison set (K candidates) or the tokens last.
 ``logp_new`` carries the gradient; ``logp_old``, scores and advantages are constants (detached here, so a caller
@@ -80,7 +81,8 @@ def clipped_objective(
 
 def dg_gate(logp: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_clip: float | None = None
             ) -> torch.Tensor:
-    """DG's weight sg(σ(A·ℓ/η)·A) (spec §2.14), surprisal ℓ = −log π of ``logp``, clipped to [−c, c] if set."""
+    """DG's weight sg(σ(A·ℓ/η)·A) (docs/reproduction.md §2.14), surprisal ℓ = −log π of ``logp``, clipped to
+    [−c, c] if set."""
     surprisal = -logp.detach()
     if surprisal_clip is not None:
         surprisal = surprisal.clamp(-surprisal_clip, surprisal_clip)

@@ -1,4 +1,4 @@
-"""Mechanism analysis of the algorithms on the MNIST bandit (spec §6.4, paper Appendix C, Fig 4b).
+"""Mechanism analysis of the algorithms on the MNIST bandit (docs/reproduction.md §6.4, paper Appendix C, Fig 4b).
 
 For each test example with class probabilities π, label y, p = π_y and v = e_y − π, the exact expected logit update
 d of an algorithm (one sampled action, reward 1{a = y}, baseline b = Σπ²) has the form

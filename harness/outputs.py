@@ -203,7 +203,7 @@ def seed_statistics(values: np.ndarray) -> dict[str, Any]:
 
 
 def steps_to(curve: pd.Series, threshold: float) -> int | None:
-    """First step whose seed-mean value is strictly below ``threshold`` (spec §7), or None."""
+    """First step whose seed-mean value is strictly below ``threshold`` (docs/reproduction.md §7), or None."""
     below = curve[curve < threshold]
     return int(below.index[0]) if len(below) else None
 

@@ -53,7 +53,8 @@ class Task:
         """Refuse a step budget the task's configuration cannot use (before any work); most tasks accept any."""
 
     def require_single_update(self) -> None:
-        """Bandit tasks take exactly one update per batch (spec §4.2–4.3): refuse a multi-epoch request."""
+        """Bandit tasks take exactly one update per batch (docs/reproduction.md §4.2–4.3): refuse a multi-epoch
+        request."""
         epochs = self.algorithm_cfg.get("epochs")
         if epochs not in (None, 1):
             raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "

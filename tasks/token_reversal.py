@@ -1,8 +1,9 @@
-"""Token reversal and its variations (paper §3.4-3.7, §4; spec §2.2-2.3, §2.7-2.10, §2.13-2.16, §5.1, §6.5-6.12).
+"""Token reversal and its variations (paper §3.4-3.7, §4; docs/reproduction.md §2.2-2.3, §2.7-2.10, §2.13-2.16,
+§5.1, §6.5-6.12).
 
-Each episode draws B prompts x ∈ {0..V-1}^H; the transformer of spec §3.1 writes H answer tokens after the prompt
-(context [x_0 … x_{H-1}, a_0 … a_{H-1}], action a_t read at position H-1+t), sampled at temperature 1 with a KV
-cache. Correctness c_t = 1{a_t = y_t} against the target y (copy, flip, reversed copy or reversed flip) gives
+Each episode draws B prompts x ∈ {0..V-1}^H; the transformer of docs/reproduction.md §3.1 writes H answer tokens after
+the prompt (context [x_0 … x_{H-1}, a_0 … a_{H-1}], action a_t read at position H-1+t), sampled at temperature 1 with
+a KV cache. Correctness c_t = 1{a_t = y_t} against the target y (copy, flip, reversed copy or reversed flip) gives
 per-token rewards: bag_of_tokens r_t = c_t, sequential r_t = Π_{s≤t} c_s, terminal r_t = Π_s c_s.
 
 Three rollout shapes, chosen by the algorithm registry:
@@ -60,7 +61,7 @@ def token_rewards(actions: torch.Tensor, y: torch.Tensor, reward: str) -> torch.
 def partial_credit(rewards: torch.Tensor, actions: torch.Tensor, y: torch.Tensor, credit: float) -> torch.Tensor:
     """Terminal reward with partial credit: a wrong answer gets credit · (its fraction of correct tokens) at every
     token instead of 0, so most groups are no longer all-0 but differ by less than ``credit``: the low-variance groups
-    that standardisation amplifies (issue 17)."""
+    that standardisation amplifies (a failure mode beyond the paper)."""
     accuracy = (actions == y).float().mean(-1, keepdim=True)
     return torch.where(rewards == 1, rewards, credit * accuracy.expand_as(rewards))
 
@@ -68,7 +69,8 @@ def partial_credit(rewards: torch.Tensor, actions: torch.Tensor, y: torch.Tensor
 def candidate_rewards(candidates: torch.Tensor, y: torch.Tensor, reward: str) -> torch.Tensor:
     """Rewards (..., H, K) of K next-token candidates per state; candidate 0 is the behaviour token.
 
-    sequential: r_{t,k} = alive_t · c_{t,k} with alive_t = 1{behaviour tokens 0..t−1 all correct} (spec §2.3).
+    sequential: r_{t,k} = alive_t · c_{t,k} with alive_t = 1{behaviour tokens 0..t−1 all correct}
+    (docs/reproduction.md §2.3).
     """
     correct = (candidates == y.unsqueeze(-1)).float()
     if reward == "sequential":
@@ -234,8 +236,8 @@ class TokenReversal(Task):
                               f"sequential")
         self.epochs = check_positive_int("algorithm.epochs", self.algorithm.epochs if hp.get("epochs") is None
                                          else hp.epochs)
-        # Interaction matching (spec §6.8): single-sample methods see B·K prompts at lr·√K, so that every method
-        # consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
+        # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
+        # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
         self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
         self.lr = float(check_positive_float("optim.lr", optim.lr)) * math.sqrt(scale)
@@ -407,7 +409,8 @@ class TokenReversal(Task):
 
     @torch.no_grad()
     def diagnostics(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Section 4 diagnostics (spec §6.9) on the episode's rollout, with the pre-update (rollout) policy.
+        """Section 4 diagnostics (docs/reproduction.md §6.9) on the episode's rollout, with the pre-update (rollout)
+        policy.
 
         Per-candidate weight: |w| of the algorithm's first-epoch weights (TPO family q, Group PG u/η, GRPO family
         A, DG gate·A), averaged over the tokens of a single sample or of a per-token group candidate; the target's

@@ -1,5 +1,6 @@
-"""Issue 17's switchable experiments: standardisation variants, optimizer guards, the update-norm diagnostics, reward
-noise and partial credit, and the solve/relapse events. Every default is pinned by the golden runs."""
+"""The switchable experiments beyond the paper: standardisation variants, optimizer guards, the update-norm
+diagnostics, reward noise and partial credit, and the solve/relapse events. Every default is pinned by the golden
+runs."""
 
 from __future__ import annotations
 

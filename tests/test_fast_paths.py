@@ -308,7 +308,7 @@ class _HostReads(TorchDispatchMode):
     ["task=mnist_bandit", "algorithm=tpo"], ["task=mnist_bandit", "algorithm=grpo"],
     ["task=tabular_single", "algorithm=tpo"], ["task=tabular_multi", "algorithm=grpo"]])
 def test_gpu_settings_read_nothing_back_from_the_device_during_a_step(overrides):
-    """The GPU path (issue: no host round-trips per token), checked on CPU: with the settings ``auto`` picks on a
+    """The GPU path (no host round-trips per token), checked on CPU: with the settings ``auto`` picks on a
     GPU (no dedup, all seeds in one program) a training step issues no op that would wait for the device."""
     token = overrides[0] == "task=token_reversal"
     gpu_like = ["task.dedup=false", "task.seed_chunk=3", "task.H=4", "task.batch_size=8"] if token else []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
+import sys
 from decimal import Decimal
 
 import pytest
@@ -14,6 +16,7 @@ from harness.run import build_task
 from tasks.llm import answers
 from tasks.llm.answers import (MAX_JSON_DEPTH, NUMBER, SCAN_LIMIT, final_number, gsm8k_reference, last_json_object,
                                parse_number, tagged_answer)
+from tasks.llm.gsm8k import SHIPPED_DATA, read_jsonl
 
 
 def make_task(name: str, *overrides: str):
@@ -65,6 +68,29 @@ def test_gsm8k_score(gsm8k_dir):
     rows = task.train_rows(0, 4)
     assert rows[0]["prompt"][-1]["content"].endswith('output the final answer after "####".')
     assert rows[3]["answer"] == "6"  # "What is 3 plus 3?"
+
+
+def test_gsm8k_default_reads_the_copy_shipped_in_the_package(monkeypatch):
+    """task.data_dir: null reads tasks/llm/data/gsm8k/{train,test}.jsonl.gz: no network, no outside folder."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # the Hub loader would fail to import: it is never reached
+    task = make_task("gsm8k")
+    assert task.local and task.data_dir == SHIPPED_DATA
+    assert sorted(path.name for path in SHIPPED_DATA.iterdir()) == ["LICENSE", "test.jsonl.gz", "train.jsonl.gz"]
+    assert "MIT License" in (SHIPPED_DATA / "LICENSE").read_text()
+    rows = task.eval_rows()
+    assert len(rows) == 1319  # eval_size null: the whole test split
+    assert rows[0]["prompt"][-1]["content"].endswith('output the final answer after "####".')
+    assert all(Decimal(row["answer"]) == Decimal(row["answer"]).to_integral_value() for row in rows[:20])
+    assert len(read_jsonl(SHIPPED_DATA / "train.jsonl.gz")) == 7473
+
+
+def test_gsm8k_reads_gzipped_files_in_a_given_folder(gsm8k_dir, tmp_path):
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    for split in ("train", "test"):
+        (folder / f"{split}.jsonl.gz").write_bytes(gzip.compress((gsm8k_dir / f"{split}.jsonl").read_bytes()))
+    task = make_task("gsm8k", "task.source=local", f"task.data_dir={folder}")
+    assert [row["answer"] for row in task.train_rows(0, 4)][:4] == ["0", "2", "4", "6"]
 
 
 def test_tagged_answer_and_json():

@@ -1,4 +1,4 @@
-"""The loss library against closed forms (paper Eq. 1-4, Appendices A-C; spec §1-2)."""
+"""The loss library against closed forms (paper Eq. 1-4, Appendices A-C; docs/reproduction.md §1-2)."""
 
 import math
 

@@ -1,6 +1,7 @@
 """The MNIST TPO step's closed form (``MnistBandit.loss_and_logit_grad``) against the target written in this file from
-the paper's formula (spec §2.5): scores r − Σπ² at the sampled class and 0 elsewhere, u their population-std z-scores
-over the 10 classes (±3 at the sampled class, ∓1/3 elsewhere), q ∝ π·exp(u/η), loss −mean_b Σ_i q_i log π_i and
+the paper's formula (docs/reproduction.md §2.5): scores r − Σπ² at the sampled class and 0 elsewhere, u their
+population-std z-scores over the 10 classes (±3 at the sampled class, ∓1/3 elsewhere), q ∝ π·exp(u/η), loss
+−mean_b Σ_i q_i log π_i and
 gradient on the logits (π − q)/B. η ≠ 1, so a target built with u·η instead of u/η cannot pass."""
 
 from __future__ import annotations

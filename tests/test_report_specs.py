@@ -47,7 +47,7 @@ def test_every_published_number_belongs_to_a_table_cell():
         if not any(all(k in key and paper._same(key[k], v) for k, v in row.key.items()) for key in keys):
             orphans.append(f"{row.artefact} {row.cell}")
     assert not orphans, orphans
-    # spot checks against the paper (spec §12)
+    # spot checks against the paper (docs/reproduction.md §12)
     assert paper.lookup("table3", "final", {"algorithm.name": "tpo", "task.match": "interactions",
                                             "task.H": 10}).text == "19.0"
     mnist_dg = paper.lookup("fig4a", "final", {"algorithm.name": "dg"})

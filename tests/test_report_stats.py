@@ -1,4 +1,5 @@
-"""Spec §7 rules, the bootstrap and the paired statistics, checked against numbers computed by hand."""
+"""The rules of docs/reproduction.md §7, the bootstrap and the paired statistics, checked against numbers computed by
+hand."""
 
 from __future__ import annotations
 

@@ -1,12 +1,16 @@
 """GSM8K (paper §3.8, Fig 9a): grade-school math, exact match on the final number, held-out test accuracy.
 
-Data: ``task.source`` = local (``task.data_dir``/{train,test}.jsonl, the dataset's own format: "question",
-"answer" ending in "#### N"), hub (``task.hub_id`` through ``datasets``), or auto (local when the files exist,
-else the Hub). The prompt is the question plus the instruction to put the answer after "####".
+Data: ``task.source`` = local (``task.data_dir``/{train,test}.jsonl, or .jsonl.gz, the dataset's own format:
+"question", "answer" ending in "#### N"), hub (``task.hub_id`` through ``datasets``), or auto (local when the files
+exist, else the Hub). ``task.data_dir: null`` (the default) is the copy shipped inside the package,
+``tasks/llm/data/gsm8k/`` (the 7,473 training and 1,319 test problems, gzipped, MIT licence, OpenAI), so the task needs
+no network; a relative ``task.data_dir`` is read from the repository root. The prompt is the question plus the
+instruction to put the answer after "####".
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -17,12 +21,28 @@ from tasks.llm.answers import final_number, gsm8k_reference
 from tasks.llm.base import LLMTask, chat
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "gsm8k"  # package data: {train,test}.jsonl.gz + LICENSE
+SPLITS = ("train", "test")
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path) as handle:
+    """The records of a .jsonl file, or of a gzipped one (.jsonl.gz)."""
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def data_dir(setting: str | None) -> Path:
+    """``task.data_dir`` resolved: None → the shipped copy; a relative path → from the repository root."""
+    if setting is None:
+        return SHIPPED_DATA
+    path = Path(setting)
+    return path if path.is_absolute() else ROOT / path
+
+
+def split_file(folder: Path, split: str) -> Path | None:
+    """``folder``/``split``.jsonl, else ``split``.jsonl.gz, else None."""
+    return next((path for path in (folder / f"{split}.jsonl", folder / f"{split}.jsonl.gz") if path.is_file()), None)
 
 
 class Gsm8k(LLMTask):
@@ -33,16 +53,17 @@ class Gsm8k(LLMTask):
     def __init__(self, cfg, *args, **kwargs):
         super().__init__(cfg, *args, **kwargs)
         check_choice("task.source", cfg.source, ("auto", "local", "hub"))
-        self.data_dir = Path(cfg.data_dir) if Path(cfg.data_dir).is_absolute() else ROOT / cfg.data_dir
-        has_local = all((self.data_dir / f"{split}.jsonl").exists() for split in ("train", "test"))
+        self.data_dir = data_dir(cfg.data_dir)
+        has_local = all(split_file(self.data_dir, split) is not None for split in SPLITS)
         if cfg.source == "local" and not has_local:
-            raise ConfigError(f"task.data_dir={cfg.data_dir!r} has no train.jsonl and test.jsonl (resolved: "
-                              f"{self.data_dir}); valid choices: a folder with both, or task.source=hub")
+            raise ConfigError(f"task.data_dir={cfg.data_dir!r} has no train.jsonl[.gz] and test.jsonl[.gz] (resolved: "
+                              f"{self.data_dir}); valid choices: a folder with both, null (the shipped copy), or "
+                              "task.source=hub")
         self.local = cfg.source == "local" or (cfg.source == "auto" and has_local)
 
     def _records(self, split: str) -> list[dict[str, Any]]:
         if self.local:
-            return read_jsonl(self.data_dir / f"{split}.jsonl")
+            return read_jsonl(split_file(self.data_dir, split))
         from datasets import load_dataset
 
         return list(load_dataset(self.cfg.hub_id, "main", split=split))

@@ -1,14 +1,13 @@
 """Dense layers x @ Wᵀ + b with the CPU's matrix products through oneDNN instead of the BLAS (MKL), where that pays.
 
-torch computes fp32 CPU matmuls with MKL, which runs AVX2 code on non-Intel CPUs even where they have AVX-512:
-on the AMD EPYC with AVX-512 of sessions 4–7 (1 thread) MKL's 1024² sgemm reached 107–110 GFLOP/s where oneDNN,
-which torch also bundles, reached 231–243 (XLA, under the JAX reference, 246), and the products of this project's
-layers (100–8,000 rows × 50–784) ran 1.6–2.4× faster. On an AVX2-only AMD EPYC (no AVX-512; session 9) both reach
-~57 GFLOP/s and oneDNN is the slower one: per-seed calls of the 20-seed MNIST layers 1.4× slower than one MKL
-batched matmul, the token tasks' products 0.3–1.2× MKL's speed, a token run 5–25% slower. ``cpu_matmul=auto`` (the
-default) therefore picks oneDNN on non-Intel CPUs with AVX-512 and torch's BLAS elsewhere. Both are fp32
-throughout; only the summation order differs, so results agree to float rounding, and the choice is not part of a
-run's identity (like ``threads``): it is recorded in summary.json.
+torch computes fp32 CPU matmuls with MKL, which runs AVX2 code on non-Intel CPUs even where they have AVX-512: on an AMD
+EPYC with AVX-512 (1 thread) MKL's 1024² sgemm reached 107–110 GFLOP/s where oneDNN, which torch also bundles, reached
+231–243 (XLA, under the JAX reference, 246), and the products of this project's layers (100–8,000 rows × 50–784) ran
+1.6–2.4× faster. On an AVX2-only AMD EPYC (no AVX-512) both reach ~57 GFLOP/s and oneDNN is the slower one: per-seed
+calls of the 20-seed MNIST layers 1.4× slower than one MKL batched matmul, the token tasks' products 0.3–1.2× MKL's
+speed, a token run 5–25% slower. ``cpu_matmul=auto`` (the default) therefore picks oneDNN on non-Intel CPUs with AVX-512
+and torch's BLAS elsewhere. Both are fp32 throughout; only the summation order differs, so results agree to float
+rounding, and the choice is not part of a run's identity (like ``threads``): it is recorded in summary.json.
 
 oneDNN costs ~12 µs per call where MKL's small products cost ~4, and between many small ops its calls ran slower
 than alone (the 1-seed MNIST step, 3.9M multiply-adds per product, was 5% slower with it; 20 seeds were faster), so

@@ -1,4 +1,4 @@
-"""Seed-batched policy MLP for the MNIST bandit (spec §3.2): 784 → 50 → ReLU → 50 → ReLU → 10 logits.
+"""Seed-batched policy MLP for the MNIST bandit (docs/reproduction.md §3.2): 784 → 50 → ReLU → 50 → ReLU → 10 logits.
 
 Every parameter has a leading seed axis, so S seeds train as one batched computation; kernels are Flax's
 truncated LeCun-normal, biases zero. 42,310 parameters per seed.

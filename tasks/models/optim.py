@@ -1,4 +1,5 @@
-"""Seed-batched Muon + Nesterov-Adam, a port of ``optax.contrib.muon`` 0.2.8 as the reference uses it (spec §4.1).
+"""Seed-batched Muon + Nesterov-Adam, a port of ``optax.contrib.muon`` 0.2.8 as the reference uses it
+(docs/reproduction.md §4.1).
 
 Every parameter has a leading seed axis S. All arithmetic is per seed (elementwise, or batched matmuls and a
 Frobenius norm per seed matrix), so seeds never interact: a seed with a NaN or zero gradient changes nothing for the
@@ -229,8 +230,8 @@ def transformer_optimizer(params: dict[str, torch.Tensor], muon_split: str = "re
 
 @dataclass(frozen=True)
 class Guard:
-    """An update rule that lets a seed's step follow its gradient's size (``optim.guard``; issue 17). Muon's step is
-    the orthogonalised momentum, of the same size whatever the gradient: when every group of an episode has zero
+    """An update rule that lets a seed's step follow its gradient's size (``optim.guard``; beyond the paper). Muon's
+    step is the orthogonalised momentum, of the same size whatever the gradient: when every group of an episode has zero
     variance the gradient is exactly 0, yet each epoch still takes a full step along the old momentum.
 
     * ``none``: the reference's Muon.

@@ -1,4 +1,4 @@
-"""Seed-batched causal transformer for the token tasks (spec §3.1), functional and nanoGPT-sized.
+"""Seed-batched causal transformer for the token tasks (docs/reproduction.md §3.1), functional and nanoGPT-sized.
 
 Parameters are a flat ``dict[str, Tensor]``; every tensor has a leading seed axis S, so S independent models run as
 one batched program (einsum/bmm over S) and a seed's numbers never depend on which other seeds share the batch.
