@@ -1,4 +1,9 @@
-"""``python -m harness task=<task> algorithm=<algorithm> seeds=<n> trainer.steps=<n>`` (Hydra; ``-m`` sweeps)."""
+"""``python -m harness task=<task> algorithm=<algorithm> seeds=<n> trainer.steps=<n>`` (Hydra; ``-m`` sweeps).
+
+Before Hydra composes or launches anything, ``check_launch`` reads the command line against conf/ and the composed
+config: an unknown choice of a config group or an unknown key, a sweep without ``-m`` (a comma list, or a preset
+that defines one) is refused in one ``Error:`` line, with the nearest valid name, and exit 2. ``--help`` is
+conf/hydra/help/harness.yaml, its groups listed from conf/ (``config_groups_help``)."""
 
 from __future__ import annotations
 
@@ -7,18 +12,20 @@ from harness import process
 process.tune_memory()  # before torch allocates anything
 
 import logging  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
+import textwrap  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness import outputs, rundir, sweep  # noqa: E402
 from harness.run import CONFIG_DIR, train  # noqa: E402
-from algorithms.checks import ConfigError  # noqa: E402
+from algorithms.checks import ConfigError, did_you_mean  # noqa: E402
 
 log = logging.getLogger("harness")
 REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the run directory is left as it was
@@ -53,7 +60,7 @@ def main(cfg: DictConfig) -> float | None:
             outputs.atomic_write_text(run_dir / outputs.ERROR_FILE, [message + "\n" if refused else
                                                                      traceback.format_exc()])
         elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
-            _remove_launch_files(run_dir, hydra_cfg.job.name)
+            _remove_launch_files(run_dir, hydra_cfg.job.name, sweep.launch_folders("run"))
         # else: an earlier run's folder, untouched by a launch that failed before writing into it
         if refused:
             if not multirun:
@@ -73,23 +80,66 @@ def main(cfg: DictConfig) -> float | None:
     return final
 
 
-def _remove_launch_files(run_dir: Path, job_name: str) -> None:
-    """Remove what Hydra made for a launch that did no work (its log), and the folder if that leaves it empty."""
+def _remove_launch_files(run_dir: Path, job_name: str, created: list[Path] | None) -> None:
+    """Remove what Hydra made for a launch that did no work (its log), and the folders the launch created
+    (``created``, as harness.sweep.LaunchFolders noted them: the run folder and its new parents) that this leaves
+    empty; with no such note, the run folder if it is left empty."""
     (run_dir / f"{job_name}.log").unlink(missing_ok=True)
+    if created is not None:
+        sweep.remove_new_folders(created)
+        return
     try:
         run_dir.rmdir()
     except OSError:
         pass
 
 
-# another primary config, config dir or search path may hold other presets: Hydra's own composition checks then
+# another primary config, config dir or search path may hold other groups and presets: Hydra's own checks then;
+# and no check where Hydra launches nothing (help, info, completion)
 _OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun",
-                       "--shell-completion", "-sc", "--version")
+                       "--shell-completion", "-sc", "--version", "--help", "-h", "--hydra-help", "--info", "-i")
+
+# the config groups picked on this command line (conf/ has more: campaign/ is for python -m harness.campaign,
+# accelerate/ for `accelerate launch`, task/llm/ holds the LLM tasks' shared keys): what --help lists
+GROUPS = {
+    "algorithm": "the RL method",
+    "task": "the problem it learns",
+    "optim": "the optimiser (token_reversal and the LLM tasks)",
+    "model": "the policy network (token_reversal and the LLM tasks)",
+    "logger": "where metrics go besides the run folder",
+    "experiment": "a preset: the paper's figures and tables, demos, follow-ups (a sweep: run it with -m)",
+    "hydra/launcher": "where -m runs its jobs (joblib: in parallel on this machine; submitit_*: SLURM)",
+}
+_NOUNS = {"optim": "optimiser", "hydra/launcher": "launcher", "experiment": "experiment preset"}
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def refuse_unknown_presets(argv: list[str]) -> None:
-    """Before Hydra composes or launches anything: an ``experiment=`` override (every value of a sweep) that names
-    no conf/experiment/*.yaml prints one ``Error:`` line naming it and listing the presets, and exits 2."""
+def config_groups_help(*, _root_: DictConfig | None = None) -> str:
+    """The ``GROUPS`` with their choices, for conf/hydra/help/harness.yaml (``${harness_config_groups:}``)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
+    choices = _root_.hydra.runtime.choices if _root_ is not None else {}
+    lines = []
+    for group, what in GROUPS.items():
+        options = sorted(loader.get_group_options(group) if loader is not None else
+                         (path.stem for path in (CONFIG_DIR / group).glob("*.yaml")))
+        chosen = choices.get(group)
+        lines.append(f"  {group:<16}{what}{f' (now: {chosen})' if chosen not in (None, 'None') else ''}")
+        lines.append(textwrap.fill(", ".join(options), width=118, initial_indent=" " * 18,
+                                   subsequent_indent=" " * 18, break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+OmegaConf.register_new_resolver("harness_config_groups", config_groups_help, replace=True)
+
+
+def check_launch(argv: list[str]) -> None:
+    """Raise a one-line ConfigError, before Hydra composes or launches anything, for: an ``experiment=`` that names
+    no preset (``check_experiment_overrides``), a choice of a config group that names no option (every value of a
+    sweep, a preset's sweep too), a key that the composed config lacks (``key=value`` and ``~key``; every job of a
+    sweep), a sweep without ``-m``, and, without ``-m``, a preset that defines a sweep whose keys are not all set on
+    the command line (it would run one of its jobs silently). What this leaves out Hydra reports itself."""
     from hydra._internal.utils import get_args_parser
 
     from harness.run import check_experiment_overrides
@@ -99,16 +149,207 @@ def refuse_unknown_presets(argv: list[str]) -> None:
     parser = get_args_parser()
     parser.exit_on_error = False
     try:
-        overrides = parser.parse_known_args(argv)[0].overrides
+        args = parser.parse_known_args(argv)[0]
     except Exception:  # noqa: BLE001 - Hydra reports bad arguments itself
         return
+    overrides = list(args.overrides)
+    check_experiment_overrides(overrides)
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        loader = GlobalHydra.instance().config_loader()
+        overrides_parser = OverridesParser.create(config_loader=loader)
+        try:
+            parsed = overrides_parser.parse_overrides(overrides)
+        except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
+            return
+        again = f"python -m harness -m {shlex.join(argv)}"
+        if not args.multirun:
+            for override in parsed:
+                if override.is_sweep_override():
+                    raise ConfigError(f"{override.input_line} is a sweep (one job per value); run it with -m: "
+                                      f"{again}")
+        _check_choices(parsed, loader)
+        composed: dict[tuple[str, ...], DictConfig] = {}
+
+        def compose_groups(job: list) -> DictConfig:
+            """The config of a job's group choices (the keys do not depend on the values set)."""
+            lines = tuple(o.input_line for o in job if _is_group(o, loader))
+            if lines not in composed:
+                try:
+                    composed[lines] = compose("config", overrides=list(lines), return_hydra_config=True)
+                except (HydraException, OmegaConfBaseException) as error:
+                    raise ConfigError(_one_line(error, lines)) from None
+            return composed[lines]
+
+        if args.multirun:
+            base = compose_groups([o for o in parsed if not o.is_sweep_override()])
+            if OmegaConf.select(base, "hydra.sweeper._target_") != _BASIC_SWEEPER:
+                return  # another sweeper expands its own parameters
+            params = overrides_parser.parse_overrides([f"{key}={value}" for key, value in
+                                                       (base.hydra.sweeper.params or {}).items()])
+            _check_choices(params, loader)
+            from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+            try:
+                jobs = [overrides_parser.parse_overrides(job)
+                        for job in BasicSweeper.split_arguments([*params, *parsed], None)[0]]
+            except Exception:  # noqa: BLE001 - a sweep the basic sweeper cannot expand: Hydra says so
+                return
+        else:
+            jobs = [parsed]
+        for job in jobs:
+            try:
+                _check_keys([o for o in job if not _is_group(o, loader)], compose_groups(job))
+            except ConfigError as error:
+                if len(jobs) == 1:
+                    raise
+                swept = {o.key_or_group for o in [*params, *parsed] if o.is_sweep_override()}
+                choices = " ".join(o.input_line for o in job if _is_group(o, loader) and o.key_or_group in swept)
+                raise ConfigError(f"{error} (in the sweep's job {choices})" if choices else str(error)) from None
+        if args.multirun or args.cfg:
+            return
+        params = compose_groups(parsed).hydra.sweeper.params or {}
+        given = {override.key_or_group for override in parsed}
+        unset = {key: value for key, value in params.items() if key not in given}
+        if unset:
+            preset = next((f"experiment={o.value()}" for o in parsed if o.key_or_group == "experiment"),
+                          "this configuration")
+            swept = "; ".join(f"{key}: {value}" for key, value in unset.items())
+            one = " ".join(f"{key}={str(value).split(',')[0]}" for key, value in unset.items())
+            raise ConfigError(f"{preset} defines a sweep ({swept}); run it with -m: {again} (or pick one of its "
+                              f"runs: {one})")
+
+
+def _one_line(error: Exception, lines: tuple[str, ...]) -> str:
+    """Hydra's composition error in one line; a group choice that no defaults list has (model=hf where the task
+    picks no model) in ours."""
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if "No match in the defaults list" in message:
+        group = message.split("'")[1]
+        line = next((line for line in lines if line.split("=", 1)[0] == group), group)
+        context = ", ".join(line for line in lines if line.split("=", 1)[0] in ("task", "experiment"))
+        return (f"{line} does not apply here: the config{f' ({context})' if context else ''} picks no {group}; "
+                f"to add one anyway write +{line}")
+    return message
+
+
+def _is_group(override, loader) -> bool:
+    return override.package is not None or loader.repository.group_exists(override.key_or_group)
+
+
+def _check_choices(overrides: list, loader) -> None:
+    """Every value of a config group's override (each of a sweep's, a list's) names one of the group's options."""
+    from hydra.core.override_parser.types import ValueType
+
+    for override in overrides:
+        group = override.key_or_group
+        if override.is_delete() or group == "experiment" or not _is_group(override, loader):
+            continue  # experiment: check_experiment_overrides
+        if override.package is not None and not loader.repository.group_exists(group):
+            continue  # Hydra: "looks like a config group override, but config group ... does not exist"
+        options = sorted(loader.get_group_options(group))
+        noun = _NOUNS.get(group, group.split("/")[-1])
+        valid = f"valid choices: {', '.join(options)}"
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            if not override.value().filter(options):
+                raise ConfigError(f"{override.input_line} matches no {noun}; {valid}")
+            continue
+        try:
+            value = override.value()
+            names = list(override.sweep_string_iterator()) if override.is_sweep_override() else (
+                value if isinstance(value, list) else [value])
+        except Exception:  # noqa: BLE001 - a range or interval: Hydra refuses it for a group itself
+            continue
+        for name in names:
+            if name is None or name == "null" or str(name) in options:
+                continue
+            near = did_you_mean(name, options)
+            hint = f"did you mean {near}? " if near else ""
+            raise ConfigError(f"{group}={name} is not a known {noun} (no {group}/{name}.yaml); {hint}{valid}")
+
+
+def _check_keys(job: list, cfg: DictConfig) -> None:
+    """Each ``key=value`` and ``~key`` of a job (its overrides but the group choices) names a key of ``cfg`` (its config before values are set); a key
+    added by an earlier ``+key=`` / ``++key=`` of the job counts."""
+    added: list[str] = []
+    for override in job:
+        key = override.key_or_group
+        if override.package is not None or "/" in key or "[" in key:
+            continue
+        if override.is_add() or override.is_force_add():
+            if override.is_add() and not isinstance(override.value(), (dict, list)) and _exists(cfg, key):
+                raise ConfigError(f"{key} is already a config key; set it with {override.input_line[1:]} (+ adds a "
+                                  "new key)")
+            added.append(key)
+            continue
+        if any(key == new or key.startswith(new + ".") for new in added):
+            continue
+        _check_key(cfg, key, override.input_line)
+
+
+def _exists(cfg: DictConfig, key: str) -> bool:
     try:
-        check_experiment_overrides(overrides)
+        return OmegaConf.select(cfg, key, throw_on_missing=False) is not None
+    except Exception:  # noqa: BLE001 - an interpolation that does not resolve yet: Hydra decides
+        return False
+
+
+def _check_key(cfg: DictConfig, key: str, line: str) -> None:
+    from omegaconf import DictConfig as Dict
+
+    parts = key.split(".")
+    node = cfg
+    for index, part in enumerate(parts):
+        if not isinstance(node, Dict):
+            return  # a list or a value: OmegaConf's own check
+        keys = [str(name) for name in node.keys() if index or name != "hydra" or key.startswith("hydra.")]
+        if part in keys:
+            node = node._get_node(part)
+            continue
+        if not node._get_flag("struct"):
+            return  # an open node takes new keys
+        parent = ".".join(parts[:index])
+        near = did_you_mean(part, keys)
+        if near is not None:
+            near = ".".join([*parts[:index], near, *parts[index + 1:]])
+            raise ConfigError(f"{key} is not a config key; did you mean {near}?")
+        near = did_you_mean(key, _dotted_keys(cfg, with_hydra=key.startswith("hydra.")))
+        if near is not None:
+            raise ConfigError(f"{key} is not a config key; did you mean {near}?")
+        where = f"{parent} has" if parent else "top-level keys are"
+        raise ConfigError(f"{key} is not a config key ({where}: {', '.join(keys)}); to add a key write "
+                          f"+{line.lstrip('~')}")
+
+
+def _dotted_keys(node: DictConfig, prefix: str = "", with_hydra: bool = False) -> list[str]:
+    from omegaconf import DictConfig as Dict
+
+    found = []
+    for name in node.keys():
+        if not prefix and name == "hydra" and not with_hydra:
+            continue
+        full = f"{prefix}{name}"
+        found.append(full)
+        child = node._get_node(name)
+        if isinstance(child, Dict):
+            found.extend(_dotted_keys(child, full + "."))
+    return found
+
+
+def refuse_bad_launch(argv: list[str]) -> None:
+    """``check_launch``: a refusal prints its one ``Error:`` line and exits 2."""
+    try:
+        check_launch(argv)
     except ConfigError as error:
         print(f"Error: {error}", file=sys.stderr)
         sys.exit(2)
 
 
 if __name__ == "__main__":
-    refuse_unknown_presets(sys.argv[1:])
+    refuse_bad_launch(sys.argv[1:])
     main()

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import algorithms
 from algorithms.checks import (
-    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int)
+    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, did_you_mean)
 from harness import outputs, rundir
 from harness.session import Session
 from harness.tracking import check_logger_config
@@ -69,7 +69,9 @@ def check_experiment_overrides(overrides: list[str]) -> None:
                 raise ConfigError(f"experiment=null is not valid: for no preset leave experiment= out (or write "
                                   f"~experiment); {valid}")
             if name not in presets:
-                raise ConfigError(f"experiment={name!r} is not valid; {valid}")
+                near = did_you_mean(name, presets)
+                hint = f"did you mean {near}? " if near else ""
+                raise ConfigError(f"experiment={name!r} is not valid; {hint}{valid}")
 
 
 def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:

@@ -3,12 +3,17 @@
 Hydra runs each job of a multirun in isolation (a job's error stays in its folder and the other jobs go on) and
 exits 0 whatever happened. ``SweepReport`` (a Hydra callback, registered in conf/config.yaml) gives each job a
 record folder before the first job starts; after the last job it prints one line per failed job (folder, error)
-and exits 1 if there was any. What stops a sweep before its first job (an unknown option or key: Hydra's error,
-exit 1; an unknown experiment preset: ours, exit 2) never reaches this report.
+and exits 1 if there was any. What stops a sweep before its first job (an unknown choice, preset or key in any
+job: harness/__main__.py's one line, exit 2; another composition error: Hydra's, exit 1) never reaches this report.
+
+``LaunchFolders`` (a Hydra callback too) notes, before Hydra makes a launch's run or sweep folder, which folders
+of its path do not exist yet: a single run refused before any work, or a sweep stopped before its first job,
+removes those of them it left empty (``remove_new_folders``), and nothing that existed before the launch.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -29,6 +34,63 @@ def record_job(number: int, run_dir: Path, status: str, error: str | None) -> No
     if folder:
         payload = {"job": number, "dir": str(run_dir), "status": status, "error": error}
         Path(folder, f"{number}.json").write_text(json.dumps(payload) + "\n")
+
+
+_new_folders: dict[str, list[Path]] = {}  # "run" / "sweep": the launch folder and its parents it creates, deepest first
+
+
+def new_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist now, deepest first."""
+    folder = Path(os.path.abspath(folder))
+    return [path for path in (folder, *folder.parents) if not path.exists()]
+
+
+def launch_folders(kind: str) -> list[Path] | None:
+    """The folders this process's launch (``kind``: run or sweep) created, as ``LaunchFolders`` noted before it did;
+    None when nothing was noted (the callback is not configured)."""
+    return _new_folders.get(kind)
+
+
+def remove_new_folders(folders: list[Path]) -> None:
+    """Remove the empty ones of ``folders`` (deepest first), up to the first that is not empty: only empty folders
+    that did not exist before the launch go, never a file."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
+
+
+class LaunchFolders(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _new_folders["run"] = new_folders(Path(str(config.hydra.run.dir)))  # the job's folder: ${now:} is cached
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        _new_folders["sweep"] = created = new_folders(sweep_dir)
+        if created:  # a sweep stopped before its first job (Hydra's checks of every job's composition) leaves none
+            atexit.register(_remove_unstarted_sweep, Path(os.path.abspath(sweep_dir)), created)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        atexit.unregister(_remove_unstarted_sweep)
+
+
+def _remove_unstarted_sweep(sweep_dir: Path, created: list[Path]) -> None:
+    """At exit of a sweep that did not end (an error, Ctrl-C): if no job has a folder in the new sweep folder (it
+    holds only Hydra's multirun.yaml and SweepReport's empty records folder), remove it and its new parents."""
+    if not sweep_dir.is_dir():
+        return
+    records = sweep_dir / RECORDS_DIR
+    if any(path.name not in ("multirun.yaml", RECORDS_DIR) for path in sweep_dir.iterdir()):
+        return
+    if records.is_dir() and any(records.iterdir()):
+        return
+    if records.is_dir():
+        records.rmdir()
+    (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+    remove_new_folders(created)
 
 
 class SweepReport(Callback):

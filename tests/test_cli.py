@@ -1,0 +1,92 @@
+"""The command line: ``--help``, one-line refusals with the nearest valid name (exit 2, before any folder), sweeps
+that need ``-m``, and the folders a refused launch leaves (none it made)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import CONF, run_cli
+
+PICKED_GROUPS = ("algorithm", "task", "optim", "model", "logger", "experiment", "hydra/launcher")
+
+
+def refusal(result) -> str:
+    """The one stderr line of a launch refused with exit 2."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return lines[0]
+
+
+def test_help_shows_the_examples_and_the_groups_a_user_picks():
+    result = run_cli(["--help"], Path.cwd())
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    for example in ("python -m harness task=mnist_bandit algorithm=tpo seeds=2 trainer.steps=200",
+                    "python -m harness -m task=tabular_single algorithm=tpo,grpo",
+                    "python -m harness -m experiment=fig4_mnist",
+                    "python -m harness.report multirun/ --out results/all"):
+        assert example in text
+    groups = {line.split()[0] for line in text.split("== Config groups")[1].split("== Config ==")[0].splitlines()
+              if line.startswith("  ") and not line.startswith("   ")}
+    assert groups == set(PICKED_GROUPS)
+    for group in ("algorithm", "task", "optim", "model", "logger", "experiment"):  # every choice, from conf/
+        assert all(path.stem in text for path in (CONF / group).glob("*.yaml")), group
+    assert "joblib" in text and "submitit_slurm_cpu" in text  # hydra/launcher: plugins' and conf/'s
+    assert "campaign" not in text and "accelerate" not in text and "task/llm" not in text
+    assert "with -m" in text  # presets that define a sweep
+    hydra_help = run_cli(["--hydra-help"], Path.cwd())
+    assert hydra_help.returncode == 0 and "Hydra (" in hydra_help.stdout and "hydra/launcher" in hydra_help.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["algorithm=tpoo"], "Error: algorithm=tpoo is not a known algorithm (no algorithm/tpoo.yaml); did you mean tpo? "
+                         "valid choices: ce, cispo, "),
+    (["task=tabular_singel"], "did you mean tabular_single?"),
+    (["task=token_reversal", "optim=adamm"], "Error: optim=adamm is not a known optimiser"),
+    (["experiment=fig4_mnsit"], "Error: experiment='fig4_mnsit' is not valid; did you mean fig4_mnist? valid choices"),
+    (["trainer.stepz=1"], "Error: trainer.stepz is not a config key; did you mean trainer.steps?"),
+    (["task=tabular_single", "task.alphaa=1"], "Error: task.alphaa is not a config key; did you mean task.alpha?"),
+    (["algorithm=tpo,grpo"], "Error: algorithm=tpo,grpo is a sweep (one job per value); run it with -m"),
+])
+def test_an_unknown_name_is_refused_in_one_line_before_any_folder(args, message, tmp_path):
+    line = refusal(run_cli([*args, "logger=none"], tmp_path))
+    assert line.startswith(message) if message.startswith("Error") else message in line
+    assert list(tmp_path.iterdir()) == []  # no outputs/
+
+
+def test_a_sweep_with_an_unknown_value_names_it_before_any_job(tmp_path):
+    line = refusal(run_cli(["-m", "task=tabular_single", "algorithm=tpo,grpoo", "trainer.steps=3", "logger=none"],
+                           tmp_path))
+    assert line.startswith("Error: algorithm=grpoo is not a known algorithm") and "did you mean grpo?" in line
+    assert list(tmp_path.iterdir()) == []  # no multirun/
+
+
+def test_a_key_missing_from_one_job_of_a_sweep_names_the_job(tmp_path):
+    # pg has no eta: the sweep of fig4_mnist's preset would fail in that job
+    line = refusal(run_cli(["-m", "experiment=fig4_mnist", "algorithm.eta=2", "logger=none"], tmp_path))
+    assert "algorithm.eta is not a config key" in line and "(in the sweep's job algorithm=" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_preset_that_defines_a_sweep_needs_m(tmp_path):
+    line = refusal(run_cli(["experiment=demo_sparse"], tmp_path))
+    assert line.startswith("Error: experiment=demo_sparse defines a sweep (algorithm: tpo,grpo,dg); run it with -m: "
+                           "python -m harness -m experiment=demo_sparse")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_run_removes_the_folders_it_made_and_only_those(tmp_path):
+    (tmp_path / "outputs" / "default" / "other").mkdir(parents=True)  # existed before: kept
+    line = refusal(run_cli(["task=tabular_single", "trainer.resume=true", "logger=none"], tmp_path))
+    assert "holds no run to resume" in line
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "outputs", "outputs/default", "outputs/default/other"]
+
+
+def test_a_valid_tiny_run_still_runs(tmp_path):
+    result = run_cli(["task=tabular_single", "trainer.steps=3", "seeds=1", "logger=none"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "outputs").rglob("summary.json"))) == 1
