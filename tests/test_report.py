@@ -226,3 +226,55 @@ def test_a_figures_variant_presets_are_told_apart_and_a_long_title_wraps_to_the_
     assert len(lines) == 2 and " ".join(lines) == title
     assert all(len(line) <= figures.TITLE_CHARS_PER_INCH * 7.2 for line in lines)
     assert figures.wrapped_title("Fig 2", 7.2) == "Fig 2"
+
+
+def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are_missing(tmp_path):
+    """Fig 7 with runs for one of its 8 cells: one panel, no "no runs" placeholders; the caption opens with two
+    human lines (what, seeds, episodes, the band) and names the panels not drawn; provenance below a heading."""
+    from harness.report import synthetic
+
+    steps = np.arange(20)
+    config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 3, 20,
+                                   **{"task.H": 7, "task.match": "prompts", "task.reward": "terminal"})
+    synthetic.write_run(tmp_path / "runs" / "a", config, {"error": np.linspace(1, 0, 60).reshape(3, 20)},
+                        steps=steps)
+    out = tmp_path / "report"
+    from harness.report import tables
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tables, "preset_budget", lambda preset: (3, 20))
+        write_report([tmp_path / "runs"], out, tables="none", figures="fig7", resamples=50)
+    caption = (out / "fig7.caption.md").read_text().splitlines()
+    assert caption[0].startswith("**Fig 7") and "3 seeds, 20 episodes" in caption[0]
+    assert "95% percentile bootstrap" in caption[1] and "Not drawn, no runs yet: Prompt, H=8; Prompt, H=9" in caption[1]
+    assert caption[2] == "" and caption[3] == "## Provenance"
+    from matplotlib import image
+    height, width = image.imread(out / "fig7.png").shape[:2]
+    assert width < 1000  # one panel wide (a single-row figure is at least 6 in = 900 px), not four
+
+
+def test_figure_bands_are_the_tables_bootstrap_interval():
+    """The band at the last step is the final-error interval of the tables (same rule, generator and resamples)."""
+    from harness.report.stats import SeedMatrix, mean_interval, summarize
+
+    values = np.random.default_rng(3).random((7, 5))
+    low, high = mean_interval(values, 500, 0)
+    final = summarize(Stat("final"), SeedMatrix(np.arange(7), np.arange(5), values), 500, 0)
+    assert (low[-1], high[-1]) == pytest.approx((final.low, final.high))
+    assert np.all(low <= values.mean(0)) and np.all(values.mean(0) <= high)
+
+
+def test_never_reached_thresholds_read_as_words_in_markdown_not_inf():
+    from harness.report.specs import Stat as S
+    from harness.report.tables import cell_text, paired_text
+
+    to5 = S("steps_to", threshold=0.05)
+    base = {"paper": "", "paper_in_ci": None, "status": "ok", "seeds": 20, "seeds_run": 20, "paired_seeds": 20,
+            "reference": "TPO", "p_better": 0.2}
+    never = pd.Series({**base, "ours": np.inf, "ci_low": np.inf, "ci_high": np.inf, "_reached": 3})
+    assert cell_text(to5, never) == "never (3/20 seeds reach it)"
+    late = pd.Series({**base, "ours": 120.0, "ci_low": 90.0, "ci_high": np.inf})
+    assert cell_text(to5, late) == "120 [90, never]"
+    assert paired_text(to5, pd.Series({**never, "diff": np.inf, "diff_low": np.inf, "diff_high": np.inf})) == \
+        "not reached (ref. is) P=0.20"
+    both = pd.Series({**never, "diff": 0.0, "diff_low": 0.0, "diff_high": np.inf})
+    assert paired_text(to5, both) == "neither reaches it [0, ∞)* P=0.20"

@@ -2,10 +2,10 @@
 
     python -m harness.report multirun/table3_terminal/<time> [more sweep folders] --out results/table3
 
-Modules: ``load`` (run directories and W&B → frames), ``stats`` (spec §7 rules, bootstrap, paired comparisons),
-``specs`` (every table and figure as data), ``paper`` (published numbers), ``tables``, ``figures``, ``build``
-(``write_report``), ``synthetic`` (fake run directories for tests, the bench and the notebook). Names below are
-imported lazily so that ``python -m harness.report`` can pin BLAS threads before numpy loads.
+Modules: ``load`` (run directories and W&B → frames), ``stats`` (docs/reproduction.md §7 rules, bootstrap, paired
+comparisons), ``specs`` (every table and figure as data), ``paper`` (published numbers), ``tables``, ``figures``,
+``build`` (``write_report``), ``synthetic`` (fake run directories for tests, the bench and the notebook). Names below
+are imported lazily so that ``python -m harness.report`` can pin BLAS threads before numpy loads.
 """
 
 import importlib

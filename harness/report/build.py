@@ -14,7 +14,8 @@ from harness.report import dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
 from harness.report.load import load_runs
 from harness.report.specs import (
-    FIGURES, SHARED_RUNS, TABLES, Figure, Panel, Stat, Table, by_algorithm, fmt_value, label)
+    FIGURES, SHARED_RUNS, TABLES, Figure, Panel, Stat, Table, algorithm_rank, by_algorithm, fmt_value, label,
+    preset_title)
 from harness.report.tables import GROUP_CHOICE, Report, Resolved, fmt, missing_commands, write_table
 
 BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
@@ -41,7 +42,8 @@ def results_table(report: Report) -> pd.DataFrame:
     largest = runs.groupby(["experiment", "task"])[["seeds", "steps"]].max().fillna(0)
     rows = []
     for run in runs.to_dict("records"):
-        seeds, steps, _ = report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]))
+        seeds, steps, _ = report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]),
+                                        task=run["task"])
         flags = [] if run["status"] == "completed" else [run["status"]]
         if run["status"] != "failed" and (run["seeds"] < seeds or (run["steps"] or 0) < steps):
             flags.append("partial")
@@ -119,17 +121,29 @@ def _select(specs: dict, choice: str, experiments: set[str]) -> list:
 
 
 def _generic_figures(runs: pd.DataFrame, covered: set[str]) -> list[Figure]:
-    """Error (and misalignment) curves per experiment and task that no paper figure covers (e.g. the demo)."""
+    """Error (and misalignment) curves per experiment and task that no paper figure covers: named
+    ``<experiment>_<task>`` (a word both end and start with said once: demo_tabular + tabular_multi →
+    demo_tabular_multi), titled in words (``specs.preset_title``), methods in the paper's order."""
     figures = []
     for (experiment, task), part in runs.groupby(["experiment", "task"], sort=True):
         if experiment in covered:
             continue
         metrics = ["error"] + (["misalignment"] if task.startswith("tabular") else [])
-        series = by_algorithm(*sorted(part.algorithm.unique()))
-        panels = tuple(Panel(experiment, series, title=metric, where={"task.name": task}, metrics=(metric,),
-                             logy=task in BANDITS, ylabel=metric) for metric in metrics)
-        figures.append(Figure(f"{experiment}_{task}", f"{experiment} — {task}", panels))
+        series = by_algorithm(*sorted(part.algorithm.unique(), key=algorithm_rank))
+        panels = tuple(Panel(experiment, series, title=f"({tag}) {GENERIC_TITLE[metric]}" if len(metrics) > 1
+                             else GENERIC_TITLE[metric], where={"task.name": task}, metrics=(metric,),
+                             logy=task in BANDITS, ylabel="" if metric == "error" else "Misalignment (1 − cos)")
+                       for tag, metric in zip("ab", metrics))
+        figures.append(Figure(_generic_name(experiment, task), preset_title(experiment, task), panels))
     return figures
+
+
+GENERIC_TITLE = {"error": "Error", "misalignment": "Misalignment"}
+
+
+def _generic_name(experiment: str, task: str) -> str:
+    last = experiment.rsplit("_", 1)[-1]
+    return f"{experiment}{task[len(last):]}" if task.startswith(f"{last}_") else f"{experiment}_{task}"
 
 
 CONCLUSIONS = "conclusions.md"  # a hand-written reading of a report folder's tables, linked from its README
@@ -143,7 +157,8 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
     paper's seeds where ``SEED_DYNAMICS`` names their file."""
     ours = {}
     for row, col, key in spec.cells():
-        budget = report.budget(key.get("experiment", spec.preset), spec.seeds, spec.steps)  # as the table's
+        budget = report.budget(key.get("experiment", spec.preset), spec.seeds, spec.steps,  # as the table's
+                               key.get("task.name"))
         resolved = report.resolve(spec.preset, key, budget)
         matrix, zero_var = report.matrix(resolved, "error"), report.matrix(resolved, "frac_zero_var")
         logged = np.array_equal(zero_var.seeds, matrix.seeds) and np.array_equal(zero_var.steps, matrix.steps)
@@ -204,6 +219,7 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                 "than the preset: a table merges the seed ranges of a cell's runs of one configuration and marks "
                 "the cell † until it has the preset's seeds).\n"]
     for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
+        part = part.iloc[sorted(range(len(part)), key=lambda i: algorithm_rank(part.algorithm.iloc[i]))]  # TPO first
         shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
         sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]
 
@@ -230,7 +246,7 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
         sections.append("## Figures\n")
         for figure in written:
             sections.append(f"### {figure.title}\n\n![{figure.name}]({figure.name}.png)\n\n"
-                            f"Provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
+                            f"Caption and provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
 
     commands = missing_commands(pd.concat(records)) if records else []
     if commands:

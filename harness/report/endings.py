@@ -1,4 +1,4 @@
-"""How each seed of a cell ends: learned, stuck where no gradient leads out, or still moving (issue 17, README
+"""How each seed of a cell ends: learned, stuck where no gradient leads out, or still moving (README
 "Beyond the paper").
 
 A seed's first-epoch gradient vanishes (``grad_norm`` below ``VANISHING``: float rounding) when no group can move

@@ -1,5 +1,7 @@
-"""Paper figures from runs: seed mean ± s.e. bands, one fixed colour and line style per algorithm everywhere, and a
-caption file recording where every line came from (runs, configs, seeds, steps, hardware, commit, date)."""
+"""Paper figures from runs: seed means with 95% bootstrap bands over seeds (the tables' intervals), one fixed colour
+and line style per algorithm everywhere, methods in the paper's order (TPO first), one legend beside the panels,
+only the panels that have runs, and a caption file: a short human caption, then where every line came from (runs,
+configs, seeds, steps, hardware, commit, date)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,15 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from algorithms import ALGORITHMS
 from harness.outputs import git_commit
 from harness.report import paper, stats
-from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, label
+from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
 from harness.report.tables import Report, Resolved, fill_command
 
-# One fixed colour and line style per algorithm across every figure, from the registry.
+# One fixed colour and line style per algorithm across every figure, from the registry (TPO: red, drawn on top).
 ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
 TITLE_CHARS_PER_INCH = 12  # a figure title wraps at this many characters per inch of figure width (10 pt)
 METRIC_STYLE = ("-", "--", ":")  # panels with several metrics (Fig 10b): line style marks the metric
@@ -27,6 +30,9 @@ LOG_FLOOR = 1e-7
 MECHANISM_BINS = ("[0, .25)", "[.25, .5)", "[.5, .75)", "[.75, 1]")
 MECHANISM_METRICS = tuple(f"mech_surplus_bin{b}" for b in range(len(MECHANISM_BINS)))
 FINAL, AT_2000 = Stat("final"), Stat("at_step", step=2000, percent=False)
+BAND_RESAMPLES = 1000  # per-step bands: the tables' percentile bootstrap and generator seed, fewer resamples
+PARTIAL_NOTE = "† partial: fewer seeds or steps than the preset"
+PAPER_LABEL = "Paper's value"
 
 
 def _paper_point(published: paper.PaperValue | None) -> float:
@@ -37,16 +43,21 @@ def _paper_point(published: paper.PaperValue | None) -> float:
 
 
 def smooth(values: np.ndarray, window: int, centred: bool = False) -> np.ndarray:
-    """Moving average. Causal: left-padded with the first value (spec §6.7); centred: edge-padded (spec §6.9)."""
-    if window <= 1 or values.size == 0:
+    """Moving average along the last axis (one curve, or one per seed), skipping non-finite values (NaN where no
+    value in the window). Causal: left-padded with the first value (docs/reproduction.md §6.7); centred:
+    edge-padded (docs/reproduction.md §6.9)."""
+    values = np.asarray(values, dtype=float)
+    if window <= 1 or values.shape[-1] == 0:
         return values
-    if centred:
-        left = window // 2
-        padded = np.pad(values, (left, window - 1 - left), mode="edge")
-    else:
-        padded = np.concatenate([np.full(window - 1, values[0]), values])
-    cumulative = np.cumsum(np.insert(padded, 0, 0.0))
-    return (cumulative[window:] - cumulative[:-window]) / window
+    left, right = (window // 2, window - 1 - window // 2) if centred else (window - 1, 0)
+    pad = [(0, 0)] * (values.ndim - 1) + [(left, right)]
+    padded = np.pad(values, pad, mode="edge")
+    finite = np.isfinite(padded)
+    zeros = np.zeros(values.shape[:-1] + (1,))
+    total = np.cumsum(np.concatenate([zeros, np.where(finite, padded, 0.0)], axis=-1), axis=-1)
+    count = np.cumsum(np.concatenate([zeros, finite.astype(float)], axis=-1), axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (total[..., window:] - total[..., :-window]) / (count[..., window:] - count[..., :-window])
 
 
 def series_style(series: Series, index: int, count: int) -> tuple[str, str]:
@@ -70,125 +81,204 @@ def _series_label(series: Series, panel: Panel) -> str:
     return series.label or label({k: v for k, v in series.key.items() if k not in panel.where})
 
 
+def _keys(panel: Panel) -> list[dict]:
+    """Every cell key a panel reads: each series, at each x of a final-vs-x panel."""
+    xs = panel.xs if panel.kind == "final" else (None,)
+    return [{**series.key, **({panel.x: x} if panel.x and x is not None else {})}
+            for series in panel.series for x in xs]
+
+
+def _whiskers(value: np.ndarray, low: np.ndarray, high: np.ndarray, log: bool) -> np.ndarray:
+    """Error bars from an interval; on log axes a whisker at or below zero stops just above zero."""
+    below, above = value - low, high - value
+    if log:
+        below = np.minimum(below, value * 0.99)
+    return np.vstack([np.maximum(below, 0), np.maximum(above, 0)])
+
+
 class Drawer:
     """Draws a Figure spec from a Report; remembers the runs behind each line for the caption."""
 
-    def __init__(self, report: Report, default_smooth: int = 1):
+    def __init__(self, report: Report, default_smooth: int = 1, band_resamples: int = BAND_RESAMPLES):
         self.report, self.default_smooth = report, default_smooth
+        self.band_resamples = min(band_resamples, report.resamples)
         self.used: list[tuple[str, str, Resolved]] = []
         self.records: list[dict] = []  # preset, command, status of every line, for the missing-runs list
+        self.missing_panels: list[str] = []  # titles of the panels that have no runs (not drawn)
+        self.partial = False  # some drawn line is partial (†)
+        self.paper_drawn = False  # some published value is drawn (a legend entry)
+        self.units: list[str] = []  # the x unit of each drawn curves panel (episode, step)
+
+    def _budget(self, panel: Panel, full: dict) -> tuple[int, int, str]:
+        return self.report.budget(full.get("experiment", panel.preset), task=full.get("task.name"))
+
+    def _resolve(self, panel: Panel, key: dict) -> tuple[dict, tuple[int, int, str], Resolved]:
+        full = {**panel.where, **key}
+        budget = self._budget(panel, full)
+        return full, budget, self.report.resolve(panel.preset, full, budget)
+
+    def record(self, panel: Panel) -> bool:
+        """Record the (preset, status, command) of every line of the panel; whether some line has runs."""
+        found = False
+        for key in _keys(panel):
+            full, budget, resolved = self._resolve(panel, key)
+            self.records.append({"preset": full.get("experiment", panel.preset), "status": resolved.status,
+                                 "command": fill_command(panel.preset, full, resolved, budget)})
+            found |= resolved.usable
+        return found
 
     def resolve(self, panel: Panel, key: dict) -> Resolved:
-        full = {**panel.where, **key}
-        budget = self.report.budget(full.get("experiment", panel.preset))
-        resolved = self.report.resolve(panel.preset, full, budget)
-        self.records.append({"preset": full.get("experiment", panel.preset), "status": resolved.status,
-                             "command": fill_command(panel.preset, full, resolved, budget)})
+        """A line's runs, remembered for the caption when it has some."""
+        resolved = self._resolve(panel, key)[2]
         if resolved.usable:
             self.used.append((panel.title, label({**panel.where, **key}), resolved))
         return resolved
 
+    def _task(self, resolved: Resolved) -> tuple[str | None, str | None]:
+        """(task, reward) of a cell's runs, for the axis labels."""
+        runs = self.report.runs
+        rows = runs[runs.run.isin(list(resolved.owners))]
+        if rows.empty:
+            return None, None
+        config = rows.iloc[0]["config"]
+        return rows.iloc[0]["task"], config.get("task.reward")
+
+    def _label(self, series: Series, panel: Panel, resolved: Resolved) -> str:
+        partial = resolved.status == "partial"
+        self.partial |= partial
+        return _series_label(series, panel) + ("†" if partial else "")
+
     def curves(self, ax, panel: Panel) -> bool:
         drawn = False
         window = panel.smooth if panel.smooth is not None else self.default_smooth
+        task = None
         for index, series in enumerate(panel.series):
             resolved = self.resolve(panel, series.key)
             if not resolved.usable:
                 continue
+            task = task or self._task(resolved)
             colour, line = series_style(series, index, len(panel.series))
+            on_top = 3 if getattr(ALGORITHMS.get(series.key.get("algorithm.name")), "target", False) else 2
             for m_index, metric in enumerate(panel.metrics):
                 matrix = self.report.matrix(resolved, metric)
                 logged = np.isfinite(matrix.values).any(0)  # a metric logged every N steps (held-out accuracy)
                 matrix = stats.SeedMatrix(matrix.seeds, matrix.steps[logged], matrix.values[:, logged])
                 if matrix.values.size == 0:
                     continue
-                mean, se = stats.mean_se(matrix)
-                mean, se = smooth(mean, window, panel.centred), smooth(se, window, panel.centred)
+                values = smooth(matrix.values, window, panel.centred)  # each seed's curve; the mean is linear
+                mean = stats._nanmean(values)
+                low, high = stats.mean_interval(values, self.band_resamples, self.report.seed)
                 style = METRIC_STYLE[m_index] if len(panel.metrics) > 1 else line
-                name = _series_label(series, panel) + ("†" if resolved.status == "partial" else "")
-                on_top = 3 if getattr(ALGORITHMS.get(series.key.get("algorithm.name")), "target", False) else 2
                 ax.plot(matrix.steps, mean, style, color=colour, linewidth=1.4, zorder=on_top,
-                        label=name if m_index == 0 else None)
-                ax.fill_between(matrix.steps, mean - se, mean + se, color=colour, alpha=0.2, linewidth=0)
+                        label=self._label(series, panel, resolved) if m_index == 0 else None)
+                ax.fill_between(matrix.steps, low, high, color=colour, alpha=0.2, linewidth=0, zorder=on_top - 1)
                 drawn = True
-        ax.set_xlabel("step")
+        x, y = axis_labels(*(task or (None, None)))
+        ax.set_xlabel(panel.xlabel or x)
+        ax.set_ylabel(panel.ylabel or y)
+        if drawn:
+            self.units.append((panel.xlabel or x).lower())
         return drawn
 
+    def _final(self, resolved: Resolved, metric: str, stat: Stat) -> tuple[float, float, float]:
+        """Point value and the tables' 95% bootstrap interval of one cell."""
+        if not resolved.usable:
+            return np.nan, np.nan, np.nan
+        summary = stats.summarize(stat, self.report.matrix(resolved, metric), self.report.resamples,
+                                  self.report.seed)
+        return summary.value, summary.low, summary.high
+
     def finals(self, ax, panel: Panel) -> bool:
-        """Final value per series (bars) or against ``panel.x`` (lines), ± s.e., paper values as crosses."""
+        """Final value per series (bars) or against ``panel.x`` (lines) with its 95% bootstrap interval, paper
+        values as crosses."""
         drawn = False
         xs = panel.xs if panel.kind == "final" else (None,)
+        task = None
         for index, series in enumerate(panel.series):
             colour, line = series_style(series, index, len(panel.series))
-            points = []
+            points, partial = [], None
             for x in xs:
                 key = {**series.key, **({panel.x: x} if panel.x else {})}
                 resolved = self.resolve(panel, key)
-                matrix = self.report.matrix(resolved, panel.metrics[0]) if resolved.usable else None
+                if resolved.usable:
+                    task = task or self._task(resolved)
+                    partial = resolved if partial is None or resolved.status == "partial" else partial
                 published = (paper.lookup(panel.paper, "final", {"experiment": panel.preset, **panel.where, **key})
                              if panel.paper else None)
-                points.append((index if x is None else x, stats.point(FINAL, matrix) if matrix is not None else np.nan,
-                               stats.standard_error(FINAL, matrix) if matrix is not None else np.nan,
+                points.append((index if x is None else x, *self._final(resolved, panel.metrics[0], FINAL),
                                _paper_point(published)))
-            at, value, se, target = map(np.asarray, zip(*points))
-            # on log axes a whisker below zero would run off the plot: stop it just above zero instead
-            yerr = np.vstack([np.minimum(se, value * 0.99), se]) if panel.logy else se
+            at, value, low, high, target = map(np.asarray, zip(*points))
+            yerr = _whiskers(value, low, high, panel.logy)
+            name = self._label(series, panel, partial) if partial is not None else _series_label(series, panel)
             if panel.kind == "bars":
-                ax.bar(at, value, yerr=yerr, color=colour, capsize=3)
+                ax.bar(at, value, yerr=yerr, color=colour, capsize=3, label=name)
                 ax.plot(at, target, "x", color="black", markersize=8, markeredgewidth=2)
             else:
-                ax.errorbar(at, value, yerr=yerr, fmt=line, marker="o", color=colour,
-                            label=_series_label(series, panel), capsize=3)
+                ax.errorbar(at, value, yerr=yerr, fmt=line, marker="o", color=colour, label=name, capsize=3)
                 ax.plot(at, target, "x", color=colour, markersize=8, markeredgewidth=2)
+            self.paper_drawn |= bool(np.isfinite(target).any())
             drawn |= bool(np.isfinite(value).any())
         if panel.kind == "bars":
-            ax.set_xticks(range(len(panel.series)), [_series_label(s, panel) for s in panel.series], fontsize=7)
+            ax.set_xticks(range(len(panel.series)), [_series_label(s, panel) for s in panel.series], fontsize=7,
+                          rotation=35, ha="right", rotation_mode="anchor")
         else:
-            ax.set_xlabel(KEY_LABEL.get(panel.x, panel.x))
+            ax.set_xlabel(panel.xlabel or KEY_LABEL.get(panel.x, panel.x))
             ax.set_xticks(panel.xs, [str(x) for x in panel.xs])
+        ax.set_ylabel(panel.ylabel or "Final " + axis_labels(*(task or (None, None)))[1].lower())
         return drawn
 
     def mechanism(self, ax, panel: Panel) -> bool:
-        """Fig 4b: surplus gain per concentration bin at step 2,000, bars ± s.e. over seeds."""
+        """Fig 4b: surplus gain per concentration bin at step 2,000, bars with the tables' 95% bootstrap interval."""
         width = 0.8 / len(panel.series)
         drawn = False
         for index, series in enumerate(panel.series):
             resolved = self.resolve(panel, series.key)
             if not resolved.usable:
                 continue
-            values, errors, targets = [], [], []
+            values, lows, highs, targets = [], [], [], []
             for b in range(len(MECHANISM_BINS)):
-                matrix = self.report.matrix(resolved, MECHANISM_METRICS[b])
                 published = paper.lookup(panel.paper, AT_2000.name, {"experiment": panel.preset, **series.key,
                                                                      "metric": MECHANISM_METRICS[b]})
-                values.append(stats.point(AT_2000, matrix))
-                errors.append(stats.standard_error(AT_2000, matrix))
+                value, low, high = self._final(resolved, MECHANISM_METRICS[b], AT_2000)
+                values.append(value)
+                lows.append(low)
+                highs.append(high)
                 targets.append(_paper_point(published))
             at = np.arange(len(MECHANISM_BINS)) + (index - (len(panel.series) - 1) / 2) * width
             colour = series_style(series, index, len(panel.series))[0]
-            ax.bar(at, values, width, yerr=errors, color=colour, label=_series_label(series, panel))
-            ax.plot(at, targets, "x", color="black", markersize=7)
+            values = np.asarray(values)
+            ax.bar(at, values, width, yerr=_whiskers(values, np.asarray(lows), np.asarray(highs), False),
+                   color=colour, capsize=2, label=self._label(series, panel, resolved))
+            ax.plot(at, targets, "x", color="black", markersize=7, markeredgewidth=2, zorder=4)
+            self.paper_drawn |= bool(np.isfinite(targets).any())
             drawn |= bool(np.isfinite(values).any())
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(MECHANISM_BINS)), MECHANISM_BINS, fontsize=7)
-        ax.set_xlabel("wrong-class concentration")
+        ax.set_xlabel(panel.xlabel or "Wrong-class concentration")
+        ax.set_ylabel(panel.ylabel or "Surplus")
         return drawn
 
     def draw(self, figure: Figure) -> plt.Figure | None:
-        count = len(figure.panels)
-        ncols = figure.ncols or count
+        """The figure with only the panels that have runs (the others recorded in ``missing_panels`` and their
+        lines' commands in ``records``), one legend below them; None when no panel has runs."""
+        active = [panel for panel in figure.panels if self.record(panel)]
+        self.missing_panels = [panel.title or panel.preset for panel in figure.panels if panel not in active]
+        if not active:
+            return None
+        count = len(active)
+        ncols = min(figure.ncols or count, count)
         nrows = -(-count // ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(max(6.0, 3.6 * ncols), 2.9 * nrows), squeeze=False)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(max(6.0, 3.6 * ncols), 2.9 * nrows + 0.9), squeeze=False,
+                                 layout="constrained")
         drawn = False
-        for ax, panel in zip(axes.flat, figure.panels):
-            kind = {"curves": self.curves, "final": self.finals, "bars": self.finals, "mechanism": self.mechanism}
+        kind = {"curves": self.curves, "final": self.finals, "bars": self.finals, "mechanism": self.mechanism}
+        for ax, panel in zip(axes.flat, active):
             has_data = kind[panel.kind](ax, panel)
             drawn |= has_data
             ax.set_title(panel.title, fontsize=9)
-            ax.set_ylabel(panel.ylabel)
             ax.grid(alpha=0.3)
-            if not has_data:
-                ax.text(0.5, 0.5, f"no runs\n(experiment={panel.preset})", ha="center", va="center",
+            if not has_data:  # runs, but none logs this panel's metric
+                ax.text(0.5, 0.5, f"no {', '.join(panel.metrics)} logged", ha="center", va="center",
                         transform=ax.transAxes, color="grey", fontsize=8)
                 continue
             if panel.logy:
@@ -199,26 +289,98 @@ class Drawer:
                 ax.set_xticks(panel.xs, [str(x) for x in panel.xs])
             if panel.ylim:
                 ax.set_ylim(*panel.ylim)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(frameon=False, fontsize=7)
         for ax in list(axes.flat)[count:]:
             ax.set_visible(False)
-        fig.suptitle(wrapped_title(figure.title, fig.get_figwidth()), fontsize=10)
-        fig.tight_layout()
         if not drawn:
             plt.close(fig)
             return None
+        self._legend(fig, axes.flat)
+        fig.suptitle(wrapped_title(figure.title, fig.get_figwidth()), fontsize=10)
         return fig
 
+    def _legend(self, fig: plt.Figure, axes) -> None:
+        """One legend for the whole figure, below the panels: each label once, in the panels' order (the paper's,
+        TPO first), the paper's marker and the † of partial lines explained."""
+        handles: dict[str, object] = {}
+        for ax in axes:
+            for handle, text in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(text, handle)
+        if self.paper_drawn:
+            handles[PAPER_LABEL] = Line2D([], [], marker="x", linestyle="none", color="black", markersize=7,
+                                          markeredgewidth=2)
+        if not handles:
+            return
+        labels, artists = list(handles), list(handles.values())
+        widths = [0.55 + 0.065 * len(text) for text in labels]  # inches at 8 pt, with the handle and the gap
+        per_row = len(labels) if sum(widths) <= 0.95 * fig.get_figwidth() else \
+            max(1, int(0.95 * fig.get_figwidth() / max(widths)))
+        rows = -(-len(labels) // per_row)
+        blank = rows * per_row - len(labels)  # a full grid, filled row by row (matplotlib fills columns)
+        labels, artists = labels + [""] * blank, artists + [Line2D([], [], linestyle="none")] * blank
+        order = [row * per_row + column for column in range(per_row) for row in range(rows)]
+        fig.legend([artists[i] for i in order], [labels[i] for i in order], loc="outside lower center",
+                   ncols=per_row, frameon=False, fontsize=8, handlelength=1.8, columnspacing=1.2,
+                   title=PARTIAL_NOTE if self.partial else None, title_fontsize=8)
 
-def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str) -> str:
-    """Markdown caption with provenance: every line's runs, their configs, seeds, steps and hardware."""
+
+def _count_text(values: list[int], unit: str) -> str:
+    values = sorted(set(values))
+    if not values:
+        return ""
+    text = f"{values[0]:,}" if len(values) == 1 else f"{values[0]:,}–{values[-1]:,}"
+    return f"{text} {unit if values == [1] else '/'.join(part + 's' for part in unit.split('/'))}"
+
+
+def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[str]:
+    """Two lines: what is shown, over how many seeds and episodes (steps); then what the bands and bars are, the
+    figure's own notes, the panels without runs and what † marks."""
     by_dir = runs.set_index("run_dir")
-    lines = [f"# {figure.title}\n", figure.caption + "\n" if figure.caption else "",
-             f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}` at commit "
-             f"{git_commit() or 'unknown'}. Bands: seed mean ± s.e. (population std / √n).\n",
-             "| panel | line | status | seeds | steps | runs | hardware | wall s |",
-             "|---|---|---|---|---|---|---|---|"]
+    seeds = [sum(len(s) for s in resolved.owners.values()) for _, _, resolved in drawer.used]
+    steps = [int(s) for _, _, resolved in drawer.used for s in by_dir.loc[resolved.run_dirs].steps.dropna()]
+    unit = "/".join(dict.fromkeys(drawer.units)) or "step"  # Fig 1: MNIST steps beside token episodes
+    kinds = {panel.kind for panel in figure.panels if (panel.title or panel.preset) not in drawer.missing_panels}
+    shown = []
+    if "curves" in kinds:
+        shown.append(f"lines: seed mean per {unit}")
+    if kinds & {"final", "bars"}:
+        shown.append(f"{'bars' if 'bars' in kinds else 'points'}: seed mean at the last {unit}")
+    if "mechanism" in kinds:
+        shown.append("bars: seed-mean surplus at step 2,000")
+    size = ", ".join(p for p in (_count_text(seeds, "seed"), _count_text(steps, unit)) if p)
+    what = "; ".join(shown)
+    first = f"**{figure.title}.** {what[:1].upper() + what[1:]} ({size} per line)."
+    band = []
+    if "curves" in kinds:
+        band.append(f"Shaded bands: 95% percentile bootstrap interval of the seed mean over seeds at each {unit} "
+                    f"({drawer.band_resamples:,} resamples, generator seed {drawer.report.seed}), the tables' rule")
+    if kinds - {"curves"}:
+        band.append(f"error bars: the tables' 95% percentile bootstrap interval over seeds "
+                    f"({drawer.report.resamples:,} resamples)")
+    second = "; ".join(band) + "."
+    if band:
+        second = second[0].upper() + second[1:]
+    if figure.caption:
+        second += f" {figure.caption}"
+    if drawer.missing_panels:
+        second += f" Not drawn, no runs yet: {'; '.join(drawer.missing_panels)} (commands in the README)."
+    if drawer.partial:
+        second += " † marks a partial line: fewer seeds or steps than its preset asks for."
+    return [first, second]
+
+
+def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str,
+            drawer: Drawer | None = None) -> str:
+    """Markdown caption: two human lines (``human_caption``), then the provenance: every line's runs, their configs,
+    seeds, steps and hardware."""
+    by_dir = runs.set_index("run_dir")
+    lines = []
+    if drawer is not None:
+        lines += [*human_caption(figure, drawer, runs), ""]
+    lines += ["## Provenance\n",
+              f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}` at commit "
+              f"{git_commit() or 'unknown'}.\n",
+              "| panel | line | status | seeds | steps | runs | hardware | wall s |",
+              "|---|---|---|---|---|---|---|---|"]
     configs = {}
     for panel, line, resolved in used:
         rows = by_dir.loc[resolved.run_dirs]
@@ -237,11 +399,13 @@ def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.Data
 
 
 def _hardware(text) -> str:
+    """The device, its threads and the CPU a run ran on (not the machine's host name)."""
     if not isinstance(text, str):
         return "unknown"
     info = json.loads(text)
+    threads = info.get("threads")
     cpu = f", {info['cpu']}" if info.get("cpu") else ""
-    return f"{info.get('device')} ×{info.get('threads')} threads on {info.get('host')}{cpu}"
+    return f"{info.get('device')} ×{threads} thread{'' if threads == 1 else 's'}{cpu}"
 
 
 def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int = 1,
@@ -255,6 +419,5 @@ def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int 
     fig.savefig(out / f"{figure.name}.png", dpi=150)
     fig.savefig(out / f"{figure.name}.pdf", metadata={"CreationDate": None})  # same figure, same bytes
     plt.close(fig)
-    (out / f"{figure.name}.caption.md").write_text(caption(figure, drawer.used, report.runs, how))
+    (out / f"{figure.name}.caption.md").write_text(caption(figure, drawer.used, report.runs, how, drawer))
     return True, drawer.records
-

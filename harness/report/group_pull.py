@@ -1,4 +1,4 @@
-"""How hard a noise-only group pulls on the policy next to a real one (issue 17, README "Beyond the paper": low-variance
+"""How hard a noise-only group pulls on the policy next to a real one (README "Beyond the paper": low-variance
 groups).
 
 A group's pull is the norm of the first-epoch gradient of an algorithm's loss on the group's candidate log-probs

@@ -1,4 +1,4 @@
-"""What happens around a relapse, and how far the optimizer moves when the gradient vanishes (issue 17, README
+"""What happens around a relapse, and how far the optimizer moves when the gradient vanishes (README
 "Beyond the paper").
 
 For every seed of the given runs (``metrics.csv``: error, frac_zero_var, grad_norm, update_muon, update_adam),

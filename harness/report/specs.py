@@ -16,9 +16,10 @@ from algorithms import ALGORITHMS
 
 @dataclass(frozen=True)
 class Stat:
-    """A per-cell statistic over seeds (spec §7). ``kind``: final (seed mean at the last step), steps_to (first step
-    whose seed mean is strictly below ``threshold``), at_step (seed mean at ``step``), mean (seed mean of each
-    seed's mean over every logged step: the area under the curve per step, which a late relapse cannot hide),
+    """A per-cell statistic over seeds (docs/reproduction.md §7). ``kind``: final (seed mean at the last step),
+    steps_to (first step whose seed mean is strictly below ``threshold``), at_step (seed mean at ``step``), mean
+    (seed mean of each seed's mean over every logged step: the area under the curve per step, which a late relapse
+    cannot hide),
     solved (fraction of seeds whose error ever fell below ``threshold``), relapsed (fraction of seeds that, once
     solved, rose above ``relapse_above``; ``harness.outputs.relapse_events``), relapses (relapse events per seed,
     0 for a seed that never solved: how often, where relapsed says only whether). ``when = (metric, value)`` keeps
@@ -107,8 +108,9 @@ class Series:
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes. kind: curves (seed mean ± s.e. over steps), final (final value vs config key ``x``), bars (final
-    value per series), mechanism (Fig 4b surplus by concentration bin at step 2,000)."""
+    """One axes. kind: curves (seed mean over steps with its 95% bootstrap band over seeds), final (final value vs
+    config key ``x``), bars (final value per series), mechanism (Fig 4b surplus by concentration bin at step 2,000).
+    An empty ``ylabel`` or ``xlabel`` is the task's (``axis_labels``)."""
 
     preset: str
     series: tuple[Series, ...]
@@ -121,9 +123,10 @@ class Panel:
     logy: bool = False
     logx: bool = False
     ylim: tuple[float, float] | None = None
-    ylabel: str = "error"
+    ylabel: str = ""
+    xlabel: str = ""
     smooth: int | None = None  # window; None = the report's --smooth
-    centred: bool = False  # centred instead of causal moving average (spec §6.9)
+    centred: bool = False  # centred instead of causal moving average (docs/reproduction.md §6.9)
     paper: str | None = None  # table whose published values are drawn as markers
 
 
@@ -137,6 +140,39 @@ class Figure:
 
 
 ALGORITHM_LABEL = {name: algorithm.label for name, algorithm in ALGORITHMS.items()}  # from the registry
+# The paper's order of methods, TPO (its highlighted method) first: legends, bars and the runs' listing follow it
+ALGORITHM_ORDER = ("tpo", "tpo_token", "tpo_no_anchor", "dg", "grpo", "grpo_token", "grpo_no_kl", "grpo_masked",
+                   "group_pg", "pg", "ppo", "ce", "rloo", "dr_grpo", "dapo", "gspo", "cispo")
+TASK_LABEL = {"tabular_single": "single-context bandit", "tabular_multi": "multi-context bandit",
+              "mnist_bandit": "MNIST bandit", "token_reversal": "token reversal", "graph_colouring": "graph colouring",
+              "gsm8k": "GSM8K", "knights_knaves": "Knights & Knaves"}
+EPISODE_TASKS = ("token_reversal", "graph_colouring", "gsm8k", "knights_knaves")  # a training step is an episode
+ERROR_LABEL = {"tabular_single": "Error", "tabular_multi": "Error", "mnist_bandit": "Test error",
+               "token_reversal": "Exact-match error"}
+REWARD_ERROR_LABEL = {"bag_of_tokens": "Token error", "sequential": "Error (sequential reward)"}
+PRESET_TITLE = {"demo_tabular": "Demo", "demo_mnist": "Demo", "demo_sparse": "Demo", "demo_llm": "LLM demo",
+                "beyond_amplification_scale": "Beyond the paper — GRPO, σ with the scale guard",
+                "beyond_amplification_floor_scale": "Beyond the paper — GRPO, σ floor with the scale guard"}
+
+
+def algorithm_rank(name) -> tuple[int, str]:
+    """Sort key of an algorithm id: the paper's order, others after it by name."""
+    return (ALGORITHM_ORDER.index(name), "") if name in ALGORITHM_ORDER else (len(ALGORITHM_ORDER), str(name))
+
+
+def axis_labels(task: str | None, reward: str | None = None) -> tuple[str, str]:
+    """(x, y) labels of an error curve of ``task``: sequence tasks count episodes, bandits training steps; the
+    token task's error is the exact-match error under terminal reward, the token error under bag-of-tokens."""
+    x = "Episode" if task in EPISODE_TASKS else "Step"
+    y = REWARD_ERROR_LABEL.get(reward, ERROR_LABEL.get(task, "Error")) if task == "token_reversal" else \
+        ERROR_LABEL.get(task, "Error")
+    return x, y
+
+
+def preset_title(preset: str, task: str | None = None) -> str:
+    """A human title for a preset's runs of ``task`` ("Demo: MNIST bandit"), for figures no paper figure names."""
+    head = PRESET_TITLE.get(preset, preset.replace("_", " "))
+    return f"{head}: {TASK_LABEL.get(task, task)}" if task else head
 KEY_LABEL = {"task.V": "V", "task.H": "H", "task.K": "K", "algorithm.eta": "η", "algorithm.epochs": "epochs",
              "task.reward_noise": "noise"}
 VALUE_LABEL = {
@@ -244,17 +280,19 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("table2", "Table 2 — steps to 1% error, task variations (token-level grouping)", "table2_variations",
           rows=VARIANTS, cols=algorithms("tpo_token", "grpo_token", "dg", "ppo"), stats=(TO_1,),
           reference={"algorithm.name": "tpo_token"}, seeds=10, steps=1000,
-          note="Paper PPO bag-of-tokens Rev. copy is \"−\" although Table 1 V=2 gives 872 (spec §14.6)."),
+          note="Paper PPO bag-of-tokens Rev. copy is \"−\" although Table 1 V=2 gives 872 "
+               "(docs/reproduction.md §14.6)."),
     Table("table3", "Table 3 — final exact-match error (%), terminal reward, H × matching", "table3_terminal",
           rows=algorithms(*TERMINAL),
           cols=grid(**{"task.match": ["prompts", "interactions"], "task.H": [7, 8, 9, 10]}),
           stats=(Stat("final", dash_above=0.95),), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000,
           note="\"−\" = above 95%. Prompt- and interaction-matched TPO/GRPO share configs; the paper's gaps between "
-               "them are run-to-run variance (spec §14.8)."),
+               "them are run-to-run variance (docs/reproduction.md §14.8)."),
     Table("table5", "Table 5 — TPO temperature η: final error and steps to 1%", "table5_eta_sweep",
           rows=grid(**{"algorithm.eta": ETAS}), stats=(FINAL, TO_1), where={"algorithm.name": "tpo"},
           reference={"algorithm.eta": 1.0}, seeds=10, steps=1000,
-          note="Sequence-level TPO under bag-of-tokens (spec §6.11, §14.7: the paper does not say which TPO)."),
+          note="Sequence-level TPO under bag-of-tokens (docs/reproduction.md §6.11, §14.7: the paper does not say "
+               "which TPO)."),
     Table("fig12", "Fig 12 — group size K: final exact-match error (%)", "fig12_k_sweep",
           rows=algorithms("tpo", "grpo"), cols=grid(**{"task.K": KS}), reference={"algorithm.name": "tpo"},
           seeds=30, steps=2000),
@@ -273,7 +311,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           cols=grid(**{"task.H": [7, 8, 10]}), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000),
     Table("fig1b", "Fig 1b — sparse-reward hero: final exact-match error (%) and steps to 5%", "fig1b_sparse",
           rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
-          seeds=20, steps=2000, note="Paper values from the reference's asset npz (spec §11), not the paper text."),
+          seeds=20, steps=2000,
+          note="Paper values from the reference's asset npz (docs/reproduction.md §11), not the paper text."),
     Table("demo_sparse", "Main job — the sparse-reward hero, reduced (H = 6): final error, steps to 5% and mean "
           "error over the run (%)", "demo_sparse", rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5, MEAN),
           reference={"algorithm.name": "tpo"},
@@ -282,20 +321,23 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("fig4a", "Fig 4a — MNIST bandit: final test error (%) and steps to 5%", "fig4_mnist",
           rows=algorithms("tpo", "dg", "grpo", "pg", "group_pg"), stats=(FINAL, TO_5),
           reference={"algorithm.name": "tpo"}, seeds=20, steps=10000,
-          note="Steps are eval labels: the evaluation after 200(i+1) updates is logged at 200i (spec §14.10)."),
+          note="Steps are eval labels: the evaluation after 200(i+1) updates is logged at 200i "
+               "(docs/reproduction.md §14.10)."),
     Table("fig4b", "Fig 4b — MNIST mechanism: surplus gain by concentration bin at step 2,000", "fig4_mnist",
           rows=algorithms("tpo", "dg", "pg", "group_pg"),
           cols=tuple({"metric": f"mech_surplus_bin{i}"} for i in range(4)),
           stats=(Stat("at_step", step=2000, percent=False, higher_is_better=True),),
           reference={"algorithm.name": "tpo"}, seeds=20,
-          steps=10000, note="Misclassified test examples; seed mean over seeds with a non-empty bin (spec §6.4)."),
+          steps=10000, note="Misclassified test examples; seed mean over seeds with a non-empty bin "
+                            "(docs/reproduction.md §6.4)."),
     Table("fig17", "Fig 17b,c — DG with 1 vs 4 epochs: final error (%)", "fig17_dg_epochs", rows=VARIANTS,
           cols=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
           reference={"algorithm.epochs": 1}, seeds=10, steps=1000),
     Table("fig17a", "Fig 17a — DG with 1 vs 4 epochs, terminal reward: final exact-match error (%)",
           "fig17a_dg_epochs_terminal", rows=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
           reference={"algorithm.epochs": 1}, seeds=20, steps=2000,
-          note="The paper does not state H/B; the preset's H=5, B=256 is one candidate (spec §6.12)."),
+          note="The paper does not state H/B; the preset's H=5, B=256 is one candidate "
+               "(docs/reproduction.md §6.12)."),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
           "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
           rows=algorithms(*BASELINES), stats=(FINAL, TO_5, TO_1),
@@ -355,125 +397,151 @@ def _sweep_figure(name: str, title: str, preset: str, key: str, values, caption:
     """Figs 12/15: TPO and GRPO learning curves across ``key`` and the final error against it."""
     curves = tuple(Panel(preset, by_value(key, values), title=f"({tag}) {ALGORITHM_LABEL[a]}",
                          where={"algorithm.name": a, **where}) for tag, a in (("a", "tpo"), ("b", "grpo")))
-    final = Panel(preset, by_algorithm("tpo", "grpo"), title="(c) final error", kind="final", x=key, xs=values,
-                  logx=True, logy=True, paper=name)
+    final = Panel(preset, by_algorithm("tpo", "grpo"), title="(c) Final error", kind="final", x=key, xs=values,
+                  logx=True, logy=True, paper=name, ylabel="Final exact-match error")
     return Figure(name, title, (*curves, final), caption=caption)
 
 
 FIG9_MODELS = (("qwen3_1_7b", "Qwen3-1.7B"), ("r1_distill_qwen_1_5b", "R1-Distill-Qwen-1.5B"))
-FIG9_TASKS = (("fig9_gsm8k", "GSM8K", "test_accuracy", "test accuracy"),
-              ("fig9_graph_colouring", "graph colouring", "reward_mean", "mean score"),
-              ("fig9_knights_knaves", "Knights & Knaves", "reward_mean", "mean score"))
+FIG9_TASKS = (("fig9_gsm8k", "GSM8K", "test_accuracy", "Test accuracy"),
+              ("fig9_graph_colouring", "graph colouring", "reward_mean", "Mean score"),
+              ("fig9_knights_knaves", "Knights & Knaves", "reward_mean", "Mean score"))
+DEMO_TABULAR = ("tpo", "dg", "grpo", "pg")  # conf/experiment/demo_tabular.yaml's sweep
+DEMO_MNIST = ("tpo", "dg", "group_pg", "grpo", "pg")  # conf/experiment/demo_mnist.yaml's sweep
+
+
+def _tabular_figure(name: str, title: str, preset: str, series: tuple[Series, ...], misaligned_to: str,
+                    caption: str, **where) -> Figure:
+    """Figs 2-3 and the demo's bandits: error and misalignment curves, both on log axes."""
+    return Figure(name, title, (
+        Panel(preset, series, title="(a) Error", where=where, logy=True),
+        Panel(preset, series, title=f"(b) Misalignment to {misaligned_to}", where=where, metrics=("misalignment",),
+              logy=True, ylabel="Misalignment (1 − cos)")), caption=caption)
+
 
 FIGURES: dict[str, Figure] = {f.name: f for f in (
     Figure("fig1", "Fig 1 — TPO matches baselines on easy tasks and wins under sparse reward", (
-        Panel("fig4_mnist", by_algorithm("tpo", "grpo", "dg"), title="(a) MNIST contextual bandit",
-              ylim=(0.02, 0.145), ylabel="test error"),
-        Panel("fig1b_sparse", by_algorithm("tpo", "grpo", "dg"), title="(b) token reversal, terminal reward",
-              ylim=(0.0, 1.05), ylabel="exact-match error", smooth=40)),
-           caption="Mean ± s.e. over seeds; (b) mean and s.e. each smoothed by a 40-episode causal moving average "
-                   "left-padded with the first value (spec §6.7)."),
-    Figure("fig2", "Fig 2 — single-context bandit (K=100, B=100)", (
-        Panel("fig2_tabular_single", by_algorithm("tpo", "dg", "grpo", "pg"), title="(a) error", logy=True),
-        Panel("fig2_tabular_single", by_algorithm("tpo", "dg", "grpo", "pg"), title="(b) misalignment to PG oracle",
-              metrics=("misalignment",), logy=True, ylabel="1 − cos")),
-           caption="Error and misalignment logged before each step (spec §6.1)."),
-    Figure("fig3", "Fig 3 — multi-context bandit (N=100, K=10, exact)", (
-        Panel("fig3_tabular_multi", by_algorithm("tpo", "dg", "grpo", "pg", "ce"), title="(a) error", logy=True),
-        Panel("fig3_tabular_multi", by_algorithm("tpo", "dg", "grpo", "pg", "ce"), title="(b) misalignment to CE",
-              metrics=("misalignment",), logy=True, ylabel="1 − cos")),
-           caption="Error logged after each step; misalignment at the pre-step policy (spec §6.2)."),
+        Panel("fig4_mnist", by_algorithm("tpo", "grpo", "dg"), title="(a) MNIST contextual bandit", logy=True,
+              ylabel="Test error"),
+        Panel("fig1b_sparse", by_algorithm("tpo", "grpo", "dg"), title="(b) Token reversal, terminal reward",
+              ylim=(0.0, 1.05), ylabel="Exact-match error", smooth=40)),
+           caption="(a) on a log axis, so that GRPO's first steps show beside TPO's and DG's end; (b) each seed's "
+                   "curve smoothed by a 40-episode causal moving average left-padded with its first value "
+                   "(docs/reproduction.md §6.7)."),
+    _tabular_figure("fig2", "Fig 2 — single-context bandit (K=100, B=100)", "fig2_tabular_single",
+                    by_algorithm("tpo", "dg", "grpo", "pg"), "the PG oracle",
+                    "Error and misalignment logged before each step (docs/reproduction.md §6.1)."),
+    _tabular_figure("fig3", "Fig 3 — multi-context bandit (N=100, K=10, exact)", "fig3_tabular_multi",
+                    by_algorithm("tpo", "dg", "grpo", "pg", "ce"), "CE",
+                    "Error logged after each step; misalignment at the pre-step policy (docs/reproduction.md §6.2)."),
     Figure("fig4", "Fig 4 — MNIST contextual bandit", (
-        Panel("fig4_mnist", by_algorithm("tpo", "dg", "group_pg", "grpo", "pg"), title="(a) learning curves",
-              logy=True, ylabel="test error"),
-        Panel("fig4_mnist", by_algorithm("tpo", "dg", "group_pg", "pg"), title="(b) surplus gain at step 2,000",
-              kind="mechanism", ylabel="surplus (exact − scalar)", paper="fig4b")),
-           caption="(b) misclassified test examples binned by wrong-class concentration (spec §6.4)."),
+        Panel("fig4_mnist", by_algorithm("tpo", "dg", "group_pg", "grpo", "pg"), title="(a) Learning curves",
+              logy=True, ylabel="Test error"),
+        Panel("fig4_mnist", by_algorithm("tpo", "dg"), title="(b) Surplus gain at step 2,000", kind="mechanism",
+              ylabel="Surplus (exact − scalar)", paper="fig4b")),
+           caption="(b) misclassified test examples binned by wrong-class concentration (docs/reproduction.md "
+                   "§6.4); PG and Group PG are not drawn: their update is the scalar one, so their surplus is 0 by "
+                   "construction."),
     Figure("fig5", "Fig 5 — token reversal, bag-of-tokens, K=8 token candidates",
            panels("table1_vocab_sweep", ({},), grid(**{"task.V": [2, 4, 8, 16]}),
-                  by_algorithm("tpo_token", "grpo_token", "dg", "ppo"), ylabel="token error")),
-    Figure("fig6", "Fig 6 — task variations, prompt- (top) and interaction-matched (bottom)",
+                  by_algorithm("tpo_token", "grpo_token", "dg", "ppo"), ylabel="Token error")),
+    Figure("fig6", "Fig 6 — task variations, prompt- and interaction-matched",
            panels("fig6_variations", FIG6_ROWS, TARGETS, by_algorithm("tpo", "grpo", "grpo_no_kl", "dg", "ppo")),
            ncols=4),
-    Figure("fig7", "Fig 7 — terminal reward, prompt- (top) and interaction-matched (bottom)",
+    Figure("fig7", "Fig 7 — terminal reward, prompt- and interaction-matched",
            panels("table3_terminal", grid(**{"task.match": ["prompts", "interactions"]}),
-                  grid(**{"task.H": [7, 8, 9, 10]}), by_algorithm(*TERMINAL), ylabel="exact-match error"),
+                  grid(**{"task.H": [7, 8, 9, 10]}), by_algorithm(*TERMINAL), ylabel="Exact-match error"),
            ncols=4),
     Figure("fig8", "Fig 8 — anchor and target-matching ablations (prompt-matched)",
            panels("fig8_ablations", ({},), grid(**{"task.H": [7, 8, 10]}),
-                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), ylabel="exact-match error")),
+                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), ylabel="Exact-match error")),
     Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(a) first-epoch gradient norm",
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(a) First-epoch gradient norm",
               metrics=("grad_norm",), ylabel="‖g‖₂"),
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(b) weight: winners (solid), losers (dashed)",
-              metrics=("weight_winners", "weight_losers"), ylabel="weight proxy", smooth=50, centred=True)),
-           caption="(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average (spec §6.9). "
-                   "Line style marks the metric here, not the algorithm."),
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(b) Weight: winners (solid), losers (dashed)",
+              metrics=("weight_winners", "weight_losers"), ylabel="Weight proxy", smooth=50, centred=True)),
+           caption="(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average "
+                   "(docs/reproduction.md §6.9). Line style marks the metric here, not the algorithm."),
     Figure("fig11", "Fig 11 — informative groups are rare early; TPO removes all-fail groups fastest", (
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(a) all-fail groups",
-              metrics=("all_fail",), ylabel="fraction", smooth=50, centred=True),
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(b) prompts with a success",
-              metrics=("frac_success",), ylabel="fraction", smooth=50, centred=True)),
-           caption="All-fail = 1 − frac_success for grouped methods (spec §14.9); centred 50-episode average."),
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(a) All-fail groups",
+              metrics=("all_fail",), ylabel="Fraction", smooth=50, centred=True),
+        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(b) Prompts with a success",
+              metrics=("frac_success",), ylabel="Fraction", smooth=50, centred=True)),
+           caption="All-fail = 1 − frac_success for grouped methods (docs/reproduction.md §14.9); centred "
+                   "50-episode average."),
     _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K", KS,
-                  "Final error vs K with ±1 s.e.; crosses: paper values."),
+                  "(c) final error vs K; crosses: paper values."),
     Figure("fig13", "Fig 13 — zero-variance masking (H=8, K=32, 4 epochs)", (
-        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) learning curves",
-              ylabel="exact-match error"),
-        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(b) final error", kind="bars",
-              logy=True, paper="fig13")),
-           caption="(b) mean ± s.e.; crosses: paper values."),
+        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) Learning curves",
+              ylabel="Exact-match error"),
+        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(b) Final error", kind="bars",
+              logy=True, paper="fig13", ylabel="Final exact-match error")),
+           caption="(b) crosses: paper values."),
     Figure("fig14", "Fig 14 — multi-epoch extraction (H=8, K=32)", tuple(
         Panel("fig10_diagnostics", (Series({"algorithm.name": "tpo"}, "TPO (4 ep)"),
                                     Series({"experiment": "fig10_diagnostics_tpo_1ep", "algorithm.name": "tpo"},
                                            "TPO (1 ep)", style=("#d62728", ":")),
                                     Series({"algorithm.name": "dg"}, "DG (1 ep)")),
               title=title, metrics=(metric,), logy=metric == "error", ylabel=ylabel)
-        for title, metric, ylabel in (("(a) error", "error", "exact-match error"),
-                                      ("(b) gradient norm", "grad_norm", "‖g‖₂"))),
+        for title, metric, ylabel in (("(a) Error", "error", "Exact-match error"),
+                                      ("(b) Gradient norm", "grad_norm", "‖g‖₂"))),
            caption="TPO (1 ep) is the fig10_diagnostics_tpo_1ep preset, drawn dotted in TPO's colour."),
     _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs", EPOCHS,
-                  "Final error vs epochs with ±1 s.e.; crosses: paper values."),
+                  "(c) final error vs epochs; crosses: paper values."),
     Figure("fig16", "Fig 16 — TPO temperature η (reverse copy, bag-of-tokens, V=2, H=10)", (
-        Panel("table5_eta_sweep", by_value("algorithm.eta", ETAS), title="(a) learning curves",
-              where={"algorithm.name": "tpo"}, ylabel="token error"),
-        Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) final error", kind="final", x="algorithm.eta",
-              xs=ETAS, logx=True, paper="table5")),
-           caption="(b) mean ± s.e.; crosses: paper values (Table 5)."),
+        Panel("table5_eta_sweep", by_value("algorithm.eta", ETAS), title="(a) Learning curves",
+              where={"algorithm.name": "tpo"}, ylabel="Token error"),
+        Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) Final error", kind="final", x="algorithm.eta",
+              xs=ETAS, logx=True, paper="table5", ylabel="Final token error")),
+           caption="(b) crosses: paper values (Table 5)."),
     Figure("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines (terminal reward, "
            "prompt-matched H = 7)", (
-        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(a) exact-match error",
-              where={"task.H": 7, "task.match": "prompts"}, ylim=(0.0, 1.05), ylabel="exact-match error",
+        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(a) Exact-match error",
+              where={"task.H": 7, "task.match": "prompts"}, ylim=(0.0, 1.05), ylabel="Exact-match error",
               smooth=20),
-        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(b) final error", kind="bars",
-              where={"task.H": 7, "task.match": "prompts"}, ylabel="exact-match error")),
-           caption="(a) seed mean ± s.e., each smoothed by a 20-episode causal moving average; (b) mean ± s.e. at "
-                   "the last episode. TPO and GRPO are Table 3's prompt-matched H = 7 runs (same seeds)."),
+        Panel("beyond_terminal_baselines", by_algorithm(*BASELINES), title="(b) Final error", kind="bars",
+              where={"task.H": 7, "task.match": "prompts"}, ylabel="Final exact-match error")),
+           caption="(a) each seed's curve smoothed by a 20-episode causal moving average; (b) at the last episode. "
+                   "TPO and GRPO are Table 3's prompt-matched H = 7 runs (same seeds)."),
     Figure("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon (terminal "
            "reward, prompt-matched H = 7)", tuple(
         Panel("beyond_relapse", by_value("experiment", RELAPSE_VARIANTS), title=f"({tag}) {ALGORITHM_LABEL[name]}",
               where={"algorithm.name": name, "task.H": 7, "task.match": "prompts"}, ylim=(0.0, 1.05),
-              ylabel="exact-match error", smooth=20) for tag, name in (("a", "tpo"), ("b", "grpo"))),
-           caption="Seed mean ± s.e., each smoothed by a 20-episode causal moving average. Muon is the reference "
+              ylabel="Exact-match error", smooth=20) for tag, name in (("a", "tpo"), ("b", "grpo"))),
+           caption="Each seed's curve smoothed by a 20-episode causal moving average. Muon is the reference "
                    "optimizer (Table 3's runs, same seeds); the guards and Adam change only the optimizer."),
     Figure("beyond_amplification", "Beyond the paper — low-variance groups: standardisation variants under "
            "reward noise (terminal reward, H = 6)",
            panels("beyond_amplification", algorithms("tpo", "grpo"), grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}),
-                  by_value("experiment", SPREAD_VARIANTS), ylim=(0.0, 1.05), ylabel="exact-match error", smooth=20),
-           ncols=3, caption="Seed mean ± s.e., each smoothed by a 20-episode causal moving average. Noise: N(0, σ²) "
-                            "on every score the algorithm reads; the error is measured on the clean reward."),
+                  by_value("experiment", SPREAD_VARIANTS), ylim=(0.0, 1.05), ylabel="Exact-match error", smooth=20),
+           ncols=3, caption="Each seed's curve smoothed by a 20-episode causal moving average. Noise: N(0, σ²) on "
+                            "every score the algorithm reads; the error is measured on the clean reward."),
     Figure("fig9", "Fig 9 — LLM RLVR: TPO vs GRPO (K=16, batch 16, AdamW 1e-5)", tuple(
         Panel(preset, by_algorithm("tpo", "grpo"), title=f"{task} — {model_label}", where={"model.name": model},
               metrics=(metric,), ylabel=ylabel, ylim=(0.0, 1.0))
         for model, model_label in FIG9_MODELS for preset, task, metric, ylabel in FIG9_TASKS), ncols=3,
            caption="GSM8K: greedy held-out test accuracy every 5 steps; graph colouring and Knights & Knaves: mean "
-                   "score of the step's training rollouts (spec §6.13)."),
+                   "score of the step's training rollouts (docs/reproduction.md §6.13)."),
     Figure("demo_llm", "LLM CPU demo — SmolLM2-135M, graph colouring (4 vertices), K=4", (
-        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(a) mean score", metrics=("reward_mean",),
-              ylabel="mean score"),
-        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(b) zero-variance groups", metrics=("frac_zero_var",),
-              ylabel="fraction"),
-        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(c) first-update gradient norm",
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(a) Mean score", metrics=("reward_mean",),
+              ylabel="Mean score"),
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(b) Zero-variance groups", metrics=("frac_zero_var",),
+              ylabel="Fraction"),
+        Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(c) First-update gradient norm",
               metrics=("grad_norm",), ylabel="‖g‖₂ (before clipping)")),
            caption="Training rollouts of each step; one seed (make demo-llm)."),
+    # the main job (make demo): conf/experiment/demo_tabular.yaml, demo_mnist.yaml and demo_sparse.yaml
+    _tabular_figure("demo_tabular_single", "Demo: single-context bandit (K=100, B=100)", "demo_tabular",
+                    by_algorithm(*DEMO_TABULAR), "the PG oracle", "The reduced Fig 2 of `make demo` (the paper: 100 "
+                    "seeds).", **{"task.name": "tabular_single"}),
+    _tabular_figure("demo_tabular_multi", "Demo: multi-context bandit (N=100, K=10, exact)", "demo_tabular",
+                    by_algorithm(*DEMO_TABULAR), "CE", "The reduced Fig 3 of `make demo` (the paper: 100 seeds).",
+                    **{"task.name": "tabular_multi"}),
+    Figure("demo_mnist_bandit", "Demo: MNIST bandit", (
+        Panel("demo_mnist", by_algorithm(*DEMO_MNIST), title="Learning curves", logy=True, ylabel="Test error"),),
+           caption="The reduced Fig 4a of `make demo` (the paper: 20 seeds × 10,000 steps)."),
+    Figure("demo_sparse_token_reversal", "Demo: token reversal, terminal reward (H = 6)", (
+        Panel("demo_sparse", by_algorithm("tpo", "grpo", "dg"), title="Learning curves", ylim=(0.0, 1.05),
+              ylabel="Exact-match error"),),
+           caption="The reduced Fig 1b of `make demo` (the paper: H = 10, 20 seeds × 2,000 episodes)."),
 )}

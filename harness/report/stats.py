@@ -1,4 +1,5 @@
-"""Seed statistics exactly as spec §7, percentile-bootstrap intervals over seeds, and paired comparisons.
+"""Seed statistics exactly as docs/reproduction.md §7, percentile-bootstrap intervals over seeds, and paired
+comparisons.
 
 * final = seed mean at the last step; at_step = seed mean at a given step; mean = seed mean of each seed's mean over
   all logged steps; steps_to X = first step whose seed-mean curve is strictly below X (``inf`` = never). Means skip
@@ -18,6 +19,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,6 +215,26 @@ def paired(stat: Stat, matrix: SeedMatrix, reference: SeedMatrix, resamples: int
     mine, theirs = (theirs, mine) if stat.higher_is_better else (mine, theirs)
     better = (mine < theirs) + 0.5 * (mine == theirs)
     return Paired(float(_difference(point(stat, a), point(stat, b))), low, high, float(better.mean()), n)
+
+
+def mean_interval(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL,
+                  chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``values`` (seeds × steps): the percentile-bootstrap interval of the seed mean, the tables' rule
+    (resample seeds with replacement, ``resamples`` draws from ``default_rng(seed)``, no interpolation) applied to
+    every step at once; a resample whose seeds are all non-finite at a step is left out there. One seed: its value."""
+    n, steps = values.shape
+    if n == 0 or steps == 0:
+        return np.full(steps, np.nan), np.full(steps, np.nan)
+    counts = resample_counts(n, resamples, seed)
+    tail = (1 - level) / 2
+    low, high = np.empty(steps), np.empty(steps)
+    for start in range(0, steps, chunk):  # (resamples × chunk) means at a time: bounded memory on long runs
+        means = _weighted_means(counts, values[:, start:start + chunk])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a step no resample has a value at: NaN
+            low[start:start + chunk], high[start:start + chunk] = np.nanquantile(
+                means, [tail, 1 - tail], axis=0, method="inverted_cdf")
+    return low, high
 
 
 def mean_se(matrix: SeedMatrix) -> tuple[np.ndarray, np.ndarray]:

@@ -31,15 +31,17 @@ DONE = ("completed", "diverged")
 
 
 @functools.cache
-def preset_config(preset: str, conf: Path = CONF):
-    """conf/experiment/<preset>.yaml composed (with its Hydra sweep), or None when it is absent or does not compose."""
+def preset_config(preset: str, conf: Path = CONF, task: str | None = None):
+    """conf/experiment/<preset>.yaml composed (with its Hydra sweep), or None when it is absent or does not compose;
+    ``task``: with that task (a preset that sweeps the task, as demo_tabular does, runs each with its own steps)."""
     if not (conf / "experiment" / f"{preset}.yaml").exists():
         return None
     from hydra import compose, initialize_config_dir
 
+    overrides = [f"experiment={preset}", "logger=none", *([f"task={task}"] if task else [])]
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
-            return compose("config", overrides=[f"experiment={preset}", "logger=none"], return_hydra_config=True)
+            return compose("config", overrides=overrides, return_hydra_config=True)
     except Exception:  # noqa: BLE001 - a preset being edited must not break the report
         return None
 
@@ -47,6 +49,18 @@ def preset_config(preset: str, conf: Path = CONF):
 def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
     """(seeds, steps) the preset asks for, or None when conf/experiment/<preset>.yaml is absent or does not compose."""
     cfg = preset_config(preset, conf)
+    return None if cfg is None else (int(cfg.seeds), int(cfg.trainer.steps))
+
+
+def task_budget(preset: str, task: str | None, conf: Path = CONF) -> tuple[int, int] | None:
+    """(seeds, steps) of the preset's runs of ``task`` where the preset sweeps the task (demo_tabular: 150 steps on
+    the single-context bandit, 1,000 on the multi-context one), else None."""
+    cfg = preset_config(preset, conf)
+    if cfg is None or not task or "task" not in cfg.hydra.sweeper.params:
+        return None
+    if task not in [value.strip() for value in str(cfg.hydra.sweeper.params["task"]).split(",")]:
+        return None
+    cfg = preset_config(preset, conf, task)
     return None if cfg is None else (int(cfg.seeds), int(cfg.trainer.steps))
 
 
@@ -86,7 +100,7 @@ def norm(value):
     return str(value)
 
 
-GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model"}  # keys chosen by a config group's file name
+GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model", "task.name": "task"}  # a group's file name
 
 
 def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) -> str:
@@ -189,14 +203,15 @@ class Report:
         return {(int(k // max(1, len(categories))), categories[k % max(1, len(categories))]): slice(a, b)
                 for k, a, b in zip(key[starts].tolist(), starts.tolist(), stops.tolist())}
 
-    def budget(self, preset: str, seeds: int = 0, steps: int = 0) -> tuple[int, int, str]:
-        """(seeds, steps, where from): the preset's, else the given (the paper's), else the largest run's."""
+    def budget(self, preset: str, seeds: int = 0, steps: int = 0, task: str | None = None) -> tuple[int, int, str]:
+        """(seeds, steps, where from): the preset's (for ``task``, where the preset sweeps the task), else the given
+        (the paper's), else the largest run's (of ``task``, where given)."""
         found = preset_budget(preset)
         if found:
-            return (*found, "preset")
+            return (*(task_budget(preset, task) or found), "preset")
         if seeds and steps:
             return seeds, steps, "paper"
-        mine = self.runs[self.runs.experiment == preset]
+        mine = self.runs[(self.runs.experiment == preset) & ((self.runs.task == task) if task else True)]
         if mine.empty:  # a figure's series of a preset nothing has run yet
             return 0, 0, "largest run"
         return int(mine.seeds.max() or 0), int(mine.steps.max() or 0), "largest run"
@@ -293,11 +308,12 @@ class Report:
         """One row per (cell, stat): ours with interval, flags, the paper's value, paired difference to reference."""
         rows = []
         for row, col, key in table.cells():
-            budget = self.budget(key.get("experiment", table.preset), table.seeds, table.steps)
+            budget = self.budget(key.get("experiment", table.preset), table.seeds, table.steps, key.get("task.name"))
             resolved = self.resolve(table.preset, key, budget)
             ref_key = {**key, **table.reference}
             is_reference = {"experiment": table.preset, **key} == {"experiment": table.preset, **ref_key}
-            ref_budget = self.budget(ref_key.get("experiment", table.preset), table.seeds, table.steps)
+            ref_budget = self.budget(ref_key.get("experiment", table.preset), table.seeds, table.steps,
+                                     ref_key.get("task.name"))
             ref = None if is_reference else self.resolve(table.preset, ref_key, ref_budget)
             for stat in table.stats:
                 rows.append(self._cell(table, stat, row, col, key, resolved, ref, ref_key, budget))
@@ -334,6 +350,9 @@ class Report:
             "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
             "cell": key_text(key), "runs": " ".join(resolved.run_dirs),
             "command": fill_command(table.preset, key, resolved, budget),
+            # for the markdown only (write_table leaves it out of the csv): seeds whose own curve gets below X
+            "_reached": (int(np.isfinite(stats.per_seed(stat, matrix)).sum())
+                         if stat.kind == "steps_to" and matrix is not None and matrix.values.size else nan),
         }
 
 
@@ -375,11 +394,14 @@ def fmt(stat: Stat, value: float) -> str:
 
 def _interval(stat: Stat, low: float, high: float) -> str:
     plain = replace(stat, dash_above=None)  # the interval shows numbers even where the value shows "−"
+    if stat.kind == "steps_to":  # a resample whose seed mean never gets below X: the interval ends at "never"
+        return "[" + ", ".join("never" if math.isinf(v) else fmt(plain, v) for v in (low, high)) + "]"
     return f"[{fmt(plain, low)}, {fmt(plain, high)}]"
 
 
 def cell_text(stat: Stat, cell: pd.Series) -> str:
-    """"58 [52, 66] (58 ✓)": ours [95% CI] (paper, ✓ inside / ✗ outside our interval); † partial."""
+    """"58 [52, 66] (58 ✓)": ours [95% CI] (paper, ✓ inside / ✗ outside our interval); † partial; a threshold the
+    seed mean never gets below: "never (k/n seeds reach it)", k the seeds whose own curve does."""
     paper_part = ""
     if cell.paper:
         mark = {True: " ✓", False: " ✗"}.get(cell.paper_in_ci, "")
@@ -390,23 +412,43 @@ def cell_text(stat: Stat, cell: pd.Series) -> str:
         return f"n/a{paper_part}"
     dagger = "†" if cell.status == "partial" else ""
     fewer = f" n={cell.seeds}" if cell.seeds < cell.seeds_run else ""
+    if stat.kind == "steps_to" and math.isinf(cell.ours):
+        reached = cell.get("_reached", np.nan)
+        who = "" if pd.isna(reached) else f" ({int(reached)}/{cell.seeds} seeds reach it)"
+        interval = "" if math.isinf(cell.ci_low) else " " + _interval(stat, cell.ci_low, cell.ci_high)
+        return f"never{dagger}{interval}{who}{fewer}{paper_part}"
     return f"{fmt(stat, cell.ours)}{dagger} {_interval(stat, cell.ci_low, cell.ci_high)}{fewer}{paper_part}"
 
 
+OPEN = "*"  # marks a paired interval that a resample never reaching the threshold leaves open
+OPEN_NOTE = ("* Open interval: in some bootstrap resamples one side's seed mean never gets below the threshold "
+             "within the run, so the difference has no bound on that side (∞).")
+
+
 def paired_text(stat: Stat, cell: pd.Series) -> str:
+    """"Δ [95% CI] P=p"; steps to a threshold that one side never reaches: "not reached (ref. is)" or "reached
+    (ref. is not)" with no interval, and an interval one resample leaves open ends at ∞ (marked ``OPEN``)."""
     if cell.reference == "reference":
         return "ref"
     if not cell.paired_seeds:
         return "–"
     signed = replace(stat, dash_above=None)
-    diff = "0" if cell["diff"] == 0 else fmt(signed, cell["diff"])
-    if stat.kind == "steps_to" and math.isinf(cell["diff"]):
-        diff = "+never" if cell["diff"] > 0 else "−never"
-    low, high = (("−inf" if math.isinf(v) and v < 0 else "+inf" if math.isinf(v) else fmt(signed, v))
-                 for v in (cell.diff_low, cell.diff_high))
     probability = "n/a" if math.isnan(cell.p_better) else f"{cell.p_better:.2f}"
     fewer = f" n={cell.paired_seeds}" if cell.paired_seeds < cell.seeds_run else ""
-    return f"{diff} [{low}, {high}] P={probability}{fewer}"
+    low, high = cell.diff_low, cell.diff_high
+    opened = math.isinf(low) or math.isinf(high)
+    interval = (("(−∞" if math.isinf(low) else f"[{fmt(signed, low)}") + ", " +
+                ("∞)" if math.isinf(high) else f"{fmt(signed, high)}]") + (OPEN if opened else ""))
+    if math.isinf(low) and math.isinf(high) and low == high:
+        interval = ""  # every resample one-sided: nothing to add to the words
+    if stat.kind == "steps_to" and math.isinf(cell["diff"]):
+        diff = "not reached (ref. is)" if cell["diff"] > 0 else "reached (ref. is not)"
+    elif stat.kind == "steps_to" and cell["diff"] == 0 and math.isinf(cell.ours):
+        diff = "neither reaches it"  # never − never counts as 0
+        interval = interval if opened else ""  # [0, 0]: every resample neither
+    else:
+        diff = "0" if cell["diff"] == 0 else fmt(signed, cell["diff"])
+    return " ".join(p for p in (diff, interval, f"P={probability}{fewer}") if p)
 
 
 def pivot(table: Table, cells: pd.DataFrame, text) -> pd.DataFrame:
@@ -420,7 +462,8 @@ def pivot(table: Table, cells: pd.DataFrame, text) -> pd.DataFrame:
     return wide.reindex(index=list(dict.fromkeys(frame.row)), columns=list(dict.fromkeys(frame.column)))
 
 
-LATEX = {"—": "---", "✓": r"\checkmark", "✗": r"$\times$", "†": r"$^\dagger$", "−": "--", "η": r"$\eta$", "%": r"\%",
+LATEX = {"∞": r"$\infty$",
+         "—": "---", "✓": r"\checkmark", "✗": r"$\times$", "†": r"$^\dagger$", "−": "--", "η": r"$\eta$", "%": r"\%",
          "_": r"\_", "&": r"\&", "#": r"\#", "–": "--", "Δ": r"$\Delta$", "≤": r"$\le$"}
 
 
@@ -437,8 +480,10 @@ def latex(frame: pd.DataFrame, caption: str) -> str:
 
 RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ inside / ✗ outside our interval, rounding "
          "included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
-         "below X, \"−\" = never (or > 95% where the paper uses that); † = partial (fewer seeds or steps than the "
-         "preset); n=k: the value averages k of the cell's seeds (the others diverged or lack the metric).")
+         "below X; never = the seed mean never gets below X within the run (k/n: the seeds whose own curve does), "
+         "an interval ending at never: some resamples never get there; \"−\" = above 95% where the paper uses that, "
+         "and the paper's own never; † = partial (fewer seeds or steps than the preset); n=k: the value averages k "
+         "of the cell's seeds (the others diverged or lack the metric).")
 PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% bootstrap, same resampled seeds for "
           "both], P = fraction of paired seeds on which this cell beats the reference (per-seed values; ties ½); n=k: "
           "only k seeds have a value on both sides.")
@@ -446,7 +491,8 @@ PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% 
 
 def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     """Write <name>.csv (long, every field), <name>.md and <name>.tex; return the markdown."""
-    cells.to_csv(out / f"{table.name}.csv", index=False)
+    cells.drop(columns=[c for c in cells.columns if c.startswith("_")]).to_csv(out / f"{table.name}.csv",
+                                                                                index=False)
     main = pivot(table, cells, cell_text)
     main.index.name = ""
     (out / f"{table.name}.tex").write_text(latex(main, table.title))
@@ -463,7 +509,10 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
         lines += ["Paper values: " + "; ".join(dict.fromkeys(parts)) + ".", ""]
     if table.reference:
         reference = label(table.reference)
-        lines += [PAIRED.format(ref=reference) + "\n", pivot(table, cells, paired_text).to_markdown(), ""]
+        paired_frame = pivot(table, cells, paired_text)
+        lines += [PAIRED.format(ref=reference) + "\n", paired_frame.to_markdown(), ""]
+        if paired_frame.map(lambda text: str(text).split(" P=")[0].endswith(OPEN)).to_numpy().any():
+            lines += [OPEN_NOTE, ""]
     flagged = cells.drop_duplicates("cell")
     noted = flagged[(flagged.status == "ok") & (flagged["flags"] != "")]
     if not noted.empty:  # complete cells whose runs needed a word: more seeds than the preset's, shorter runs ignored
