@@ -85,7 +85,8 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
 
 
 def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
-    """TRL's GRPOConfig for this run (see README "LLM RLVR (TRL)" for every setting that differs from TRL's)."""
+    """TRL's GRPOConfig for this run (see docs/llm.md, "How TRL's GRPO defaults differ from the paper's", for every
+    setting that differs from TRL's)."""
     from trl import GRPOConfig
 
     task, optim, model = cfg.task, cfg.optim, cfg.model
