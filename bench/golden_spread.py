@@ -3,13 +3,13 @@
 The goldens (tests/golden/runs/) were written on one machine; another CPU rounds some float32 reductions and
 transcendental functions differently in the last bit, and those differences grow over a run's updates. This script
 rewrites every golden case under settings that change the arithmetic the way another CPU would (vector ISA of torch's
-kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per update index,
+kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per logged row of a seed,
 the largest deviation from the committed goldens, as a relative error |x - g| / max(|g|, 1e-3) and as the tolerance
 test's own ratio deviation / allowed (above 1 = the test would fail). A setting that breaks the tolerance shows which
 case and column.
 
     python bench/golden_spread.py                      # all settings (about 1 CPU-minute each)
-    python bench/golden_spread.py --settings default,threads2
+    python bench/golden_spread.py --settings aten_default,threads2 --keep /tmp/spread   # keep (and reuse) outputs
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,15 +86,10 @@ def cpu_name() -> str:
 
 
 def measure(name: str, work: Path) -> list[tuple[str, int, str, float, float]]:
-    """Rewrite every case under setting ``name``; one (case, update index, column, rel. dev., ratio) per cell."""
-    environment, overrides = SETTINGS[name]
+    """Rewrite every case under setting ``name``; one (case, row, column, rel. dev., ratio) per cell."""
     out = work / name
-    script = [str(Path(__file__).resolve()), "--child"] if "--perturb" in overrides else [
-        str(ROOT / "tests" / "test_golden_runs.py")]
-    overrides = [o for o in overrides if o != "--perturb"]
-    subprocess.run([sys.executable, *script, "--out", str(out), *overrides],
-                   check=True, cwd=ROOT, env={**os.environ, **environment, "PYTHONPATH": str(ROOT)},
-                   stdout=subprocess.DEVNULL)
+    if not out.exists():
+        _write(name, out)
     cells = []
     for case in sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()):
         golden = (GOLDEN / case / "metrics.csv").read_bytes()
@@ -102,9 +98,23 @@ def measure(name: str, work: Path) -> list[tuple[str, int, str, float, float]]:
     return cells
 
 
+def _write(name: str, out: Path) -> None:
+    environment, overrides = SETTINGS[name]
+    script = [str(Path(__file__).resolve()), "--child"] if "--perturb" in overrides else [
+        str(ROOT / "tests" / "test_golden_runs.py")]
+    overrides = [o for o in overrides if o != "--perturb"]
+    partial = out.with_name(out.name + ".tmp")  # renamed when complete: a killed run is never reused
+    shutil.rmtree(partial, ignore_errors=True)
+    subprocess.run([sys.executable, *script, "--out", str(partial), *overrides],
+                   check=True, cwd=ROOT, env={**os.environ, **environment, "PYTHONPATH": str(ROOT)},
+                   stdout=subprocess.DEVNULL)
+    partial.rename(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
+    parser.add_argument("--keep", type=Path, help="write the settings' runs under KEEP/<setting>/ (reused if there)")
     args = parser.parse_args()
     names = args.settings.split(",")
     for name in names:
@@ -114,9 +124,10 @@ def main() -> None:
 
     print(f"# golden spread: {cpu_name()}, torch {torch.__version__}, {len(list(GOLDEN.iterdir())) - 1} cases")
     print("# rel = |x - g| / max(|g|, 1e-3); ratio = deviation / the golden test's allowance (fails above 1)")
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as scratch:
+        work = args.keep or Path(scratch)
         for name in names:
-            cells = measure(name, Path(work))
+            cells = measure(name, work)
             moved = [c for c in cells if c[3] > 0]
             cases_moved = sorted({c[0] for c in moved})
             print(f"\n## {name}: {len(cases_moved)} cases moved, {len(moved)} of {len(cells)} cells")
@@ -124,12 +135,12 @@ def main() -> None:
             for _, index, _, rel, ratio in cells:
                 worst = by_index.get(index, (0.0, 0.0))
                 by_index[index] = (max(worst[0], rel), max(worst[1], ratio))
-            print("update index | max rel | max ratio")
+            print("row | max rel | max ratio")
             for index in sorted(by_index):
-                print(f"{index:12d} | {by_index[index][0]:.2e} | {by_index[index][1]:.3f}")
+                print(f"{index:3d} | {by_index[index][0]:.2e} | {by_index[index][1]:.3f}")
             for case, index, column, rel, ratio in sorted(cells, key=lambda c: -c[4])[:3]:
                 if ratio > 0:
-                    print(f"worst: {case} update {index} {column}: rel {rel:.2e}, ratio {ratio:.3f}")
+                    print(f"worst: {case} row {index} {column}: rel {rel:.2e}, ratio {ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -89,18 +89,19 @@ def columns(csv: bytes, names: list[str] | None = None) -> tuple[list[str], list
     return [header[i] for i in keep], [[cells[i] for i in keep] for cells in (row.split(",") for row in rows)]
 
 
-# The allowance on a CPU the goldens were not verified on: a value written at update index n (the n-th distinct step
-# of the golden) may move by (RTOL·|g| + ATOL)·GROWTH**n. ATOL covers values that are differences of O(1) terms
+# The allowance on a CPU the goldens were not verified on: a value in the n-th logged row of a seed (n = 0, 1, ...)
+# may move by (RTOL·|g| + ATOL)·GROWTH**min(n, GROWTH_ROWS). ATOL covers values that are differences of O(1) terms
 # (misalignment, surplus), which one float32 ulp (1.2e-7) of a term moves absolutely; GROWTH, the amplification of a
-# rounding difference by each update. bench/golden_spread.py measures the deviations under other kernels and an
-# emulated other libm/BLAS: at most a tenth of this allowance at any update index.
-RTOL, ATOL, GROWTH = 1e-4, 1e-6, 1.5
+# rounding difference by the first updates (later ones do not amplify it further at these sizes). Under other
+# kernels and an emulated other libm/BLAS, bench/golden_spread.py measures at most a ninth of this allowance in any
+# row (results/bench/golden_spread.txt).
+RTOL, ATOL, GROWTH, GROWTH_ROWS = 1e-4, 1e-6, 1.5, 3
 EXACT_ON_FILE = GOLDEN / "exact_on.json"  # the CPUs (vendor, family) on which every golden is byte-identical
 EXACT_COLUMNS = {"step", "seed"}
 
 
 def deviations(produced: bytes, golden: bytes) -> list[tuple[int, str, float, float]]:
-    """(update index, column, relative deviation, deviation / allowance) of every cell of the golden's columns.
+    """(row index, column, relative deviation, deviation / allowance) of every cell of the golden's columns.
 
     A missing or extra row, or a NaN where the golden has a number (or the reverse), is an infinite deviation."""
     header, expected = columns(golden)
@@ -119,12 +120,16 @@ def deviations(produced: bytes, golden: bytes) -> list[tuple[int, str, float, fl
             if cell == golden_cell:
                 out.append((index, name, 0.0, 0.0))
                 continue
-            x, g = float(cell), float(golden_cell)
+            try:
+                x, g = float(cell), float(golden_cell)
+            except ValueError:  # an empty or garbled cell
+                out.append((index, name, float("inf"), float("inf")))
+                continue
             if name in EXACT_COLUMNS or math.isnan(x) or math.isnan(g) or math.isinf(x) or math.isinf(g):
                 out.append((index, name, float("inf"), float("inf")))
                 continue
             deviation = abs(x - g)
-            allowed = (RTOL * abs(g) + ATOL) * GROWTH ** index
+            allowed = (RTOL * abs(g) + ATOL) * GROWTH ** min(index, GROWTH_ROWS)
             out.append((index, name, deviation / max(abs(g), 1e-3), deviation / allowed))
     return out
 
@@ -184,26 +189,32 @@ def test_golden_run_is_unchanged(name, tmp_path):
         assert columns(produced, expected_header)[1] == expected_rows, f"{name}: metrics.csv differs from " \
             f"tests/golden/runs on {cpu_family()}, where the goldens are byte-identical"
     beyond = [(index, column, ratio) for index, column, _, ratio in deviations(produced, golden) if ratio > 1]
-    assert not beyond, f"{name}: {len(beyond)} values beyond the cross-CPU allowance, first (update index, " \
+    assert not beyond, f"{name}: {len(beyond)} values beyond the cross-CPU allowance, first (row, " \
         f"column, deviation / allowance): {beyond[:3]}"
 
 
-def test_the_allowance_catches_a_changed_first_update():
-    """A formula change moves the first update's values by far more than another CPU's rounding: a relative 1e-3
-    change at update 1 (a mild one: a sign or a factor moves them by 1e-1 or more) fails; 1e-6 passes."""
+def test_the_allowance_catches_a_changed_number():
+    """A formula change moves values by far more than another CPU's rounding: a relative 1e-3 change of the first
+    update's row (a sign or a factor moves them by 1e-1 or more) fails, and so does 1e-2 in the last row; 1e-6
+    passes."""
     golden = (GOLDEN / "tabular_single_tpo" / "metrics.csv").read_bytes()
     header, rows = columns(golden)
+    last = rows[-1][0]
 
-    def scaled(by: float) -> bytes:
+    def scaled(by: float, step: str) -> bytes:
         out = [",".join(header)]
         for row in rows:
-            out.append(",".join(cell if name in EXACT_COLUMNS or row[0] != "1" else repr(float(cell) * by)
+            out.append(",".join(cell if name in EXACT_COLUMNS or row[0] != step else repr(float(cell) * by)
                                 for name, cell in zip(header, row)))
         return "\n".join(out).encode()
 
-    assert max(ratio for *_, ratio in deviations(scaled(1 + 1e-3), golden)) > 1
-    assert max(ratio for *_, ratio in deviations(scaled(1 + 1e-6), golden)) <= 1
-    assert max(ratio for *_, ratio in deviations(golden, golden)) == 0
+    def worst(produced: bytes) -> float:
+        return max(ratio for *_, ratio in deviations(produced, golden))
+
+    assert worst(scaled(1 + 1e-3, "1")) > 1 and worst(scaled(1 + 1e-2, last)) > 1
+    assert worst(scaled(1 + 1e-6, "1")) <= 1 and worst(scaled(1 + 1e-6, last)) <= 1
+    assert worst(golden) == 0
+    assert worst(golden.replace(b"0.890778184", b"", 1)) == float("inf")  # an empty cell
 
 
 def test_llm_group_losses_are_unchanged():
