@@ -168,7 +168,9 @@ def check_launch(argv: list[str]) -> None:
         except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
             return
         again = f"python -m harness -m {shlex.join(argv)}"
-        if not args.multirun:
+        multirun = args.multirun or any(o.key_or_group == "hydra.mode" and str(o.value()).upper() == "MULTIRUN"
+                                        for o in parsed)
+        if not multirun:
             for override in parsed:
                 if override.is_sweep_override():
                     raise ConfigError(f"{override.input_line} is a sweep (one job per value); run it with -m: "
@@ -182,11 +184,12 @@ def check_launch(argv: list[str]) -> None:
             if lines not in composed:
                 try:
                     composed[lines] = compose("config", overrides=list(lines), return_hydra_config=True)
-                except (HydraException, OmegaConfBaseException) as error:
+                except (HydraException, OmegaConfBaseException, ValueError) as error:
                     raise ConfigError(_one_line(error, lines)) from None
             return composed[lines]
 
-        if args.multirun:
+        if multirun:
+            _check_preset_sweeps(parsed, compose_groups)
             base = compose_groups([o for o in parsed if not o.is_sweep_override()])
             if OmegaConf.select(base, "hydra.sweeper._target_") != _BASIC_SWEEPER:
                 return  # another sweeper expands its own parameters
@@ -211,7 +214,7 @@ def check_launch(argv: list[str]) -> None:
                 swept = {o.key_or_group for o in [*params, *parsed] if o.is_sweep_override()}
                 choices = " ".join(o.input_line for o in job if _is_group(o, loader) and o.key_or_group in swept)
                 raise ConfigError(f"{error} (in the sweep's job {choices})" if choices else str(error)) from None
-        if args.multirun or args.cfg:
+        if multirun or args.cfg:
             return
         params = compose_groups(parsed).hydra.sweeper.params or {}
         given = {override.key_or_group for override in parsed}
@@ -223,6 +226,27 @@ def check_launch(argv: list[str]) -> None:
             one = " ".join(f"{key}={str(value).split(',')[0]}" for key, value in unset.items())
             raise ConfigError(f"{preset} defines a sweep ({swept}); run it with -m: {again} (or pick one of its "
                               f"runs: {one})")
+
+
+def _check_preset_sweeps(parsed: list, compose_groups) -> None:
+    """Refuse ``-m experiment=a,b`` when a swept preset defines a sweep of its own: Hydra would run one job per preset
+    and drop the presets' own sweeps, silently."""
+    for override in parsed:
+        if override.key_or_group != "experiment" or not override.is_sweep_override():
+            continue
+        for name in override.sweep_string_iterator():
+            own = compose_groups([*(o for o in parsed if o is not override), _experiment(name)]).hydra.sweeper.params
+            if own:
+                swept = "; ".join(f"{key}: {value}" for key, value in own.items())
+                raise ConfigError(f"{override.input_line} sweeps presets, and experiment={name} defines a sweep of "
+                                  f"its own ({swept}) that Hydra would drop; run each preset with its own command: "
+                                  f"python -m harness -m experiment={name}")
+
+
+def _experiment(name: str):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([f"experiment={name}"])[0]
 
 
 def _one_line(error: Exception, lines: tuple[str, ...]) -> str:
@@ -318,7 +342,9 @@ def _check_key(cfg: DictConfig, key: str, line: str) -> None:
         if near is not None:
             near = ".".join([*parts[:index], near, *parts[index + 1:]])
             raise ConfigError(f"{key} is not a config key; did you mean {near}?")
-        near = did_you_mean(key, _dotted_keys(cfg, with_hydra=key.startswith("hydra.")))
+        last = parts[-1]  # a misspelt parent (trainr.steps): the keys that end as this one does
+        near = did_you_mean(key, [name for name in _dotted_keys(cfg, with_hydra=key.startswith("hydra."))
+                                  if name.split(".")[-1] == last and name.count(".") == key.count(".")])
         if near is not None:
             raise ConfigError(f"{key} is not a config key; did you mean {near}?")
         where = f"{parent} has" if parent else "top-level keys are"

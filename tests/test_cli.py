@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from algorithms.checks import ConfigError
 from conftest import CONF, run_cli
 
 PICKED_GROUPS = ("algorithm", "task", "optim", "model", "logger", "experiment", "hydra/launcher")
@@ -50,6 +51,12 @@ def test_help_shows_the_examples_and_the_groups_a_user_picks():
     (["trainer.stepz=1"], "Error: trainer.stepz is not a config key; did you mean trainer.steps?"),
     (["task=tabular_single", "task.alphaa=1"], "Error: task.alphaa is not a config key; did you mean task.alpha?"),
     (["algorithm=tpo,grpo"], "Error: algorithm=tpo,grpo is a sweep (one job per value); run it with -m"),
+    (["trainr.steps=1"], "Error: trainr.steps is not a config key; did you mean trainer.steps?"),
+    (["task=tabular_single", "task.V=4"], "Error: task.V is not a config key (task has: name, arms, "),  # no guess
+    (["-m", "experiment=demo_sparse,fig2_tabular_single"],
+     "Error: experiment=demo_sparse,fig2_tabular_single sweeps presets, and experiment=demo_sparse defines a sweep "
+     "of its own (algorithm: tpo,grpo,dg) that Hydra would drop; run each preset with its own command: "),
+    (["logger=null"], "Error: Config group override must be a string or a list"),
 ])
 def test_an_unknown_name_is_refused_in_one_line_before_any_folder(args, message, tmp_path):
     line = refusal(run_cli([*args, "logger=none"], tmp_path))
@@ -90,3 +97,11 @@ def test_a_valid_tiny_run_still_runs(tmp_path):
     result = run_cli(["task=tabular_single", "trainer.steps=3", "seeds=1", "logger=none"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "outputs").rglob("summary.json"))) == 1
+
+
+def test_hydra_mode_multirun_is_a_sweep_as_m_is():
+    from harness.__main__ import check_launch
+
+    check_launch(["task=tabular_single", "hydra.mode=MULTIRUN", "algorithm=tpo,grpo"])  # accepted, as with -m
+    with pytest.raises(ConfigError, match="is a sweep"):
+        check_launch(["task=tabular_single", "algorithm=tpo,grpo"])
