@@ -25,14 +25,17 @@ from harness.report import stats  # noqa: E402
 from harness.report.build import write_report  # noqa: E402
 from harness.report.specs import FIGURES, TABLES  # noqa: E402
 
+MIN_RESAMPLES = 100
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", type=Path, help="sweep folders or run directories")
     parser.add_argument("--out", type=Path, default=Path("results/report"),
-                        help="output folder; tables and figures an earlier report wrote there and this one does not "
-                             "are removed")
+                        help="output folder: new, empty, or one an earlier report wrote (its README.md generated); "
+                             "tables and figures that report listed and this one does not write are removed, "
+                             "hand-written files are never replaced")
     parser.add_argument("--tables", default="auto",
                         help=f"auto (those whose preset has runs) | all | none | comma list of {','.join(TABLES)}")
     parser.add_argument("--figures", default="auto",
@@ -40,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
                              f"figure covers) | comma list of {','.join(FIGURES)}")
     parser.add_argument("--smooth", type=int, default=1,
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
-    parser.add_argument("--resamples", type=int, default=stats.RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--resamples", type=int, default=stats.RESAMPLES,
+                        help=f"bootstrap resamples (at least {MIN_RESAMPLES})")
     parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed")
     parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
                         help="also read runs from this W&B project (full histories via scan_history)")
@@ -49,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.paths and not args.wandb:
         parser.error("give at least one run folder or --wandb ENTITY/PROJECT")
+    if args.resamples < MIN_RESAMPLES:  # 0 gives no interval at all, a negative count fails deep in numpy
+        parser.exit(2, f"{parser.prog}: --resamples {args.resamples}: give at least {MIN_RESAMPLES} (an interval "
+                       f"from fewer is noise; default {stats.RESAMPLES})\n")
     table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
                          wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
                          seed=args.seed)

@@ -7,9 +7,13 @@ small. ``runs`` holds the rest: status, seed ids, configured steps, the flattene
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import re
+import sys
+import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,12 +108,35 @@ def signature(config: dict) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def warn(message: str) -> None:
+    """One line on stderr: a run the report skips or flags, and why."""
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+class Damaged(Exception):
+    """A run's file that cannot be read as what it claims to be; the message names the file and what is wrong."""
+
+
+def _partial_export(path: Path) -> bool:
+    """A campaign export cut short: ``seeds<a>-<b>.tmp`` (``campaign.export`` writes there, then renames)."""
+    return path.name.endswith(".tmp")
+
+
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
     """Every run folder under ``paths``, in natural order (seeds5-9 before seeds10-14, eta0.25 before eta0.5), so
-    tables and captions list a cell's seed ranges and values as they count."""
-    found = []
+    tables and captions list a cell's seed ranges and values as they count. A folder found twice (overlapping
+    paths, a link) is listed once, where first found; partial exports (``seeds0-4.tmp``) are left out."""
+    found, seen = [], set()
     for path in paths:
-        found.extend(sorted((p.parent for p in Path(path).rglob(SUMMARY_FILE)), key=_natural))
+        for run_dir in sorted((p.parent for p in Path(path).rglob(SUMMARY_FILE)), key=_natural):
+            resolved = run_dir.resolve()
+            if resolved in seen:
+                continue
+            seen.add(resolved)
+            if _partial_export(run_dir):
+                warn(f"{run_dir}: a partial export (.tmp folder), not a run; ignored")
+            else:
+                found.append(run_dir)
     return found
 
 
@@ -124,14 +151,67 @@ def _metrics_path(run_dir: Path) -> Path | None:
     return next((p for p in (run_dir / METRICS_FILE, run_dir / f"{METRICS_FILE}.gz") if p.exists()), None)
 
 
-def _read_metrics(path: Path, metrics: set[str] | None) -> pd.DataFrame:
+def _describe(error: BaseException) -> str:
+    if isinstance(error, EOFError):
+        return "cut short (the compressed stream ends before its end marker)"
+    if isinstance(error, pd.errors.EmptyDataError):
+        return "empty"
+    return f"unreadable ({type(error).__name__}: {error})"
+
+
+def _read_metrics(path: Path, metrics: set[str] | None) -> tuple[pd.DataFrame, bool]:
+    """The metric columns of ``path`` and whether its last line was cut off (then dropped: a write cut short);
+    raises ``Damaged`` naming the file."""
     wanted = None if metrics is None else (lambda column: column in metrics or column in ("step", "seed"))
-    return pd.read_csv(path, usecols=wanted, dtype={"step": np.int64, "seed": np.int64})
+    source, cut = path, False
+    try:
+        if path.suffix != ".gz":
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - 1))
+                cut = handle.read(1) not in (b"\n", b"")
+            if cut:  # rare: read it whole, less its unfinished last line
+                data = path.read_bytes()
+                source = io.BytesIO(data[:data.rfind(b"\n") + 1])
+        frame = pd.read_csv(source, usecols=wanted, dtype={"step": np.int64, "seed": np.int64})
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, UnicodeDecodeError,
+            pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise Damaged(f"{path}: {_describe(error)}") from error
+    absent = [c for c in ("step", "seed") if c not in frame.columns]
+    if absent:
+        raise Damaged(f"{path}: no {' or '.join(absent)} column")
+    return frame, cut
+
+
+def _read_summary(run_dir: Path) -> dict:
+    path = run_dir / SUMMARY_FILE
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise Damaged(f"{path}: {_describe(error)}") from error
+    if not text.strip():
+        raise Damaged(f"{path}: empty")
+    try:
+        summary = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise Damaged(f"{path}: not valid JSON, cut short? ({error.msg}: line {error.lineno} column "
+                      f"{error.colno})") from error
+    if not isinstance(summary, dict) or "status" not in summary:
+        raise Damaged(f"{path}: no status")
+    return summary
+
+
+def _read_config_checked(run_dir: Path) -> dict:
+    try:
+        return read_config(run_dir)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as error:
+        path = next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), run_dir)
+        raise Damaged(f"{path}: {_describe(error) if not isinstance(error, yaml.YAMLError) else 'not valid YAML'}"
+                      ) from error
 
 
 def _run_record(run_dir: Path) -> dict:
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    config = read_config(run_dir)
+    summary = _read_summary(run_dir)
+    config = _read_config_checked(run_dir)
     steps = summary.get("steps", config.get("trainer.steps"))
     return {
         "run_dir": str(run_dir), "source": "local",
@@ -146,21 +226,73 @@ def _run_record(run_dir: Path) -> dict:
     }
 
 
+def _ranges(values: Iterable[int]) -> str:
+    values = sorted(values)
+    return ", ".join(map(str, values[:8])) + (f", … ({len(values)} in all)" if len(values) > 8 else "")
+
+
+def cross_check(record: dict, frame: pd.DataFrame, cut: bool = False) -> str | None:
+    """What the rows read contradict in the summary (its seeds, its last step; every seed logs every step up to
+    the last), or None. A run so damaged keeps the seeds and steps its rows hold and is never complete."""
+    problems = ["its last line is cut off"] if cut else []
+    last_per_seed = frame.groupby("seed", sort=True)["step"].max() if len(frame) else pd.Series(dtype=np.int64)
+    rows_seeds, claimed = set(last_per_seed.index.tolist()), set(record["seed_ids"])
+    last = record["last_step"]
+    if not rows_seeds and (last is not None or record["status"] in ("completed", "diverged")):
+        problems.append("no rows")  # (a run interrupted before its first logged step has none, and says so)
+    if claimed and claimed - rows_seeds and rows_seeds:
+        problems.append(f"no rows for seed(s) {_ranges(claimed - rows_seeds)} of the summary's")
+    if claimed and rows_seeds - claimed:
+        problems.append(f"rows for seed(s) {_ranges(rows_seeds - claimed)} the summary does not list")
+    if rows_seeds:
+        reached, furthest = int(last_per_seed.min()), int(last_per_seed.max())
+        if last is not None and reached < int(last):
+            short = last_per_seed.index[last_per_seed < int(last)].tolist()
+            problems.append(f"rows stop at step {reached} (seed(s) {_ranges(short)}) but the summary's last step is "
+                            f"{int(last)}")
+        elif furthest > reached:
+            problems.append(f"seeds stop at different steps ({reached} to {furthest})")
+        if last is not None and furthest > int(last) and record["status"] in ("completed", "diverged"):
+            # (an interrupted run's rows may go on: a resume in progress appends before it writes a summary)
+            problems.append(f"rows go on to step {furthest}, past the summary's last step {int(last)}")
+    if not problems:
+        return None
+    record["seed_ids"] = tuple(sorted(rows_seeds & claimed if claimed else rows_seeds))
+    record["last_step"] = int(last_per_seed.min()) if rows_seeds else None
+    record["error"] = "; ".join(problems)
+    return "; ".join(problems)
+
+
 def load_local(paths: Iterable[Path], metrics: Metrics = None,
                workers: int = 4) -> tuple[list[dict], list[pd.DataFrame | None]]:
-    """Records and wide metric frames (None for failed runs) of every run directory below ``paths``."""
+    """Records and wide metric frames (None for failed runs) of every run directory below ``paths``. A run with a
+    damaged file (cut short, empty, not what it claims) is skipped, one warning line naming the file; one whose
+    rows contradict its summary (fewer seeds or steps) is kept as ``damaged``, never complete, with a warning."""
     run_dirs = find_run_dirs(paths)
 
-    def read(run_dir: Path) -> tuple[dict, pd.DataFrame | None]:
-        record = _run_record(run_dir)
-        path = _metrics_path(run_dir)
-        wanted = _wanted(metrics, record["experiment"])
-        frame = _read_metrics(path, wanted) if path is not None and record["status"] != "failed" else None
-        return record, frame
+    def read(run_dir: Path) -> tuple[dict | None, pd.DataFrame | None, str | None]:
+        try:
+            record = _run_record(run_dir)
+            path = _metrics_path(run_dir)
+            if path is None or record["status"] == "failed":
+                return record, None, None
+            frame, cut = _read_metrics(path, _wanted(metrics, record["experiment"]))
+        except Damaged as error:
+            return None, None, f"{error}; run {run_dir} skipped"
+        problem = cross_check(record, frame, cut)
+        if problem is None:
+            return record, frame, None
+        record["status"] = "damaged"
+        return record, frame, (f"{path}: {problem}; run {run_dir} reported as damaged (partial, never a complete "
+                               "cell)")
 
     with ThreadPoolExecutor(max(1, workers)) as pool:  # the C parser releases the GIL
-        pairs = list(pool.map(read, run_dirs))
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+        triples = list(pool.map(read, run_dirs))
+    for _, _, message in triples:
+        if message:
+            warn(message)
+    kept = [t for t in triples if t[0] is not None]
+    return [t[0] for t in kept], [t[1] for t in kept]
 
 
 WANDB_STATUS = {"finished": "completed", "crashed": "failed", "failed": "failed", "killed": "interrupted",
@@ -172,7 +304,9 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     """W&B runs (one per seed, see harness/tracking.py) regrouped into one record per configuration.
 
     Full histories come from ``run.scan_history()`` (``run.history()`` is sampled). ``api`` defaults to
-    ``wandb.Api()``; tests pass a fake with the same ``runs(path, filters=...)`` interface."""
+    ``wandb.Api()``; tests pass a fake with the same ``runs(path, filters=...)`` interface. A run without a seed is
+    skipped (one warning line naming it). Two runs of one configuration and seed are never merged: the second copy
+    of each seed goes into a record of its own, so the tables report the cell as a conflict, as for run folders."""
     if api is None:
         import wandb
 
@@ -180,41 +314,74 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     groups: dict[str, list] = {}
     for run in api.runs(path, filters=filters):
         config = with_neutral_defaults(_resolve(flatten(dict(run.config))))
-        groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config))
+        try:
+            seed = int(config["seed"])
+        except (KeyError, TypeError, ValueError):
+            warn(f"W&B {path}: run {_wandb_name(run)} has no seed in its config "
+                 f"({'seed=' + repr(config['seed']) if 'seed' in config else 'no seed key'}); skipped")
+            continue
+        groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config, seed))
     records, frames = [], []
     for members in groups.values():
-        members.sort(key=lambda member: member[1]["seed"])
-        run, config = members[0]
-        wanted = _wanted(metrics, config.get("experiment_name", "default"))
-        statuses, rows = [], []
-        for member, member_config in members:
-            status = member.summary.get("status") or WANDB_STATUS.get(member.state, "interrupted")
-            statuses.append(status)
-            if status == "failed":
-                continue
-            history = pd.DataFrame(list(member.scan_history()))
-            if history.empty:
-                continue
-            keep = [c for c in history.columns
-                    if not c.startswith("_") and (wanted is None or c in wanted)]
-            frame = history[["_step", *keep]].rename(columns={"_step": "step"})
-            frame.insert(1, "seed", int(member_config["seed"]))
-            rows.append(frame)
-        frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
-        status = ("failed" if all(s == "failed" for s in statuses) else
-                  "interrupted" if "interrupted" in statuses else
-                  "diverged" if "diverged" in statuses else "completed")
-        records.append({
-            "run_dir": f"wandb:{path}/{run.group}#{signature(config)}", "source": "wandb",
-            "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
-            "algorithm": config.get("algorithm.name"), "status": status,
-            "seed_ids": () if frame is None else tuple(sorted(set(frame["seed"].tolist()))),
-            "steps": config.get("trainer.steps"), "last_step": None if frame is None else int(frame["step"].max()),
-            "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
-            "config": {k: v for k, v in config.items() if k != "seed"},
-        })
-        frames.append(frame)
+        members.sort(key=lambda member: member[2])
+        copies: list[list] = []  # copies[k]: the (k+1)-th run logged for each seed, in the API's order
+        count: dict[int, int] = {}
+        for member in members:
+            k = count[member[2]] = count.get(member[2], 0) + 1
+            if k > len(copies):
+                copies.append([])
+            copies[k - 1].append(member)
+        if len(copies) > 1:  # never silently merged: each copy is a run of its own, so the cell is a conflict
+            twice = {seed: [_wandb_name(m[0]) for m in members if m[2] == seed] for seed, n in count.items() if n > 1}
+            warn(f"W&B {path}: " + "; ".join(f"seed {seed} logged by {len(names)} runs ({', '.join(names)})"
+                                             for seed, names in twice.items())
+                 + f" of {members[0][0].group}; conflict: seed in more than one run, keep one copy of each seed")
+        for k, part in enumerate(copies):
+            record, frame = _wandb_record(path, part, metrics, "" if k == 0 else f"~copy{k + 1}")
+            records.append(record)
+            frames.append(frame)
     return records, frames
+
+
+def _wandb_name(run) -> str:
+    """A W&B run as its user finds it: name (id), else its group."""
+    name, run_id = getattr(run, "name", None), getattr(run, "id", None)
+    shown = f"{name} ({run_id})" if name and run_id else name or run_id
+    return str(shown) if shown else f"of group {getattr(run, 'group', '?')}"
+
+
+def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tuple[dict, pd.DataFrame | None]:
+    """One record (and wide frame) from W&B runs of one configuration, one seed each."""
+    run, config, _ = members[0]
+    wanted = _wanted(metrics, config.get("experiment_name", "default"))
+    statuses, rows = [], []
+    for member, _, seed in members:
+        status = member.summary.get("status") or WANDB_STATUS.get(member.state, "interrupted")
+        statuses.append(status)
+        if status == "failed":
+            continue
+        history = pd.DataFrame(list(member.scan_history()))
+        if history.empty:
+            continue
+        keep = [c for c in history.columns
+                if not c.startswith("_") and (wanted is None or c in wanted)]
+        frame = history[["_step", *keep]].rename(columns={"_step": "step"})
+        frame.insert(1, "seed", seed)
+        rows.append(frame)
+    frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
+    status = ("failed" if all(s == "failed" for s in statuses) else
+              "interrupted" if "interrupted" in statuses else
+              "diverged" if "diverged" in statuses else "completed")
+    record = {
+        "run_dir": f"wandb:{path}/{run.group}#{signature(config)}{suffix}", "source": "wandb",
+        "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
+        "algorithm": config.get("algorithm.name"), "status": status,
+        "seed_ids": () if frame is None else tuple(sorted(set(frame["seed"].tolist()))),
+        "steps": config.get("trainer.steps"), "last_step": None if frame is None else int(frame["step"].max()),
+        "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
+        "config": {k: v for k, v in config.items() if k != "seed"},
+    }
+    return record, frame
 
 
 def _param_columns(runs: pd.DataFrame) -> list[str]:

@@ -1,0 +1,271 @@
+"""The report's inputs and outputs when they are not what they should be: duplicated or seedless W&B runs, runs whose
+rows contradict their summary, damaged files, overlapping paths, leftover partial exports, nonsense resample counts,
+and an --out folder holding files the report did not write."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.report import synthetic
+from harness.report.__main__ import main
+from harness.report.build import GENERATED, claim_out, listed_files, results_table, write_report
+from harness.report.load import load_runs
+from harness.report.tables import Report
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = "inputs_check"  # no preset of that name: budgets come from the test
+STEPS = np.arange(0, 40)
+
+
+def _config(seeds: int = 2, offset: int = 0, **params) -> dict:
+    return synthetic.make_config(EXPERIMENT, "token_reversal", "tpo", seeds, 40, seed_offset=offset, **params)
+
+
+def _run(folder: Path, seeds: int = 2, offset: int = 0, value: float = 0.5, gz: bool = False) -> Path:
+    synthetic.write_run(folder, _config(seeds, offset), {"error": np.full((seeds, len(STEPS)), value)}, steps=STEPS)
+    if gz:
+        (folder / "metrics.csv.gz").write_bytes(gzip.compress((folder / "metrics.csv").read_bytes()))
+        (folder / "metrics.csv").unlink()
+    return folder
+
+
+def _one_line_warnings(text: str) -> list[str]:
+    assert "Traceback" not in text
+    return [line for line in text.splitlines() if line.startswith("warning: ")]
+
+
+# 1. W&B: duplicate seeds are a conflict, seedless runs are skipped ------------------------------------------------
+
+class FakeRun:
+    def __init__(self, config: dict, error: float, name: str, steps=STEPS):
+        self.config, self.state, self.summary = config, "finished", {"status": "completed"}
+        self.name, self.id = name, f"id-{name}"
+        self.group = f"{EXPERIMENT}/token_reversal/tpo"
+        self._rows = [{"_step": int(s), "error": error} for s in steps]
+
+    def scan_history(self):
+        return iter(self._rows)
+
+
+class FakeApi:
+    def __init__(self, runs):
+        self._runs = runs
+
+    def runs(self, path, filters=None):
+        return list(self._runs)
+
+
+def _cell(runs, curves, seeds: int = 2):
+    report = Report(runs, curves, resamples=100)
+    resolved = report.resolve(EXPERIMENT, {"algorithm.name": "tpo"}, (seeds, 40, "paper"))
+    return report, resolved
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_two_wandb_runs_of_one_seed_are_a_conflict_whatever_the_api_order(order, capsys):
+    config = {**_config(), "trainer": {"steps": 40}}
+    fake = [FakeRun({**config, "seed": 0}, 0.9, "first"), FakeRun({**config, "seed": 0}, 0.1, "again"),
+            FakeRun({**config, "seed": 1}, 0.5, "other")][::order]
+    runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(fake))
+    _, resolved = _cell(runs, curves)
+    assert resolved.status == "conflict" and not resolved.usable  # no number: neither 0.1 nor 0.9
+    assert resolved.flags[0].startswith("conflict: seed 0 is in more than one run")  # as for run folders
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert "seed 0 logged by 2 runs" in line and "first (id-first)" in line and "again (id-again)" in line
+
+
+def test_a_wandb_run_without_a_seed_is_skipped_with_a_warning_naming_it(capsys):
+    config = {**_config(), "trainer": {"steps": 40}}
+    fake = [FakeRun({**config, "seed": 0}, 0.2, "good0"), FakeRun({**config, "seed": 1}, 0.2, "good1"),
+            FakeRun(dict(config), 0.9, "seedless")]
+    runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(fake))
+    assert list(runs.seed_ids) == [(0, 1)] and set(curves.value) == {0.2}
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert "seedless (id-seedless)" in line and "skipped" in line
+
+
+# 2. a run whose rows stop before its summary's last step is damaged, never complete ---------------------------------
+
+def _cut_rows(folder: Path, last: int) -> None:
+    """Keep the rows up to ``last`` (the summary still says completed at step 39)."""
+    lines = (folder / "metrics.csv").read_text().splitlines(keepends=True)
+    kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",")[0]) <= last]
+    (folder / "metrics.csv").write_text("".join(kept))
+
+
+def test_rows_that_stop_short_of_the_summary_make_the_run_damaged_not_a_final_at_step_40(tmp_path, capsys):
+    full = _run(tmp_path / "cell" / "seeds0-1", offset=0, value=0.1)
+    short = _run(tmp_path / "cell" / "seeds2-3", offset=2, value=0.9)
+    _cut_rows(short, 9)
+    runs, curves = load_runs([tmp_path])
+    capsys.readouterr()
+    by_dir = runs.set_index("run_dir")
+    damaged = by_dir.loc[str(short)]
+    assert damaged.status == "damaged" and damaged.last_step == 9 and "step 9" in damaged.error
+    assert by_dir.loc[str(full)].status == "completed"
+    report, resolved = _cell(runs, curves, seeds=4)
+    matrix = report.matrix(resolved, "error")
+    assert resolved.status == "partial" and "ignored 1 shorter run(s)" in resolved.flags
+    assert list(matrix.seeds) == [0, 1] and matrix.steps[-1] == 39  # the final is step 39's, not step 9's
+    assert "damaged" in " ".join(results_table(report)["flags"])  # the per-run table flags it
+
+    alone, _ = load_runs([short])  # with nothing longer, it is a partial cell, flagged as stopping at step 9
+    out = capsys.readouterr().err
+    (line,) = _one_line_warnings(out)
+    assert str(short) in line and "rows stop at step 9" in line and "39" in line
+    assert alone.status.tolist() == ["damaged"]
+
+
+def test_a_seed_the_summary_lists_but_the_rows_lack_is_flagged(tmp_path, capsys):
+    run = _run(tmp_path / "seeds0-2", seeds=3)
+    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    (run / "metrics.csv").write_text("".join(line for line in lines if not line.split(",")[1] == "2"))
+    runs, _ = load_runs([tmp_path])
+    assert runs.status.tolist() == ["damaged"] and runs.seed_ids.tolist() == [(0, 1)]
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert "no rows for seed(s) 2" in line
+
+
+def test_a_metrics_file_whose_last_line_is_cut_off_is_damaged_and_the_half_line_dropped(tmp_path, capsys):
+    run = _run(tmp_path / "seeds0-1")
+    text = (run / "metrics.csv").read_text()
+    (run / "metrics.csv").write_text(text[:-3])  # "39,1,0.5\n" → "39,1,0"
+    runs, curves = load_runs([tmp_path])
+    assert runs.status.tolist() == ["damaged"] and 0.0 not in set(curves.value)
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert "last line is cut off" in line
+
+
+# 3. damaged files: one line naming the file, the run skipped --------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["summary_cut", "summary_empty", "metrics_gz_cut", "config_bad", "metrics_text"])
+def test_a_damaged_file_is_one_line_naming_it_and_its_run_is_skipped(damage, tmp_path, capsys):
+    good = _run(tmp_path / "cell" / "seeds0-1")
+    bad = _run(tmp_path / "cell" / "seeds2-3", offset=2, gz=True)
+    path = {"summary_cut": bad / "summary.json", "summary_empty": bad / "summary.json",
+            "metrics_gz_cut": bad / "metrics.csv.gz", "config_bad": bad / ".hydra" / "config.yaml",
+            "metrics_text": bad / "metrics.csv.gz"}[damage]
+    data = path.read_bytes()
+    path.write_bytes({"summary_cut": data[:len(data) // 2], "summary_empty": b"", "metrics_gz_cut": data[:-20],
+                      "config_bad": b"task: {name: [unclosed\n", "metrics_text": b"\x00\x01 not gzip"}[damage])
+    runs, _ = load_runs([tmp_path])
+    assert runs.run_dir.tolist() == [str(good)]
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert line.startswith(f"warning: {path}: ") and f"run {bad} skipped" in line
+
+
+def test_the_cli_reports_a_damaged_summary_without_a_traceback(tmp_path, capsys):
+    _run(tmp_path / "runs" / "a")
+    (tmp_path / "runs" / "b").mkdir()
+    (tmp_path / "runs" / "b" / "summary.json").write_text('{"status": "comp')
+    main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--tables", "none", "--figures", "none",
+          "--resamples", "100"])
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert str(tmp_path / "runs" / "b" / "summary.json") in line and "not valid JSON" in line
+
+
+# 4. overlapping paths and partial exports ----------------------------------------------------------------------------
+
+def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tmp_path, capsys):
+    _run(tmp_path / "runs" / "fig" / "tpo" / "seeds0-1")
+    leftover = _run(tmp_path / "runs" / "fig" / "tpo" / "seeds2-3.tmp", offset=2)
+    runs, curves = load_runs([tmp_path / "runs", tmp_path / "runs" / "fig" / "tpo",
+                              tmp_path / "runs" / "fig" / ".." / "fig"])
+    assert runs.run_dir.tolist() == [str(tmp_path / "runs" / "fig" / "tpo" / "seeds0-1")]
+    assert set(curves.seed) == {0, 1}
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert str(leftover) in line and "partial export" in line
+
+
+# 5. resamples --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("count", ["0", "-5", "99"])
+def test_too_few_resamples_are_refused_in_one_line(count, tmp_path, capsys):
+    _run(tmp_path / "runs" / "a")
+    with pytest.raises(SystemExit) as exit:
+        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--resamples", count])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--resamples {count}: give at least 100" in err
+    assert not (tmp_path / "out").exists()
+
+
+# 6. --out: only a folder the report owns; hand-written files stay ---------------------------------------------------
+
+def _write(runs: Path, out: Path, **kwargs) -> None:
+    write_report([runs], out, **{"tables": "none", "figures": "none", "resamples": 20, **kwargs})
+
+
+def test_out_refuses_a_folder_with_a_hand_written_readme_and_keeps_every_file(tmp_path):
+    _run(tmp_path / "runs" / "a")
+    out = tmp_path / "copy"
+    out.mkdir()
+    shutil.copyfile(ROOT / "results" / "README.md", out / "README.md")
+    (out / "table1.md").write_text("my own table\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit, match="README.md was not generated"):
+        _write(tmp_path / "runs", out, tables="table1")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "table1.md").write_text("my own table\n")
+    with pytest.raises(SystemExit, match="holds files no report wrote"):
+        _write(tmp_path / "runs", other)
+    assert [p.name for p in other.iterdir()] == ["table1.md"]
+
+
+def test_out_results_itself_is_refused_and_the_committed_preset_folders_are_recognised():
+    with pytest.raises(SystemExit, match="README.md was not generated"):
+        claim_out(ROOT / "results")  # the hand-curated index
+    presets = [p.parent for p in (ROOT / "results").glob("*/README.md") if p.parent.name != "paper"]
+    assert presets
+    for folder in presets:  # generated before the marker existed: still regenerable (read-only check)
+        assert (folder / "README.md").read_text().startswith(GENERATED), folder
+        claim_out(folder)
+
+
+def test_a_legacy_report_folder_is_regenerated_with_a_marker_and_stale_files_go_only_when_listed(tmp_path):
+    _run(tmp_path / "runs" / "a")
+    out = tmp_path / "fig2_tabular_single"
+    out.mkdir()
+    shutil.copyfile(ROOT / "results" / "fig2_tabular_single" / "README.md", out / "README.md")
+    (out / "conclusions.md").write_text("read by hand\n")
+    (out / "fig2.png").write_bytes(b"an old figure")
+    _write(tmp_path / "runs", out, tables="table3")
+    readme = (out / "README.md").read_text()
+    assert readme.startswith(GENERATED) and "[conclusions.md](conclusions.md)" in readme
+    listed = listed_files(readme)
+    assert {"README.md", "runs.csv", "missing.json", "table3.md", "table3.csv", "table3.tex"} <= listed
+    assert "conclusions.md" not in listed and "fig2.png" not in listed
+    assert (out / "fig2.png").exists()  # no earlier list: nothing is removed as stale
+
+    (out / "table1.md").write_text("my own table, written after the report\n")
+    _write(tmp_path / "runs", out)  # table3 no longer chosen: its files (listed) go, the others stay
+    names = {p.name for p in out.iterdir()}
+    assert not {"table3.md", "table3.csv", "table3.tex"} & names
+    assert {"table1.md", "conclusions.md", "fig2.png", "README.md", "runs.csv"} <= names
+    assert (out / "table1.md").read_text() == "my own table, written after the report\n"
+    assert (out / "conclusions.md").read_text() == "read by hand\n"
+
+    (out / "README.md").write_text("# My notes on these runs\n")  # replaced by hand: never overwritten
+    with pytest.raises(SystemExit, match="README.md was not generated"):
+        _write(tmp_path / "runs", out)
+    assert (out / "README.md").read_text() == "# My notes on these runs\n"
+
+
+def test_a_new_or_empty_out_folder_is_written_and_claimed(tmp_path):
+    _run(tmp_path / "runs" / "a")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _write(tmp_path / "runs", empty)
+    _write(tmp_path / "runs", tmp_path / "new" / "deeper")
+    for out in (empty, tmp_path / "new" / "deeper"):
+        assert listed_files((out / "README.md").read_text()) == {"README.md", "runs.csv", "missing.json"}
+        claim_out(out)
+    assert json.loads((empty / "missing.json").read_text()) == []
