@@ -19,23 +19,49 @@ later one that does; with ``--dry-run`` it prints that plan. Ctrl-C or SIGTERM s
 checkpoint. Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
+
+Nothing is trusted that was not checked. Every cell's overrides are composed before anything runs (a typo is
+refused in one line naming the cell), and ``--only`` names must be priorities of the queue (case-sensitive). A run
+counts as done, is exported or is skipped only when its recorded configuration (``identity.json``, else the
+``config.yaml`` of runs older than it, compared as ``harness.rundir`` fingerprints them) is the cell's as the queue
+composes it now, and its step budget is the cell's: an exported run must match on everything but its seed range and
+the keys the report ignores (``harness.report.load.IGNORED``, such as ``flush_denormal``), and have a readable
+summary and metrics; a run in the work folder must match exactly, seeds and steps included (its own launch would
+refuse it otherwise). An exported run of fewer steps is not counted and its seeds run again (the report ignores it
+beside full ones). Any other mismatch, in results/runs or in the work folder, is refused in one line naming the
+differing keys, and nothing starts: ``--replace`` moves every such run aside, to
+``<work>/.replaced/<time>/{results,work}/...`` (nothing is deleted), and runs the cells' seeds again. A damaged run
+under results/runs (an unreadable summary.json or metrics file) is skipped with a one-line warning naming it.
+
+One campaign at a time per folder: a campaign holds ``<work>/.campaign.lock`` and ``<results>/.campaign.lock``
+(pid and host; a lock whose process is gone is taken over) and a second one refuses in one line (``--dry-run``
+reads only and takes no lock). At its start a campaign removes the export temporaries that campaigns cut short
+left behind (``results/runs/<preset>/<cell>/seeds<a>-<b>[.<pid>-<id>][.old].tmp``). An export is written to a
+folder of its own and renamed into place. A report that fails is named in one line (``REPORT FAILED``) and the
+campaign exits non-zero at its end, as it does for a failed run.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import errno
 import functools
 import gzip
 import json
 import os
+import re
 import shutil
+import socket
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -45,6 +71,11 @@ ROOT = Path(__file__).resolve().parent.parent
 QUEUES = ROOT / "conf" / "campaign"
 DONE = ("completed", "diverged")
 MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measured cost (seeds and machine load vary)
+FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # every run's, see Job.command
+BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run's identity: seed ranges merge
+LOCK_FILE = ".campaign.lock"
+REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
+EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
 
 
 @dataclass(frozen=True)
@@ -76,8 +107,7 @@ class Job:
 
     def command(self, work: Path) -> list[str]:
         return [sys.executable, "-m", "harness", f"experiment={self.preset}", *self.overrides, f"seeds={self.seeds}",
-                f"seed_offset={self.offset}", "logger=none", "threads=1", "trainer.resume=auto",
-                "trainer.progress=false", f"hydra.run.dir={self.work_dir(work)}"]
+                f"seed_offset={self.offset}", *FIXED, f"hydra.run.dir={self.work_dir(work)}"]
 
 
 def load_queue(name: str) -> dict:
@@ -101,33 +131,229 @@ def load_queue(name: str) -> dict:
     return queue
 
 
+class CellError(Exception):
+    """A cell whose overrides do not compose (one line: what Hydra or the harness said)."""
+
+
 @functools.cache  # a running campaign re-plans after every finished run: compose each cell's config once
-def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
+def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
+    """The identity (``harness.rundir.identity``) of the cell's runs as ``Job.command`` composes them; CellError
+    when the overrides do not compose or resolve."""
+    from harness import rundir
     from harness.run import compose_config
 
-    return int(compose_config([f"experiment={preset}", *overrides]).trainer.steps)
+    try:
+        return rundir.identity(compose_config([f"experiment={preset}", *overrides, *FIXED]))
+    except Exception as error:  # noqa: BLE001 - Hydra, OmegaConf and the harness raise many kinds: shown as one line
+        raise CellError(_one_line(error)) from None
 
 
-def exported(cell_dir: Path, steps: int) -> tuple[set[int], dict[str, tuple[float, int]]]:
-    """Seeds of the finished runs of at least ``steps`` episodes already below ``cell_dir`` (any seed-range layout,
-    earlier runs included; a shorter run's seeds are run again, as the report ignores it beside full ones), and what
-    every finished run cost: per recorded CPU model ("" where none was recorded), CPU-seconds (wall seconds for runs
-    older than ``cpu_seconds``) and seed-episodes."""
-    seeds: set[int] = set()
-    spent: dict[str, tuple[float, int]] = {}
-    for summary in cell_dir.rglob("summary.json") if cell_dir.exists() else ():
+def _one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause).strip():
+        text += f" ({str(cause).strip().splitlines()[0]})"
+    return text
+
+
+def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
+    return int(cell_identity(preset, overrides)["trainer"]["steps"])
+
+
+def check_cells(queue: dict, name: str) -> None:
+    """Compose every cell of the queue (every priority's: all feed the cost calibration); SystemExit naming the
+    first cell whose overrides do not compose."""
+    for index, cell in enumerate(queue.get("cells") or ()):
+        try:
+            cell_identity(cell["preset"], tuple(cell.get("overrides", ())))
+        except CellError as error:
+            raise SystemExit(f"Error: {Path(name).name if name.endswith('.yaml') else name + '.yaml'}: cells[{index}] "
+                             f"({cell['preset']}/{cell['name']}) does not compose: {error}; fix its overrides") from None
+
+
+def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
+    """The ``--only`` priorities; SystemExit listing the queue's priorities for a name that is none of them."""
+    if only is None:
+        return None
+    chosen = {item.strip() for item in only.split(",") if item.strip()}
+    priorities = list(dict.fromkeys(str(cell["priority"]) for cell in queue.get("cells") or ()))
+    unknown = sorted(chosen - set(priorities))
+    if unknown or not chosen:
+        raise SystemExit(f"Error: --only {only!r}: {', '.join(unknown) or 'no priority'} is not a priority of "
+                         f"{Path(name).name if name.endswith('.yaml') else name + '.yaml'}; valid choices "
+                         f"(case-sensitive): {', '.join(priorities)}")
+    return chosen
+
+
+def _strip(config: dict, keys: tuple[str, ...]) -> dict:
+    """A copy of the identity ``config`` without the dotted ``keys``."""
+    config = copy.deepcopy(config)
+    for dotted in keys:
+        *parents, leaf = dotted.split(".")
+        node = config
+        for parent in parents:
+            node = node.get(parent, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return config
+
+
+def recorded_identity(folder: Path) -> dict | None:
+    """The identity a run folder records: ``identity.json``'s config, else (runs older than it) its composed
+    ``config.yaml``, through ``harness.rundir`` as a launch reads it; None when it has neither readable."""
+    from harness import rundir
+
+    try:
+        record = json.loads((folder / rundir.IDENTITY_FILE).read_text())
+        if isinstance(record, dict) and isinstance(record.get("config"), dict):
+            return rundir._without_volatile(record["config"])  # as rundir.plan_run reads a recorded identity
+    except (OSError, ValueError):
+        pass
+    for name in ("config.yaml", ".hydra/config.yaml"):
+        if (folder / name).is_file():
+            try:
+                return rundir.identity(OmegaConf.load(folder / name))
+            except Exception:  # noqa: BLE001 - damaged or unresolvable: not a configuration to trust
+                return None
+    return None
+
+
+def differences(recorded: dict | None, expected: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+    """``key: recorded → expected`` for every identity key that differs, less the dotted ``ignore`` prefixes
+    (``["no readable identity.json or config.yaml"]`` where nothing is recorded; [] when they match)."""
+    from harness import rundir
+
+    if recorded is None:
+        return ["no readable identity.json or config.yaml"]
+    if rundir.fingerprint(recorded) == rundir.fingerprint(expected):
+        return []
+    changes = rundir.differing_keys(recorded, expected)
+    return [change for change in changes
+            if not any(key == prefix or key.startswith(prefix + ".") for key in [change.split(":", 1)[0]]
+                       for prefix in ignore)]
+
+
+def _exported_ignores() -> tuple[str, ...]:
+    """What an exported run may differ in from its cell: its seed range and step budget (compared apart) and the
+    keys the report ignores when it merges runs into a cell."""
+    from harness.report.load import IGNORED
+
+    return (*BUDGET, *IGNORED)
+
+
+def work_mismatch(job: Job, work: Path) -> list[str]:
+    """How the run in the job's work folder differs from the job (its identity composed, seeds and steps included);
+    [] when it matches or the folder holds no recorded run yet."""
+    from harness import rundir
+
+    folder = job.work_dir(work)
+    if not (folder / rundir.IDENTITY_FILE).exists() and not (folder / "summary.json").exists():
+        return []  # nothing recorded: a fresh start (or a launch that failed before recording anything)
+    if not (folder / rundir.IDENTITY_FILE).exists():
+        status = rundir._status(folder)
+        if status == "failed" and not rundir.has_results(folder):
+            return []  # a launch that failed before any work: the harness starts it afresh
+    expected = _strip(cell_identity(job.preset, job.overrides), BUDGET)
+    expected.update(seeds=job.seeds, seed_offset=job.offset)
+    expected.setdefault("trainer", {})["steps"] = job.steps
+    return differences(recorded_identity(folder), expected)
+
+
+_warned: set[str] = set()  # damaged runs already warned about (a running campaign re-plans after every run)
+
+
+def _warn(path: Path, problem: str) -> None:
+    key = f"{path}: {problem}"
+    if key not in _warned:
+        _warned.add(key)
+        print(f"warning: skipped {_shown(path)}: {problem}", file=sys.stderr, flush=True)
+
+
+@functools.cache  # by path, size and mtime: a campaign reads the same exported files at every re-plan
+def _metrics_problem(path: str, size: int, mtime: int) -> str | None:
+    """Why the metrics file at ``path`` cannot be read whole (a gzip file is decompressed to its end, which checks
+    its length and CRC), or None."""
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as packed:
+                header = packed.readline()
+                while packed.read(1 << 20):
+                    pass
+        else:
+            with open(path, "rb") as raw:
+                header = raw.readline()
+    except (OSError, EOFError, ValueError) as error:
+        return f"{type(error).__name__}: {str(error) or 'truncated'}"
+    return None if header.startswith(b"step,seed") else "no step,seed header"
+
+
+def _read_run(summary: Path) -> dict | None:
+    """The finished run's summary.json, or None (with a one-line warning) when it or its metrics are damaged: one
+    bad file never blocks a queue."""
+    try:
+        record = json.loads(summary.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        if record.get("status") in DONE:
+            seeds, steps = record["seeds"], record["steps"]
+            if not (isinstance(seeds, list) and all(isinstance(seed, int) for seed in seeds) and isinstance(steps, int)):
+                raise ValueError("seeds or steps of the wrong type")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        _warn(summary, f"unreadable ({type(error).__name__}: {(str(error) or 'empty').splitlines()[0]})")
+        return None
+    if record.get("status") not in DONE:
+        return record
+    metrics = next((summary.parent / name for name in ("metrics.csv.gz", "metrics.csv")
+                    if (summary.parent / name).exists()), None)
+    if metrics is None:
+        _warn(summary.parent, "a finished run without metrics.csv.gz")
+        return None
+    stat = metrics.stat()
+    problem = _metrics_problem(str(metrics), stat.st_size, stat.st_mtime_ns)
+    if problem:
+        _warn(metrics, f"unreadable ({problem})")
+        return None
+    return record
+
+
+@dataclass
+class CellRuns:
+    """What ``exported`` found below a cell's folder."""
+
+    seeds: set[int]  # of the finished runs that count as done
+    spent: dict[str, tuple[float, int]]  # per CPU model: CPU-seconds, seed-episodes
+    stale: list[tuple[Path, list[str]]] = field(default_factory=list)  # runs of another configuration, how they differ
+
+
+def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRuns:
+    """Seeds of the finished runs of ``steps`` episodes already below ``cell_dir`` (any seed-range layout, earlier
+    runs included) whose configuration is ``expected`` (a cell's identity; None: not checked), and what those runs
+    cost: per recorded CPU model ("" where none was recorded), CPU-seconds (wall seconds for runs older than
+    ``cpu_seconds``) and seed-episodes. A shorter run's seeds are run again (the report ignores it beside full ones)
+    but its cost counts; a run of another configuration (a longer one too) counts for nothing and is listed in
+    ``stale``; a damaged one is skipped with a warning."""
+    found = CellRuns(set(), {})
+    for summary in sorted(cell_dir.rglob("summary.json")) if cell_dir.exists() else ():
         if summary.parent.name.endswith(".tmp"):  # an export cut short (``export`` writes there, then renames)
             continue
-        record = json.loads(summary.read_text())
-        if record.get("status") in DONE:
-            if record.get("steps", 0) >= steps:
-                seeds.update(record.get("seeds", []))
-            seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
-            if seconds:
-                model = (record.get("hardware") or {}).get("cpu") or ""
-                total, work = spent.get(model, (0.0, 0))
-                spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
-    return seeds, spent
+        record = _read_run(summary)
+        if record is None or record.get("status") not in DONE:
+            continue
+        if expected is not None:
+            changes = differences(recorded_identity(summary.parent), expected, _exported_ignores())
+            if not changes and record["steps"] > steps:
+                changes = [f"trainer.steps: {record['steps']} → {steps}"]
+            if changes:
+                found.stale.append((summary.parent, changes))
+                continue
+        if record["steps"] >= steps:
+            found.seeds.update(record["seeds"])
+        seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
+        if seconds:
+            model = (record.get("hardware") or {}).get("cpu") or ""
+            total, work = found.spent.get(model, (0.0, 0))
+            found.spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
+    return found
 
 
 def _rate(spent: dict[str, tuple[float, int]], keep) -> float | None:
@@ -137,8 +363,8 @@ def _rate(spent: dict[str, tuple[float, int]], keep) -> float | None:
     return total / work if work else None
 
 
-def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: str = ""
-         ) -> tuple[list[tuple[Job, str]], float | None]:
+def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: str = "",
+         stale: list[tuple[Path, str, list[str]]] | None = None) -> tuple[list[tuple[Job, str]], float | None]:
     """Every job of the queue with its state (exported, or to run), and this CPU's speed factor.
 
     A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
@@ -147,21 +373,28 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, calibrated: times the
     median of cost over estimate of the queue's cells with a cost by the first two rules (``calibrate``). The
     estimates were written on some CPU, at some time, a priority's together: its measured cells say how this CPU
-    compares (unscaled where none is measured)."""
+    compares (unscaled where none is measured).
+
+    Only runs of the cell's configuration count (``exported``); the others, of the cells ``only`` selects, are
+    appended to ``stale`` as (folder, cell, differing keys)."""
     chunk = int(queue.get("chunk", 5))
 
     def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
         return (_rate(spent, lambda model: bool(cpu_model) and model == cpu_model),
                 _rate(spent, lambda model: not cpu_model or model != cpu_model))
 
-    measured = [rates(exported(cell_dir, 0)[1]) for cell_dir in sorted((results / "runs").glob("*/*"))
-                if cell_dir.is_dir()]
+    measured = [rates(exported(cell_dir, 0).spent) for cell_dir in sorted((results / "runs").glob("*/*"))
+                if cell_dir.is_dir() and not cell_dir.name.endswith(".tmp")]
     ratios = [here / other for here, other in measured if here and other]
     factor = statistics.median(ratios) if ratios else None
     cells, calibrations = [], []
     for cell in queue["cells"]:  # every priority's, for the calibration of the estimates
         steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
-        finished, spent = exported(results / "runs" / cell["preset"] / cell["name"], steps)
+        runs = exported(results / "runs" / cell["preset"] / cell["name"], steps,
+                        cell_identity(cell["preset"], tuple(cell.get("overrides", ()))))
+        finished, spent = runs.seeds, runs.spent
+        if stale is not None and not (only and cell["priority"] not in only):
+            stale.extend((folder, f"{cell['preset']}/{cell['name']}", changes) for folder, changes in runs.stale)
         cost_here, cost_other = rates(spent)
         if cost_here:
             cost, note = cost_here, ""
@@ -231,38 +464,140 @@ def _contiguous(seeds: list[int]) -> list[tuple[int, int]]:
 
 
 def export(job: Job, work: Path, results: Path) -> None:
-    """Copy a finished run's committed files into results/runs (written to a temporary folder, then renamed)."""
+    """Copy a finished run's committed files into results/runs: written to a temporary folder of this call's own
+    (``seeds<a>-<b>.<pid>-<id>.tmp``), then renamed into place; a run already there is first renamed aside
+    (``….old.tmp``) and removed after. Safe against another exporter of the same run at the same time: the last
+    rename wins and neither sees a half-written folder."""
     source, target = job.work_dir(work), job.result_dir(results)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in ("summary.json", "identity.json"):
-        shutil.copy2(source / name, tmp / name)
-    shutil.copy2(source / ".hydra" / "config.yaml", tmp / "config.yaml")
-    with open(source / "metrics.csv", "rb") as raw, gzip.GzipFile(tmp / "metrics.csv.gz", "wb", mtime=0) as packed:
-        shutil.copyfileobj(raw, packed)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    stamp = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp, old = (target.with_name(f"{target.name}.{stamp}{suffix}.tmp") for suffix in ("", ".old"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir()
+    try:
+        for name in ("summary.json", "identity.json"):
+            shutil.copy2(source / name, tmp / name)
+        shutil.copy2(source / ".hydra" / "config.yaml", tmp / "config.yaml")
+        with open(source / "metrics.csv", "rb") as raw, gzip.GzipFile(tmp / "metrics.csv.gz", "wb", mtime=0) as packed:
+            shutil.copyfileobj(raw, packed)
+        for _ in range(10):
+            try:
+                os.rename(tmp, target)  # atomic; fails while a non-empty target is there
+                break
+            except OSError as error:
+                if not isinstance(error, FileExistsError) and error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            try:
+                os.rename(target, old)  # the run there (an older export of these seeds) aside, then try again
+            except FileNotFoundError:
+                pass  # another exporter moved it meanwhile
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            raise OSError(f"{target} keeps being replaced by another exporter; not exported")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left where the rename happened
+        shutil.rmtree(old, ignore_errors=True)
 
 
-def report(preset: str, results: Path) -> None:
+def clean_exports(results: Path) -> list[Path]:
+    """Remove the export temporaries (``EXPORT_TMP`` names, in results/runs/<preset>/<cell>/) that a campaign cut
+    short left behind; called holding the campaign lock, so no export is under way. Returns what was removed."""
+    removed = []
+    for folder in sorted((results / "runs").glob("*/*/*")):
+        if EXPORT_TMP.match(folder.name) and folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+@contextmanager
+def campaign_lock(*folders: Path) -> Iterator[None]:
+    """Hold ``<folder>/.campaign.lock`` (pid and host) in each of ``folders`` for the ``with`` block; SystemExit
+    (one line) when a live campaign holds one. A lock whose process is gone (on this host) is taken over."""
+    from harness.rundir import _lock_holder
+
+    held: list[Path] = []
+    try:
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / LOCK_FILE
+            for attempt in range(3):
+                try:
+                    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    holder = _lock_holder(path)
+                    if holder is None and attempt < 2:  # stale: its campaign is gone
+                        path.unlink(missing_ok=True)
+                        continue
+                    raise SystemExit(f"Error: another campaign (process {holder or 'unknown'}) is using {folder}; "
+                                     f"wait for it or stop it (a lock left by a crash on another host: delete "
+                                     f"{path})") from None
+                with os.fdopen(descriptor, "w") as handle:
+                    handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+                held.append(path)
+                break
+        yield
+    finally:
+        for path in held:
+            try:
+                if path.read_text().split()[0] == str(os.getpid()):
+                    path.unlink()
+            except (OSError, IndexError):
+                pass
+
+
+def replace_stale(stale: list[tuple[Path, str, list[str]]], work: Path, results: Path) -> Path:
+    """Move each stale run folder to ``<work>/.replaced/<time>/{results,work}/<its path there>`` (a run recorded
+    straight in its cell's folder, beside seed-range folders: its files only); returns that folder."""
+    aside = work / REPLACED / time.strftime("%Y%m%d-%H%M%S")
+    for folder, _, _ in stale:
+        folder = folder.resolve()
+        base, kind = ((results.resolve(), "results") if folder.is_relative_to(results.resolve())
+                      else (work.resolve(), "work"))
+        destination = aside / kind / folder.relative_to(base)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "results" and folder.parent.parent == base / "runs":  # a cell folder: its own files only
+            destination.mkdir(exist_ok=True)
+            for entry in folder.iterdir():
+                if not entry.is_dir() or entry.name == ".hydra":
+                    shutil.move(str(entry), str(destination / entry.name))
+        else:
+            shutil.move(str(folder), str(destination))
+    return aside
+
+
+def report(preset: str, results: Path) -> list[str]:
     """Regenerate the tables and figures of ``preset`` and of every preset whose report reads its runs
     (``report_sources``: shared runs, and variant presets such as beyond_relapse_skip of beyond_relapse), from
     everything under results/runs. Each folder shows its own tables and figures only (``report_specs``), whatever
-    other runs it reads. A variant preset with no table or figure of its own gets no report folder."""
+    other runs it reads. A variant preset with no table or figure of its own gets no report folder. Returns the
+    report folders that failed, each named in one line (``REPORT FAILED``) with the report's last error line."""
     from harness.report.specs import FIGURES, TABLES, report_sources, report_specs
 
     owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
     readers = [name for name in owners if name != preset and preset in report_sources(name)]
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
+    failed = []
     for target in targets:
         sources = [results / "runs" / name for name in report_sources(target)]
         chosen = []
         if target in owners:  # its own tables and figures only, not those of the runs it shares
             tables, figures = report_specs(target)
             chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "generic"]
-        subprocess.run([sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
-                        "--out", _shown(results / target), *chosen], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
+        command = [sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
+                   "--out", _shown(results / target), *chosen]
+        try:
+            done = subprocess.run(command, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, errors="replace")
+            code, said = done.returncode, done.stderr or ""
+        except OSError as error:
+            code, said = None, str(error)
+        if code != 0:
+            last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "no message")
+            print(f"{time.strftime('%H:%M:%S')} REPORT FAILED {target} (for {preset}; exit {code}): {last}; "
+                  f"{_shown(results / target)} is not up to date: python -m harness.report "
+                  f"{' '.join(command[3:])}", flush=True)
+            failed.append(target)
+    return failed
 
 
 def _shown(path: Path) -> str:
@@ -274,10 +609,14 @@ def _shown(path: Path) -> str:
 
 def finished(job: Job, work: Path) -> str | None:
     """The status of the job's run when it already finished in its work folder (e.g. the runner was stopped
-    between the run's end and its export), else None."""
+    between the run's end and its export), else None; a run of another configuration (``work_mismatch``) or with
+    an unreadable summary is not finished for the job."""
     summary = job.work_dir(work) / "summary.json"
-    status = json.loads(summary.read_text()).get("status") if summary.exists() else None
-    return status if status in DONE else None
+    try:
+        status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status if status in DONE and not work_mismatch(job, work) else None
 
 
 def progress(job: Job, work: Path) -> float:
@@ -320,15 +659,26 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
     interactive work when ``parallel`` is below the core count), starting none after ``hours`` and none expected
     to end after ``finish_within`` hours, with the pending jobs' costs renewed from ``costs`` (preset, cell) after
-    each finished run; returns the number of failed jobs."""
+    each finished run; returns the number of failed jobs and failed reports. A job whose work folder holds a run
+    of another configuration (``work_mismatch``) is refused in one line and counts as failed (``main`` refuses
+    those before calling this; a run this starts is checked by its own launch, ``harness.rundir``)."""
     cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
     deadline = None if hours is None else time.time() + 3600 * hours
     end = None if finish_within is None else time.time() + 3600 * finish_within
+    failed, refused = 0, []
+    for job in jobs:
+        changes = work_mismatch(job, work)
+        if changes:
+            refused.append(job)
+            failed += 1
+            print(f"REFUSED {job.preset}/{job.cell}/{job.name}: {_shown(job.work_dir(work))} holds a run of another "
+                  f"configuration ({'; '.join(changes)}); --replace moves it aside", flush=True)
+    jobs = [job for job in jobs if job not in refused]
     for job in [job for job in jobs if finished(job, work)]:
         export(job, work, results)
-        report(job.preset, results)
+        failed += len(report(job.preset, results) or ())
         print(f"exported {job.preset}/{job.cell}/{job.name}, finished earlier → {job.result_dir(results)}", flush=True)
-    pending, running, failed = [job for job in jobs if not finished(job, work)], {}, 0
+    pending, running = [job for job in jobs if not finished(job, work)], {}
 
     def stop(signum, frame):
         raise SystemExit(130)  # the ``finally`` below stops the runs
@@ -376,7 +726,7 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                 status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
                 if process.returncode == 0 and status in DONE:
                     export(job, work, results)
-                    report(job.preset, results)
+                    failed += len(report(job.preset, results) or ())
                     print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
                           f"{job.result_dir(results)}", flush=True)
                     if costs is not None:
@@ -407,10 +757,14 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
-    parser.add_argument("--only", default=None, help="comma list of priorities to run, e.g. P1,P2")
+    parser.add_argument("--only", default=None,
+                        help="comma list of the queue's priorities to run, e.g. P1,P2 (case-sensitive)")
     parser.add_argument("--breadth", action="store_true",
                         help="within a priority, every cell's first seeds before any cell's next ones")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
+    parser.add_argument("--replace", action="store_true",
+                        help="move runs of another configuration than their cell's (refused otherwise) to "
+                             "<work>/.replaced/<time>/ and run their seeds again")
     parser.add_argument("--hours", type=float, default=None,
                         help="start no run after this many hours (running ones finish); 0: only export finished runs")
     parser.add_argument("--finish-within", type=float, default=None, metavar="HOURS",
@@ -424,19 +778,43 @@ def main(argv: list[str] | None = None) -> None:
         if value is not None and not value >= 0:  # NaN too
             parser.error(f"{flag}={value} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
-    only = set(args.only.split(",")) if args.only else None
+    only = check_only(queue, args.only, args.queue)
+    check_cells(queue, args.queue)
+    if args.dry_run:  # reads only: no lock, so that a running campaign can be watched
+        sys.exit(campaign(queue, args, only))
+    with campaign_lock(args.work, args.results):
+        for folder in clean_exports(args.results):
+            print(f"removed {_shown(folder)}, an export cut short", flush=True)
+        code = campaign(queue, args, only)
+    sys.exit(code)
+
+
+def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> int:
+    """Plan, print, refuse or replace runs of another configuration, then run (``main``'s body); the exit code."""
     from tasks.models.linear import cpu_model
 
-    planned, factor = plan(queue, args.results, only, cpu_model())
+    stale: list[tuple[Path, str, list[str]]] = []
+    planned, factor = plan(queue, args.results, only, cpu_model(), stale)
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
     todo = [job for job, state in planned if state.startswith("to run")]
+    stale += [(job.work_dir(args.work), f"{job.preset}/{job.cell}", changes) for job in todo
+              if (changes := work_mismatch(job, args.work))]
+    if stale and args.replace and not args.dry_run:
+        aside = replace_stale(stale, args.work, args.results)
+        for folder, cell, changes in stale:
+            print(f"replaced {_shown(folder)} (another configuration than {cell}: {'; '.join(changes)}) → "
+                  f"{_shown(aside)}", flush=True)
+        return campaign(queue, argparse.Namespace(**{**vars(args), "replace": False}), only)  # once
     fits = None if args.finish_within is None else set(fit_plan(todo, args.jobs, 3600 * args.finish_within,
                                                                  args.work))
     preset_width = max((len(job.preset) for job, _ in planned), default=0)
     cell_width = max((len(job.cell) for job, _ in planned), default=0)
+    mismatched = {folder for folder, _, _ in stale}
     for job, state in planned:
-        if state.startswith("to run") and finished(job, args.work):
+        if state.startswith("to run") and job.work_dir(args.work) in mismatched:
+            state = "refused: its work folder holds a run of another configuration"
+        elif state.startswith("to run") and finished(job, args.work):
             state = "finished, to be exported"
         elif state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
             state = "resumable" + state[len("to run"):]
@@ -453,13 +831,19 @@ def main(argv: list[str] | None = None) -> None:
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
+    if stale:
+        for folder, cell, changes in stale:
+            print(f"Error: {_shown(folder)} holds a run of another configuration than the cell {cell} "
+                  f"({'; '.join(changes)}); it is not counted: --replace moves it to "
+                  f"{_shown(args.work / REPLACED)}/ and runs its seeds again", file=sys.stderr, flush=True)
+        return 2
     if args.dry_run or not todo:  # costs: as ``plan`` says
-        return
+        return 0
 
     def costs() -> dict[tuple[str, str], float]:  # after each finished run: the cells' costs as measured by now
         return {(job.preset, job.cell): job.cost for job, _ in plan(queue, args.results, only, cpu_model())[0]}
 
-    sys.exit(1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within, costs) else 0)
+    return 1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within, costs) else 0
 
 
 if __name__ == "__main__":

@@ -89,16 +89,26 @@ def test_a_campaign_killed_at_any_moment_finishes_with_the_same_numbers(tmp_path
     assert again.returncode == 0 and "0 runs to go" in again.stdout
 
 
+def record_run(folder: Path, cell: dict, summary: dict) -> None:
+    """An exported run of ``cell``'s configuration: ``summary`` (its seeds and steps), the identity.json the cell's
+    composed config gives for them, and a metrics.csv.gz."""
+    identity = campaign.cell_identity(cell["preset"], tuple(cell["overrides"]))
+    identity = {**identity, "seeds": len(summary["seeds"]), "seed_offset": min(summary["seeds"]),
+                "trainer": {**identity["trainer"], "steps": summary["steps"]}}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "identity.json").write_text(json.dumps({"config": identity}))
+    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / "metrics.csv.gz").write_bytes(gzip.compress(b"step,seed,error\n0,0,0.5\n"))
+
+
 def test_seeds_already_exported_are_not_run_again(tmp_path):
     results = tmp_path / "results"
     earlier = results / "runs" / "fig3_tabular_multi" / "tpo"  # an older run of seeds 0-3, any folder layout
-    earlier.mkdir(parents=True)
-    (earlier / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [0, 1, 2, 3], "steps": STEPS,
-                                                       "cpu_seconds": 24.0}))
+    record_run(earlier, QUEUE["cells"][0], {"status": "completed", "seeds": [0, 1, 2, 3], "steps": STEPS,
+                                            "cpu_seconds": 24.0})
     shorter = earlier / "seeds5-6"  # a finished run of fewer episodes than the cell's: its seeds run again
-    shorter.mkdir()
-    (shorter / "summary.json").write_text(json.dumps({"status": "completed", "seeds": [5, 6], "steps": STEPS // 2,
-                                                      "cpu_seconds": 3.0}))
+    record_run(shorter, QUEUE["cells"][0], {"status": "completed", "seeds": [5, 6], "steps": STEPS // 2,
+                                            "cpu_seconds": 3.0})
     jobs, _ = campaign.plan({"chunk": 5, "cells": [dict(QUEUE["cells"][0], seeds=12)]}, results)
     assert [(job.offset, job.seeds, state) for job, state in jobs] == [
         (0, 4, "done: seeds 0-3"), (4, 1, "to run"), (5, 5, "to run"), (10, 2, "to run")]
@@ -287,11 +297,9 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
 
     def record(cell: str, name: str, seeds: list[int], cpu: str | None, per_episode: float,
                preset: str = "fig3_tabular_multi") -> None:
-        folder = results / "runs" / preset / cell / name
-        folder.mkdir(parents=True)
-        (folder / "summary.json").write_text(json.dumps({
+        record_run(results / "runs" / preset / cell / name, QUEUE["cells"][cell == "grpo"], {
             "status": "completed", "seeds": seeds, "steps": STEPS, "cpu_seconds": len(seeds) * STEPS * per_episode,
-            "hardware": {"cpu": cpu} if cpu else None}))
+            "hardware": {"cpu": cpu} if cpu else None})
 
     record("tpo", "seeds0-1", [0, 1], "CPU A", 2.0)
     record("tpo", "seeds2", [2], "CPU B", 0.5)  # the same cell on CPU B: 4x cheaper

@@ -1,0 +1,297 @@
+"""The campaign trusts nothing it did not verify: a run counts, is exported or is skipped only when its recorded
+configuration and step budget are its cell's; reports that fail, leftover export temporaries, a second campaign on
+the same folders, unknown ``--only`` names, overrides that do not compose and damaged result files are each
+refused or handled in one line. Every test works in ``tmp_path`` only."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from harness import campaign, rundir
+from harness.run import compose_config
+
+PRESET = "fig3_tabular_multi"
+FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # as Job.command adds them
+LOCK = ".campaign.lock"
+
+
+def cell(alpha: float = 0.1, steps: int = 40, seeds: int = 2, **extra) -> dict:
+    return {"priority": "P1", "preset": PRESET, "name": "tpo", "seeds": seeds, "cost": 0.001,
+            "overrides": ["algorithm=tpo", f"task.alpha={alpha}", f"trainer.steps={steps}"], **extra}
+
+
+def fake_run(folder: Path, overrides: list[str], seeds: int, offset: int = 0, layout: str = "work",
+             status: str = "completed") -> None:
+    """A run folder as the harness (layout "work") or ``export`` (layout "results") leaves it, its identity computed
+    by ``harness.rundir`` from the config the campaign's command composes."""
+    cfg = compose_config([f"experiment={PRESET}", *overrides, f"seeds={seeds}", f"seed_offset={offset}",
+                          *FIXED])
+    identity = rundir.identity(cfg)
+    folder.mkdir(parents=True)
+    (folder / "identity.json").write_text(json.dumps({"fingerprint": rundir.fingerprint(identity), "uid": "u",
+                                                      "config": identity}))
+    (folder / "summary.json").write_text(json.dumps({
+        "status": status, "seeds": list(range(offset, offset + seeds)), "steps": int(cfg.trainer.steps),
+        "cpu_seconds": 1.0}))
+    rows = "step,seed,error\n" + "".join(f"{s},{offset + i},0.5\n" for s in range(3) for i in range(seeds))
+    if layout == "work":
+        (folder / ".hydra").mkdir()
+        (folder / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        (folder / "metrics.csv").write_text(rows)
+    else:
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        (folder / "metrics.csv.gz").write_bytes(gzip.compress(rows.encode()))
+
+
+def write_queue(tmp_path: Path, *cells: dict, chunk: int = 2) -> Path:
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump({"chunk": chunk, "cells": list(cells)}))
+    return path
+
+
+def main(tmp_path: Path, *args: str) -> int:
+    """``campaign.main`` in-process on tmp_path's folders; its exit code."""
+    with pytest.raises(SystemExit) as exit_:
+        campaign.main([*args, "--work", str(tmp_path / "work"), "--results", str(tmp_path / "results")])
+    code = exit_.value.code
+    return code if isinstance(code, int) else (0 if code is None else code)
+
+
+def states(jobs: list) -> list[str]:
+    return [state.split(" (")[0] for _, state in jobs]
+
+
+def job(queue_cell: dict, offset: int = 0, seeds: int = 2) -> campaign.Job:
+    overrides = tuple(queue_cell["overrides"])
+    return campaign.Job("P1", PRESET, queue_cell["name"], overrides, offset, seeds,
+                        campaign.preset_steps(PRESET, overrides), 0.001)
+
+
+# 1. identity and step budget ---------------------------------------------------------------------------------------
+
+def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_key(tmp_path, capsys):
+    fake_run(tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2, layout="results")
+    queue = write_queue(tmp_path, cell(0.5))
+    assert main(tmp_path, str(queue), "--dry-run") == 2
+    captured = capsys.readouterr()
+    assert "done" not in captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "task.alpha: 0.1 → 0.5" in errors[0] and "--replace" in errors[0]
+    stale: list = []
+    jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(0.5)]}, tmp_path / "results", stale=stale)
+    assert states(jobs) == ["to run"]  # not "done: seeds 0-1"
+    assert [(folder.name, changes) for folder, _, changes in stale] == [("seeds0-1", ["task.alpha: 0.1 → 0.5"])]
+    # the same configuration counts as done
+    jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(0.1)]}, tmp_path / "results")
+    assert states(jobs) == ["done: seeds 0-1"]
+
+
+def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_it_aside(tmp_path, capsys):
+    work, results = tmp_path / "work", tmp_path / "results"
+    fake_run(work / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2)
+    new = job(cell(0.5))
+    assert campaign.finished(new, work) is None
+    assert campaign.run([new], 1, work, results, hours=0) == 1  # refused, counted as failed
+    assert "REFUSED fig3_tabular_multi/tpo/seeds0-1" in capsys.readouterr().out
+    assert not (results / "runs").exists()  # nothing exported
+    queue = write_queue(tmp_path, cell(0.5))
+    assert main(tmp_path, str(queue), "--hours", "0") == 2  # refused before anything runs
+    assert "task.alpha: 0.1 → 0.5" in capsys.readouterr().err and not (results / "runs").exists()
+    assert main(tmp_path, str(queue), "--hours", "0", "--replace") == 0
+    out = capsys.readouterr().out
+    assert "replaced" in out and "task.alpha: 0.1 → 0.5" in out
+    assert not (work / PRESET / "tpo" / "seeds0-1").exists() and not (results / "runs").exists()
+    moved = list((work / ".replaced").glob(f"*/work/{PRESET}/tpo/seeds0-1/summary.json"))
+    assert len(moved) == 1  # aside, not deleted
+
+
+def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_one(tmp_path, capsys):
+    """steps 40 → 80 with the 40-step run finished in the work folder and exported: refused naming trainer.steps
+    (the old code re-exported the 40-step run at every invocation and never ran the 80-step one)."""
+    work, results = tmp_path / "work", tmp_path / "results"
+    fake_run(work / PRESET / "tpo" / "seeds0-1", cell(steps=40)["overrides"], 2)
+    campaign.export(job(cell(steps=40)), work, results)
+    exported = results / "runs" / PRESET / "tpo" / "seeds0-1" / "summary.json"
+    before = exported.read_bytes()
+    longer = job(cell(steps=80))
+    assert campaign.finished(longer, work) is None
+    stale: list = []
+    jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(steps=80)]}, results, stale=stale)
+    assert states(jobs) == ["to run"] and stale == []  # a shorter exported run: run again
+    assert campaign.work_mismatch(longer, work) == ["trainer.steps: 40 → 80"]
+    queue = write_queue(tmp_path, cell(steps=80))
+    assert main(tmp_path, str(queue), "--hours", "0") == 2
+    assert "trainer.steps: 40 → 80" in capsys.readouterr().err and exported.read_bytes() == before
+    # a cell made shorter: the longer exported run is of another configuration, not done
+    jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(steps=20)]}, results, stale=stale)
+    assert states(jobs) == ["to run"]
+    assert [changes for _, _, changes in stale] == [["trainer.steps: 40 → 20"]]
+
+
+def test_a_longer_cell_runs_again_end_to_end(tmp_path):
+    """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+    def campaign_cli(steps: int, *extra: str) -> subprocess.CompletedProcess:
+        queue = write_queue(tmp_path, dict(cell(steps=steps, seeds=1), overrides=[
+            "algorithm=tpo", f"trainer.steps={steps}", "task.contexts=4", "task.arms=3"]))
+        return subprocess.run([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "1", "--work",
+                               str(tmp_path / "work"), "--results", str(tmp_path / "results"), *extra],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    summary = tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0" / "summary.json"
+    first = campaign_cli(4)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads(summary.read_text())["steps"] == 4
+    refused = campaign_cli(8)
+    assert refused.returncode == 2 and "trainer.steps: 4 → 8" in refused.stderr, refused.stdout + refused.stderr
+    assert json.loads(summary.read_text())["steps"] == 4
+    replaced = campaign_cli(8, "--replace")
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    assert json.loads(summary.read_text())["steps"] == 8
+    assert "exported" not in replaced.stdout  # the 4-step run was not exported again
+    again = campaign_cli(8)
+    assert again.returncode == 0 and "0 runs to go" in again.stdout
+
+
+# 2. a report that fails ---------------------------------------------------------------------------------------------
+
+def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monkeypatch, capsys):
+    real_run = subprocess.run
+
+    def failing(command, **kwargs):
+        if command[1:3] == ["-m", "harness.report"]:
+            return subprocess.CompletedProcess(command, 1, stdout=None,
+                                               stderr="Traceback (most recent call last):\nEOFError: truncated\n")
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(campaign.subprocess, "run", failing)
+    assert campaign.report(PRESET, tmp_path / "results") == [PRESET]
+    line = capsys.readouterr().out.strip()
+    assert "REPORT FAILED fig3_tabular_multi" in line and "EOFError: truncated" in line and "\n" not in line
+    work = tmp_path / "work"
+    fake_run(work / PRESET / "tpo" / "seeds0-1", cell()["overrides"], 2)  # finished, to be exported
+    queue = write_queue(tmp_path, cell())
+    assert main(tmp_path, str(queue), "--hours", "0") == 1
+    out = capsys.readouterr().out
+    assert "exported fig3_tabular_multi/tpo/seeds0-1" in out and "REPORT FAILED fig3_tabular_multi" in out
+
+
+# 3. export temporaries left by a kill ------------------------------------------------------------------------------
+
+def test_export_temporaries_left_by_a_kill_are_removed_at_start_and_nothing_else(tmp_path, capsys):
+    cell_dir = tmp_path / "results" / "runs" / PRESET / "tpo"
+    leftovers = [cell_dir / name for name in ("seeds0-1.tmp", "seeds2.123-abcdef12.tmp", "seeds4-5.9-0a1b2c3d.old.tmp")]
+    kept = [cell_dir / "notes.tmp", cell_dir / "seeds6-7", tmp_path / "results" / "runs" / PRESET / "seeds0.tmp"]
+    for folder in leftovers + kept:
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text('{"status": "failed"}')
+    fake_run(tmp_path / "work" / PRESET / "tpo" / "seeds0-1.tmp", cell()["overrides"], 2)  # the harness's to clean
+    queue = write_queue(tmp_path, cell(seeds=1))
+    main(tmp_path, str(queue), "--hours", "0")
+    assert [folder for folder in leftovers if folder.exists()] == []
+    assert all(folder.exists() for folder in kept) and (tmp_path / "work" / PRESET / "tpo" / "seeds0-1.tmp").exists()
+    assert capsys.readouterr().out.count("an export cut short") == 3
+
+
+# 4. two campaigns ----------------------------------------------------------------------------------------------------
+
+def test_a_second_campaign_on_the_same_folders_refuses_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
+    queue = write_queue(tmp_path, cell(seeds=1))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for folder in (tmp_path / "work", tmp_path / "results"):
+            folder.mkdir(exist_ok=True)
+            lock = folder / LOCK
+            lock.write_text(f"{holder.pid} {os.uname().nodename}\n")
+            with pytest.raises(SystemExit, match=f"^Error: another campaign \\(process {holder.pid} on "):
+                campaign.main([str(queue), "--hours", "0", "--work", str(tmp_path / "work"), "--results",
+                               str(tmp_path / "results")])
+            assert lock.exists()
+            lock.unlink()
+    finally:
+        holder.kill()
+        holder.wait()
+    (tmp_path / "work" / LOCK).write_text(f"{holder.pid} {os.uname().nodename}\n")  # now dead
+    assert main(tmp_path, str(queue), "--hours", "0") == 0
+    assert not (tmp_path / "work" / LOCK).exists()  # taken over, then released
+    assert not (tmp_path / "results" / LOCK).exists()
+
+
+def _export_many(work: str, results: str, count: int) -> None:
+    queue_cell = cell()
+    exported = campaign.Job("P1", PRESET, "tpo", tuple(queue_cell["overrides"]), 0, 2, 40, 0.001)
+    for _ in range(count):
+        campaign.export(exported, Path(work), Path(results))
+
+
+def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial_folder(tmp_path):
+    work, results = tmp_path / "work", tmp_path / "results"
+    fake_run(work / PRESET / "tpo" / "seeds0-1", cell()["overrides"], 2)
+    context = multiprocessing.get_context("fork")
+    exporters = [context.Process(target=_export_many, args=(str(work), str(results), 30)) for _ in range(3)]
+    for process in exporters:
+        process.start()
+    for process in exporters:
+        process.join(120)
+    assert [process.exitcode for process in exporters] == [0, 0, 0]
+    target = results / "runs" / PRESET / "tpo"
+    assert sorted(p.name for p in target.iterdir()) == ["seeds0-1"]  # no temporary left
+    assert sorted(p.name for p in (target / "seeds0-1").iterdir()) == [
+        "config.yaml", "identity.json", "metrics.csv.gz", "summary.json"]
+
+
+# 5. --only and overrides --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("only", ["p1", "P9", "P1,P2"])
+def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only):
+    queue = write_queue(tmp_path, cell())
+    with pytest.raises(SystemExit, match=r"^Error: --only .* is not a priority of queue\.yaml; valid choices "
+                                         r"\(case-sensitive\): P1$"):
+        campaign.main([str(queue), "--dry-run", "--only", only, "--results", str(tmp_path / "results")])
+
+
+def test_an_override_that_does_not_compose_is_refused_naming_the_cell(tmp_path):
+    queue = write_queue(tmp_path, cell(), dict(cell(), name="typo", overrides=["algorithm=tpo", "task.alhpa=0.5"]))
+    with pytest.raises(SystemExit) as error:
+        campaign.main([str(queue), "--dry-run", "--results", str(tmp_path / "results")])
+    message = str(error.value)
+    assert message.startswith("Error: queue.yaml: cells[1] (fig3_tabular_multi/typo) does not compose: ")
+    assert "task.alhpa" in message and "\n" not in message
+
+
+# 6. damaged files under results/runs ------------------------------------------------------------------------------
+
+def test_damaged_result_files_are_skipped_with_a_warning_naming_them(tmp_path, capsys):
+    runs = tmp_path / "results" / "runs"
+    empty = runs / PRESET / "tpo" / "seeds0-1"
+    fake_run(empty, cell()["overrides"], 2, layout="results")
+    (empty / "summary.json").write_text("")
+    truncated = runs / PRESET / "tpo" / "seeds2-3"
+    fake_run(truncated, cell()["overrides"], 2, offset=2, layout="results")
+    packed = (truncated / "metrics.csv.gz").read_bytes()
+    (truncated / "metrics.csv.gz").write_bytes(packed[: len(packed) // 2])
+    fine = runs / PRESET / "tpo" / "seeds4-5"
+    fake_run(fine, cell()["overrides"], 2, offset=4, layout="results")
+    elsewhere = runs / "another_preset" / "x" / "seeds0"  # any cell's, read by the cost calibration
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "summary.json").write_text('{"status": "comp')
+    jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(seeds=6)]}, tmp_path / "results")
+    assert [(job.name, state.split(" (")[0]) for job, state in jobs] == [
+        ("seeds4-5", "done: seeds 4-5"), ("seeds0-1", "to run"), ("seeds2-3", "to run")]
+    warnings = capsys.readouterr().err.splitlines()
+    assert any(f"{empty / 'summary.json'}: unreadable (JSONDecodeError" in line for line in warnings), warnings
+    assert any(f"{truncated / 'metrics.csv.gz'}: unreadable (EOFError" in line for line in warnings), warnings
+    assert any(f"{elsewhere / 'summary.json'}: unreadable" in line for line in warnings), warnings
+    assert all(line.startswith("warning: skipped ") for line in warnings)
