@@ -39,14 +39,42 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, chunks: list[str] | list[bytes], durable: bool = True) -> None:
     """Replace ``path`` by the concatenated ``chunks``: readers see the old file or the new one, never a mix.
     ``durable`` also fsyncs before the rename, so a machine crash cannot leave an empty file either."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: two writers never share a temporary
+    tmp = temporary_path(path)  # per process: two writers never share a temporary
     binary = bool(chunks) and isinstance(chunks[0], bytes)
-    with open(tmp, "wb" if binary else "w") as handle:
-        handle.writelines(chunks)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb" if binary else "w") as handle:
+            handle.writelines(chunks)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, an interruption: no temporary is left behind (it would hold the space)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+def temporary_path(path: Path) -> Path:
+    """The temporary ``atomic_write_text`` writes ``path`` to: ``<name>.<pid>.tmp`` beside it
+    (``harness.rundir.is_own_temporary`` recognises exactly these)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+def record_failure(run_dir: Path, summary: dict[str, Any], error_text: str) -> bool:
+    """Best effort: ``summary.json`` (status failed) and ``error.txt`` of a run that failed. Whatever stops them (the
+    disk that filled up and failed the run, say) is logged in one line and never raised over the run's own error;
+    returns whether both were written."""
+    written = True
+    for name, write in ((SUMMARY_FILE, lambda path: write_json(path, summary)),
+                        (ERROR_FILE, lambda path: atomic_write_text(path, [error_text]))):
+        try:
+            write(run_dir / name)
+        except (OSError, ValueError) as error:
+            log.warning("could not record the failure in %s (%s: %s)", run_dir / name, type(error).__name__, error)
+            written = False
+    return written
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -90,6 +118,8 @@ class MetricsWriter:
         self.publish_every = publish_every
         self._chunks = [",".join(self.columns) + "\n"]
         self.rows = 0
+        self._failed = False  # a publish raised (a full disk): ``close`` does not raise it again over the first
+        self._durable_rows = -1  # the rows at the last durable publish: ``close`` has nothing to add when unchanged
         if resume_rows is not None:
             kept = self._rows_on_disk(resume_rows)
             self._chunks = [",".join(self.columns) + "\n", "".join(kept)]
@@ -129,15 +159,26 @@ class MetricsWriter:
     def _publish(self, durable: bool) -> None:
         if len(self._chunks) > 2:  # keep the text as few large strings: republishing costs one write
             self._chunks = [self._chunks[0], "".join(self._chunks[1:])]
-        atomic_write_text(self.path, self._chunks, durable=durable)
+        try:
+            atomic_write_text(self.path, self._chunks, durable=durable)
+        except BaseException:
+            self._failed = True
+            raise
+        self._failed = False
         self._published_at = time.monotonic()
+        if durable:
+            self._durable_rows = self.rows
 
     def flush(self) -> None:
         """Publish every row so far and make it durable (called before each checkpoint)."""
         self._publish(durable=True)
 
     def close(self) -> None:
-        self.flush()
+        """Publish every row not published durably yet; after a publish that raised, nothing: it is called on the
+        way out of a failed run too, whose own error (a full disk: that publish's, or the checkpoint's just after a
+        flush) is not to be buried under the same error again."""
+        if not self._failed and self.rows != self._durable_rows:
+            self.flush()
 
 
 CHECKPOINT_MAGIC = b"tpo-bench checkpoint v1\n"  # bump when CHECKPOINT_SCHEMA changes

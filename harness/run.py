@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,33 @@ log = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
+EXPERIMENT_NAME_RULE = ("a non-empty name that is one folder name: letters, digits, _ - . only (no path separators, "
+                        "no spaces), not starting with '.'")
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def check_experiment_name(name) -> str:
+    """``experiment_name`` names the run's folders (``outputs/<experiment_name>/...``, ``multirun/<name>/...``)
+    and its W&B group: one safe folder name, so that no name writes outside ``outputs/``; ConfigError otherwise."""
+    if not isinstance(name, str) or not _EXPERIMENT_NAME.fullmatch(name):
+        raise ConfigError(f"experiment_name={name!r} is not valid; expected {EXPERIMENT_NAME_RULE}")
+    return name
+
+
+def _check_experiment_name_overrides(parsed: list) -> None:
+    """Every value an ``experiment_name=`` override sets (each of a sweep's) passes ``check_experiment_name``; run
+    before Hydra makes the folders the name is part of."""
+    for override in parsed:
+        if override.key_or_group != "experiment_name" or override.is_delete():
+            continue
+        try:
+            names = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        except Exception:  # noqa: BLE001 - an interval or range sweep: numbers, not names
+            raise ConfigError(f"{override.input_line} is not valid; expected {EXPERIMENT_NAME_RULE}") from None
+        for name in names:
+            check_experiment_name(str(name) if isinstance(name, (int, float)) and not isinstance(name, bool) else name)
+
+
 def experiment_presets() -> list[str]:
     """The experiment presets, ``conf/experiment/<name>.yaml``."""
     return sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
@@ -37,7 +65,8 @@ def check_experiment_overrides(overrides: list[str]) -> None:
     ``conf/experiment/*.yaml``: every value of a sweep (``experiment=a,b``, ``choice(...)``, ``glob(...)``) is
     checked, so that a sweep fails before Hydra launches its first job. ``+experiment=`` and ``++experiment=`` are
     refused too (conf/config.yaml's defaults already have the experiment slot), and so is ``experiment=null``
-    (no preset: leave the override out, or ``~experiment``). An override Hydra cannot parse is left to Hydra."""
+    (no preset: leave the override out, or ``~experiment``). An override Hydra cannot parse is left to Hydra.
+    ``experiment_name=`` values are checked too (``check_experiment_name``): the name is a folder of the run's path."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
 
@@ -45,6 +74,7 @@ def check_experiment_overrides(overrides: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
         return
+    _check_experiment_name_overrides(parsed)
     presets = experiment_presets()
     valid = f"valid choices (conf/experiment/*.yaml): {', '.join(presets)}"
     for override in parsed:
@@ -112,8 +142,7 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
     check_number("trainer.solved_below", cfg.trainer.solved_below, low=0, high=1)
     check_number("trainer.relapse_above", cfg.trainer.relapse_above, low=cfg.trainer.solved_below, high=1)
-    if not isinstance(cfg.experiment_name, str) or not cfg.experiment_name:
-        raise ConfigError(f"experiment_name={cfg.experiment_name!r} is not valid; expected a non-empty name")
+    check_experiment_name(cfg.experiment_name)
     task_cls.check_steps(cfg.task, int(cfg.trainer.steps))
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
     linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))

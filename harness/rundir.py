@@ -14,13 +14,36 @@ of the summary, where MNIST is read from nor the experiment's name. A launch int
 Hydra is told not to write ``.hydra/`` itself (``hydra.output_subdir: null``): it would rewrite it at every launch,
 before any check, so a refused launch would relabel the run it refused. A fresh start writes it instead. A lock file
 (``run.lock``: pid and host) keeps a second process from writing into a run that is still training.
+
+What a fresh start (``trainer.overwrite=true`` too) removes is only what tpo-bench wrote (``housekeeping``):
+
+- its own temporaries, by their exact name (``<file>.<pid>.tmp`` for the files it writes: ``is_own_temporary``),
+  in any folder; a resume removes these too (a write cut short, by a full disk say, leaves none, but a killed
+  process can), since the lock shows no other process writes there;
+- in a *run directory* (an ``identity.json`` of tpo-bench, or a run of older versions recognised by the content of
+  its ``summary.json``, ``checkpoint.pt`` or ``metrics.csv``): the entries of ``RESULT_FILES``, but what its
+  ``identity.json`` records as ``foreign`` (the entries that were in the folder before the run started, such as
+  someone's notes or their own ``wandb/offline-run-*``, are listed there and stay).
+
+Anything else is foreign and stays: a name ending in ``.tmp`` that is not one of those temporaries, a folder the
+run did not create. A folder that is not a run directory and holds foreign entries is refused (one line) unless
+``trainer.overwrite=true``; then the run starts there and keeps them. A foreign entry where a run writes its own
+(``metrics.csv``, ``identity.json``, ..., anything in ``.hydra/`` or ``trl/``) is refused even then; one in
+``wandb/`` is not (W&B names its folders per run). The files this launch's Hydra made (its ``<job>.log``; a
+sweep's ``multirun.yaml`` and records) and the lock count as nothing.
+
+A run keeps the ``experiment_name`` it started with: a resume (or a launch that finds it finished) under another
+name logs a warning naming both and goes on under the run's own name (its summary.json and W&B group do not
+change), as the name is not part of the identity.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import socket
 import time
@@ -30,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness import outputs
 from algorithms.checks import ConfigError
@@ -39,7 +62,15 @@ IDENTITY_FILE, LOCK_FILE = "identity.json", "run.lock"
 TRL_DIR = "trl"  # the LLM trainer's checkpoints
 HYDRA_DIR = ".hydra"  # the launch that started the run: config.yaml (as composed), overrides.yaml
 RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
-RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, "wandb", HYDRA_DIR)  # cleared by a fresh start
+WANDB_DIR = "wandb"
+RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, WANDB_DIR, HYDRA_DIR)  # cleared by a fresh start
+SHARED_DIRS = (HYDRA_DIR, WANDB_DIR, TRL_DIR)  # folders a run writes into: their entries are looked at one by one
+# the files tpo-bench writes whole (outputs.atomic_write_text), whose temporaries it recognises by name
+WRITTEN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, outputs.SUMMARY_FILE, outputs.ERROR_FILE,
+                 f"{HYDRA_DIR}/config.yaml", f"{HYDRA_DIR}/overrides.yaml")
+_TEMPORARY = re.compile(r"(?P<file>.+)\.[0-9]+\.tmp")  # outputs.temporary_path
+LAUNCH_FILES = (LOCK_FILE, "multirun.yaml", ".tpo-bench-jobs")  # and Hydra's <job>.log: a launch's, never removed
+log = logging.getLogger(__name__)
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
 # change of host does); task.steps: trainer.steps runs.
 NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "trainer.progress", "trainer.resume",
@@ -121,6 +152,106 @@ def check_resume_options(cfg: DictConfig) -> tuple[bool | str, bool]:
     return resume, overwrite
 
 
+def is_own_temporary(entry: str) -> bool:
+    """Whether ``entry`` (a path relative to the run directory, ``/``-separated) is a temporary of one of the files
+    tpo-bench writes: exactly ``<file>.<pid>.tmp`` (outputs.temporary_path) beside it."""
+    match = _TEMPORARY.fullmatch(entry)
+    return match is not None and match["file"] in WRITTEN_FILES
+
+
+def _entries(run_dir: Path) -> list[str]:
+    """What ``run_dir`` holds: its entries, those of SHARED_DIRS one by one (``wandb/offline-run-1``)."""
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(run_dir.iterdir()):
+        if path.name in SHARED_DIRS and path.is_dir() and not path.is_symlink():
+            found.extend(f"{path.name}/{child.name}" for child in sorted(path.iterdir()))
+        else:
+            found.append(path.name)
+    return found
+
+
+def _launch_files() -> set[str]:
+    """The files of this launch rather than of a run: the lock, Hydra's ``<job>.log`` and a sweep's records."""
+    from hydra.core.hydra_config import HydraConfig
+
+    names = set(LAUNCH_FILES)
+    if HydraConfig.initialized():
+        names.add(f"{HydraConfig.get().job.name}.log")
+    return names
+
+
+def is_run_directory(run_dir: Path) -> bool:
+    """Whether tpo-bench wrote a run into ``run_dir``: its ``identity.json``, or (a run of versions that wrote none,
+    a launch's failure record) a ``summary.json`` with a status, a ``checkpoint.pt`` with tpo-bench's header or a
+    ``metrics.csv`` with its columns."""
+    record = _read_identity(run_dir)
+    if record is not None and "fingerprint" in record:
+        return True
+    try:
+        summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+        if isinstance(summary, dict) and "status" in summary:
+            return True
+    except (OSError, ValueError):
+        pass
+    for name, start in ((outputs.CHECKPOINT_FILE, outputs.CHECKPOINT_MAGIC), (outputs.METRICS_FILE, b"step,seed")):
+        try:
+            with open(run_dir / name, "rb") as handle:
+                if handle.read(len(start)) == start:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+@dataclass
+class Housekeeping:
+    """What a fresh start in a folder finds there: ``ours`` to remove, ``foreign`` entries to keep."""
+
+    run_directory: bool
+    ours: list[str]
+    foreign: list[str]
+
+    @property
+    def in_the_way(self) -> list[str]:
+        """Foreign entries where a run writes its own: a project file's name, anything in ``.hydra/`` or ``trl/``
+        (W&B names its folders per run: a foreign entry in ``wandb/`` is no clash)."""
+        return [entry for entry in self.foreign
+                if entry.split("/")[0] in RESULT_FILES and not entry.startswith(f"{WANDB_DIR}/")]
+
+
+def housekeeping(run_dir: Path) -> Housekeeping:
+    """Sort what ``run_dir`` holds into what tpo-bench wrote and what it did not (module docstring); reads only."""
+    run = is_run_directory(run_dir)
+    recorded = (_read_identity(run_dir) or {}).get("foreign") if run else None
+    kept = {entry for entry in recorded if isinstance(entry, str)} if isinstance(recorded, list) else set()
+    launch = _launch_files()
+    ours, foreign = [], []
+    for entry in _entries(run_dir):
+        if entry in launch:
+            continue
+        if is_own_temporary(entry) or (run and entry.split("/")[0] in RESULT_FILES and entry not in kept):
+            ours.append(entry)
+        else:
+            foreign.append(entry)
+    return Housekeeping(run, ours, foreign)
+
+
+def _remove(run_dir: Path, entries: list[str]) -> None:
+    for entry in entries:
+        path = run_dir / entry
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _listed(entries: list[str], most: int = 5) -> str:
+    shown = ", ".join(entries[:most])
+    return shown + (f" and {len(entries) - most} more" if len(entries) > most else "")
+
+
 @dataclass
 class RunStart:
     """The decision for one launch: resume (a checkpoint exists), skip (``finished`` holds the summary) or fresh."""
@@ -131,19 +262,23 @@ class RunStart:
     finished: dict[str, Any] | None
     _record: dict[str, Any] | None  # identity.json to write on a fresh start
     _config: DictConfig | None = None
+    _remove: tuple[str, ...] = ()  # what tpo-bench wrote there that this start clears (``housekeeping``)
+    _remove_dirs: tuple[str, ...] = ()  # folders of an earlier run, removed when that leaves them empty
 
     def apply(self, run_dir: Path) -> None:
-        """Mark ``run_dir`` as this process's; on a fresh start, clear what an earlier run left there and record
-        this run's identity and launch (main process only)."""
+        """Mark ``run_dir`` as this process's; remove the temporaries of earlier processes; on a fresh start, clear
+        what an earlier run wrote there (only that: ``housekeeping``) and record this run's identity and launch
+        (main process only)."""
         _started.add(run_dir.resolve())
+        _remove(run_dir, list(self._remove))
+        for name in self._remove_dirs:
+            try:
+                (run_dir / name).rmdir()
+            except OSError:  # gone, or holds what it keeps
+                pass
         if self._record is None:
             return
-        for path in [run_dir / name for name in RESULT_FILES] + list(run_dir.glob("*.tmp")):
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-        (run_dir / HYDRA_DIR).mkdir()
+        (run_dir / HYDRA_DIR).mkdir(exist_ok=True)
         outputs.atomic_write_text(run_dir / HYDRA_DIR / "config.yaml", [OmegaConf.to_yaml(self._config)])
         overrides = _launch_overrides()
         if overrides is not None:
@@ -224,7 +359,21 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
     fresh = {"fingerprint": current_fingerprint, "uid": uuid.uuid4().hex, "config": current}
 
     def start_fresh() -> RunStart:
-        return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=fresh, _config=cfg)
+        found = housekeeping(run_dir)
+        if found.foreign and not found.run_directory and not overwrite:
+            raise ConfigError(f"{run_dir} is not empty and holds no run (it holds {_listed(found.foreign)}); choose "
+                              "a new or empty run directory, or trainer.overwrite=true to start a run there (it keeps "
+                              "the files tpo-bench did not write)")
+        if found.in_the_way:
+            raise ConfigError(f"{run_dir} holds {_listed(found.in_the_way)}, not written by tpo-bench, where a run "
+                              "writes its own (trainer.overwrite=true removes only what tpo-bench wrote); move them "
+                              "or choose another run directory")
+        record = {**fresh, "experiment_name": cfg.experiment_name}
+        if found.foreign:
+            record["foreign"] = found.foreign  # there before the run: a later overwrite keeps them too
+        ours_dirs = tuple(name for name in (WANDB_DIR, TRL_DIR) if found.run_directory and (run_dir / name).is_dir())
+        return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=record, _config=cfg,
+                        _remove=tuple(found.ours), _remove_dirs=ours_dirs)
 
     if overwrite or not has_results(run_dir):
         if resume is True and not overwrite:
@@ -251,14 +400,47 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
     uid = recorded.get("uid", current_fingerprint)
     run_fingerprint = recorded.get("fingerprint", current_fingerprint)  # what its checkpoints were written under
     if status in FINISHED:
+        _keep_experiment_name(cfg, run_dir, recorded)
         summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
         return RunStart(run_fingerprint, uid, resume=False, finished=summary, _record=None)
     if checkpoint_exists(run_dir):
-        return RunStart(run_fingerprint, uid, resume=True, finished=None, _record=None)
+        _keep_experiment_name(cfg, run_dir, recorded)
+        orphans = tuple(entry for entry in _entries(run_dir) if is_own_temporary(entry))
+        return RunStart(run_fingerprint, uid, resume=True, finished=None, _record=None, _remove=orphans)
     if resume == "auto":  # failed or killed before its first checkpoint: nothing to keep
         return start_fresh()
     raise ConfigError(f"trainer.resume=true but {run_dir} has no checkpoint to resume ({status}); "
                       "trainer.resume=auto starts it again, trainer.overwrite=true replaces it")
+
+
+def recorded_experiment_name(run_dir: Path, record: dict[str, Any] | None = None) -> str | None:
+    """The ``experiment_name`` the run in ``run_dir`` started with: from its ``identity.json``, else (runs recorded
+    before it was kept there) its ``summary.json`` or ``.hydra/config.yaml``; None when none says."""
+    record = _read_identity(run_dir) if record is None else record
+    if isinstance(record.get("experiment_name") if record else None, str):
+        return record["experiment_name"]
+    try:
+        summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+        if isinstance(summary, dict) and isinstance(summary.get("experiment"), str):
+            return summary["experiment"]
+    except (OSError, ValueError):
+        pass
+    try:
+        name = OmegaConf.load(run_dir / HYDRA_DIR / "config.yaml").get("experiment_name")
+    except Exception:  # noqa: BLE001 - unreadable or not a mapping: it says nothing
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _keep_experiment_name(cfg: DictConfig, run_dir: Path, record: dict[str, Any]) -> None:
+    """A resumed run keeps the experiment_name it started with (module docstring); a warning names both."""
+    original = recorded_experiment_name(run_dir, record)
+    if original is None or original == cfg.experiment_name:
+        return
+    log.warning("%s was started as experiment_name=%s; it keeps that name (not experiment_name=%s)", run_dir,
+                original, cfg.experiment_name)
+    with read_write(cfg), open_dict(cfg):
+        cfg.experiment_name = original
 
 
 def _status(run_dir: Path) -> str:

@@ -1,0 +1,272 @@
+"""What a launch may remove from a run directory (only what tpo-bench wrote), the experiment_name a run keeps, which
+experiment names are valid, a full disk, and how an interrupted run ends (harness/rundir.py, harness/outputs.py)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
+from harness import outputs, rundir
+from harness.run import build_task
+from algorithms.checks import ConfigError
+
+TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
+FOREIGN = {"notes.txt": "n", "draft.tmp": "d", "backup.tmp/file": "b", "wandb/offline-run-123/run.wandb": "w"}
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def make(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def kept(folder: Path, files: dict[str, str]) -> bool:
+    return all((folder / name).read_text() == text for name, text in files.items())
+
+
+# --- 1. a fresh start removes only what tpo-bench wrote ------------------------------------------------------------
+
+def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_path):
+    """The reported case: before, exit 0 and draft.tmp, backup.tmp/, wandb/ and the user's .hydra/ were gone."""
+    user = tmp_path / "userdir"
+    make(user, {**FOREIGN, ".hydra/config.yaml": "mine"})
+    before = tree(user)
+    args = ["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=userdir"]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "is not empty and holds no run" in result.stderr
+    assert tree(user) == before  # Hydra's __main__.log of the refused launch too is gone
+    # overwrite runs beside foreign files, but not over a foreign file where a run writes its own
+    result = run_cli([*args, "trainer.overwrite=true"], tmp_path)
+    assert result.returncode == 2 and ".hydra/config.yaml, not written by tpo-bench" in result.stderr
+    assert tree(user) == before
+    (user / ".hydra" / "config.yaml").unlink()
+    result = run_cli([*args, "trainer.overwrite=true"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert kept(user, FOREIGN) and (user / "summary.json").exists() and (user / ".hydra" / "config.yaml").exists()
+
+
+def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
+    result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=new"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "new" / "__main__.log").exists() and (tmp_path / "new" / "summary.json").exists()
+
+
+def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_own(tmp_path):
+    run_dir = tmp_path / "run"
+    make(run_dir, FOREIGN)
+    with pytest.raises(ConfigError, match="is not empty and holds no run"):
+        run_config(TABULAR, run_dir)
+    assert tree(run_dir) == {name: text.encode() for name, text in FOREIGN.items()}
+    run_config([*TABULAR, "trainer.overwrite=true"], run_dir)
+    record = json.loads((run_dir / rundir.IDENTITY_FILE).read_text())
+    assert record["foreign"] == ["backup.tmp", "draft.tmp", "notes.txt", "wandb/offline-run-123"]
+    # a run's own leftovers (an earlier run's wandb folder, a temporary of a killed process) go; new foreign files stay
+    make(run_dir, {"wandb/offline-run-ours/run.wandb": "o", "metrics.csv.4242.tmp": "", ".hydra/config.yaml.7.tmp": "",
+                   "later.txt": "l", "metrics.csv.tmp": "not ours", "checkpoint.pt.1.2.tmp": "not ours"})
+    run_config([*TABULAR, "algorithm.eta=2", "trainer.overwrite=true"], run_dir)
+    assert kept(run_dir, {**FOREIGN, "later.txt": "l", "metrics.csv.tmp": "not ours",
+                          "checkpoint.pt.1.2.tmp": "not ours"})
+    for gone in ("wandb/offline-run-ours", "metrics.csv.4242.tmp", ".hydra/config.yaml.7.tmp"):
+        assert not (run_dir / gone).exists(), gone
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    # a run started in an empty folder owns its wandb/ folder: overwrite removes it whole
+    clean = tmp_path / "clean"
+    run_config(TABULAR, clean)
+    make(clean, {"wandb/offline-run-1/run.wandb": "o"})
+    run_config([*TABULAR, "trainer.overwrite=true"], clean)
+    assert not (clean / "wandb").exists()
+
+
+@pytest.mark.parametrize("entry", ["metrics.csv", ".hydra/config.yaml", "trl/checkpoint-5/x", "identity.json"])
+def test_a_foreign_file_where_a_run_writes_is_refused_even_with_overwrite(tmp_path, entry):
+    folder = tmp_path / "folder"
+    make(folder, {entry: "mine"})
+    before = tree(folder)
+    with pytest.raises(ConfigError) as error:
+        run_config([*TABULAR, "trainer.overwrite=true"], folder)
+    assert "not written by tpo-bench" in str(error.value) and "\n" not in str(error.value)
+    assert tree(folder) == before
+
+
+def test_own_temporaries_are_recognised_by_their_exact_name():
+    for name in ("metrics.csv.123.tmp", "checkpoint.pt.1.tmp", "summary.json.99.tmp", ".hydra/config.yaml.5.tmp"):
+        assert rundir.is_own_temporary(name), name
+    for name in ("draft.tmp", "backup.tmp", "metrics.csv.tmp", "checkpoint.pt.x.tmp", "notes.txt.12.tmp",
+                 "metrics.csv.12.tmp.bak", "sub/metrics.csv.1.tmp", "config.yaml.5.tmp"):
+        assert not rundir.is_own_temporary(name), name
+
+
+# --- 2. a resumed run keeps its experiment_name ---------------------------------------------------------------------
+
+def _killed(run_dir: Path, name: str) -> None:
+    overrides = [*TABULAR, f"experiment_name={name}"]
+    run_killed_at(overrides, run_dir, type(build_task(compose_config(overrides))), 25)
+
+
+def test_resuming_under_another_experiment_name_keeps_the_runs_own(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    _killed(run_dir, "fig4_mnist")
+    with caplog.at_level(logging.WARNING, logger="harness.rundir"):
+        summary = run_config([*TABULAR, "experiment_name=default", "trainer.resume=true"], run_dir)
+    assert summary["experiment"] == "fig4_mnist" and summary["status"] == "completed"
+    assert json.loads((run_dir / "summary.json").read_text())["experiment"] == "fig4_mnist"
+    assert "experiment_name=fig4_mnist" in caplog.text and "experiment_name=default" in caplog.text
+    again = run_config([*TABULAR, "experiment_name=other", "trainer.resume=true"], run_dir)  # finished: as it was
+    assert again["experiment"] == "fig4_mnist"
+
+
+def test_a_run_recorded_before_identity_kept_its_name_keeps_it_from_its_summary(tmp_path):
+    run_dir = tmp_path / "run"
+    _killed(run_dir, "fig4_mnist")
+    record = json.loads((run_dir / rundir.IDENTITY_FILE).read_text())
+    del record["experiment_name"]
+    outputs.write_json(run_dir / rundir.IDENTITY_FILE, record)
+    summary = run_config([*TABULAR, "trainer.resume=true"], run_dir)
+    assert summary["experiment"] == "fig4_mnist"
+
+
+# --- 3. experiment_name is one safe folder name ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "..", "a b", "/abs"])
+def test_an_unsafe_experiment_name_is_refused(tmp_path, name):
+    with pytest.raises(ConfigError, match=r"experiment_name=.* is not valid; expected .*folder name"):
+        run_config([*TABULAR, f"experiment_name='{name}'"], tmp_path / "run")
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("name", ["fig4_mnist", "v1.2-test", "2nd_try"])
+def test_a_safe_experiment_name_is_accepted(name):
+    assert build_task(compose_config([*TABULAR, f"experiment_name={name}"])) is not None
+
+
+def test_an_experiment_name_outside_outputs_is_refused_before_hydra_makes_a_folder(tmp_path):
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    for flags, name in (([], "../../x"), (["-m"], "ok,../../x")):
+        result = run_cli([*flags, "task=tabular_single", "trainer.steps=3", "logger=none", f"experiment_name={name}"],
+                         cwd)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("Error: experiment_name='../../x' is not valid")
+        assert result.stderr.count("\n") == 1 and "path separators" in result.stderr
+        assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["a", "a/b"]
+
+
+# --- 4. a full disk --------------------------------------------------------------------------------------------------
+
+def _disk_full(monkeypatch, full: dict) -> None:
+    """Every durable write fails with ENOSPC half-way (after its temporary is created) while ``full["on"]``."""
+    real = os.fsync
+
+    def fsync(descriptor):
+        if full["on"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypatch):
+    run_config(TABULAR, tmp_path / "full")
+    run_dir = tmp_path / "run"
+    full = {"on": False}
+    _disk_full(monkeypatch, full)
+    task_cls = type(build_task(compose_config(TABULAR)))
+    original = task_cls.step
+
+    def step(self, at):
+        full["on"] = full["on"] or at == 15  # the disk fills up after the checkpoint of step 10
+        return original(self, at)
+
+    monkeypatch.setattr(task_cls, "step", step)
+    with pytest.raises(OSError) as error:
+        run_config(TABULAR, run_dir)
+    assert error.value.errno == errno.ENOSPC
+    assert not [path.name for path in run_dir.rglob("*.tmp")]  # each failed write removed its temporary
+    # the failure record is best effort: it never raises over the run's own error
+    assert outputs.record_failure(run_dir, {"status": "failed", "error": "OSError"}, "traceback\n") is False
+    assert not (run_dir / outputs.ERROR_FILE).exists() and not [path.name for path in run_dir.rglob("*.tmp")]
+    monkeypatch.setattr(task_cls, "step", original)
+    full["on"] = False
+    # a killed process's temporaries (exact name) go at the resume; a foreign *.tmp stays
+    make(run_dir, {f"checkpoint.pt.{2**22 + 1}.tmp": "x" * 100, "metrics.csv.77.tmp": "", "summary.json.78.tmp": "",
+                   "draft.tmp": "mine"})
+    summary = run_config([*TABULAR, "trainer.resume=auto"], run_dir)
+    assert summary["status"] == "completed" and summary["resumed_from"] == [10]
+    assert sorted(path.name for path in run_dir.rglob("*.tmp")) == ["draft.tmp"]
+    assert (tmp_path / "full" / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
+
+
+def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
+    _disk_full(monkeypatch, {"on": True})
+    target = tmp_path / "checkpoint.pt"
+    target.write_bytes(b"old")
+    with pytest.raises(OSError):
+        outputs.atomic_write_bytes(target, b"new" * 1000)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint.pt"] and target.read_bytes() == b"old"
+
+
+# --- 5. SIGTERM ends in one line ---------------------------------------------------------------------------------
+
+def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+            "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "run" / outputs.CHECKPOINT_FILE).exists():
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    lines = [line for line in stderr.splitlines() if "[INFO]" not in line and "[WARNING]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("Interrupted: ") and "trainer.resume=auto" in lines[0]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    resumed = run_cli([*args, "trainer.resume=auto"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("fail", ["metrics", "checkpoint"])
+def test_a_full_disk_raises_its_error_once(tmp_path, monkeypatch, fail):
+    """The write that fails (the rows' flush, or the checkpoint just after it) raises; the writer's close on the way
+    out does not raise the same error again over it (no 'During handling of the above exception')."""
+    real = outputs.atomic_write_text
+
+    def write(path, chunks, durable=True):
+        if path.name == (outputs.METRICS_FILE if fail == "metrics" else outputs.CHECKPOINT_FILE) and full["on"]:
+            full["on"] = "always"
+        if full["on"] == "always":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, chunks, durable)
+
+    full = {"on": False}
+    monkeypatch.setattr(outputs, "atomic_write_text", write)
+    task_cls = type(build_task(compose_config(TABULAR)))
+    original = task_cls.step
+
+    def step(self, at):
+        full["on"] = full["on"] or at == 15  # the disk fills up after the checkpoint of step 10
+        return original(self, at)
+
+    monkeypatch.setattr(task_cls, "step", step)
+    with pytest.raises(OSError) as error:
+        run_config(TABULAR, tmp_path / "run")
+    assert error.value.errno == errno.ENOSPC
+    assert error.value.__context__ is None  # the first error, not a second one raised while handling it
