@@ -77,3 +77,25 @@ def check_bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: true, false")
     return value
+
+
+SEED_ID_MAX = 2**63 - 1  # seed ids are int64 (tasks/rng.py hashes them as torch.int64)
+LLM_SEED_MAX = 2**32 - 1  # an LLM run's seed goes to transformers.set_seed, whose NumPy seed is 32-bit
+
+
+def check_seed_ids(seeds: Any, seed_offset: Any, llm: bool = False) -> None:
+    """Raise a ConfigError naming ``seed_offset`` and its range unless the seed ids seed_offset .. seed_offset +
+    seeds − 1 and their end (harness/run.py's torch.arange) fit an int64 (an LLM run: NumPy's 32-bit seed). Values
+    that are not integers are left to the callers' own checks (``check_positive_int``)."""
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in (seeds, seed_offset)) or seeds < 1:
+        return
+    if llm:
+        check_number("seed_offset", seed_offset, low=0, high=LLM_SEED_MAX, integer=True)
+        return
+    if seeds > SEED_ID_MAX:
+        raise ConfigError(f"seeds={seeds} is not valid; expected an integer in [1, {SEED_ID_MAX}] (seed ids are int64)")
+    high = SEED_ID_MAX - seeds
+    if not 0 <= seed_offset <= high:
+        raise ConfigError(f"seed_offset={seed_offset} is not valid with seeds={seeds}; expected an integer in [0, "
+                          f"{high}] (the seed ids seed_offset .. seed_offset + seeds - 1 and their end seed_offset + "
+                          f"seeds are int64, at most {SEED_ID_MAX})")

@@ -231,7 +231,14 @@ def get_algorithm(name: str) -> type[Algorithm]:
 # conf/algorithm/*.yaml has an entry.
 HYPERPARAMETERS: dict[str, dict | tuple | type] = {
     "epochs": dict(low=1, integer=True, optional=True),  # updates per rollout batch; null = the registry default
-    "eta": dict(low=0, low_open=True),  # η > 0: TPO's q ∝ p_old·exp(u/η), Group PG's u/η, DG's gate σ(A·ℓ/η)
+    # η: TPO's q ∝ p_old·exp(u/η), Group PG's weights u/η, DG's gate σ(A·ℓ/η). η ≥ 1e-6: the algorithms compute in
+    # float32, where η < 1.4e-45 rounds to 0 (u/η = ±inf, NaN: every row NaN) and u/η overflows below η ≈ √(K−1)/3.4e38
+    # (standardised scores have |u| ≤ √(K−1)). TPO's target never evaluates exp(u/η) itself: it is a log-softmax of
+    # ℓ_old + u/η, shifted by its maximum (algorithms/losses.py tpo_target, exact.tpo_direction), finite for any finite
+    # u/η. The bound keeps u/η ≤ √(K−1)·1e6 ≤ 1e9 for K ≤ 10^6, so Group PG's weights, their gradients and Adam's second
+    # moments (≈ (u/η)²) stay far below float32's 3.4e38. The MNIST mechanism closed form (math.exp((10/3)/η)) needs
+    # η ≥ 0.0047, checked by tasks/mnist_bandit.py when task.mechanism is on.
+    "eta": dict(low=1e-6),
     "clip_eps": dict(low=0, low_open=True),  # ε of clip(ρ, 1 − ε, 1 + ε); ε = 0 pins the ratio at 1
     "clip_eps_low": dict(low=0, low_open=True, high=1, high_open=True),  # DAPO's 1 − ε_low
     "clip_eps_high": dict(low=0, low_open=True),  # DAPO's 1 + ε_high, GSPO's upper bound

@@ -45,8 +45,13 @@ def main(cfg: DictConfig) -> float | None:
     had_results = rundir.has_results(run_dir)
     try:
         summary = train(cfg, run_dir)
-    except KeyboardInterrupt:
-        raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
+        if multirun:
+            raise
+        print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
+              "again if it has none)" if rundir.started(run_dir) else "Interrupted before the run started",
+              file=sys.stderr)
+        sys.exit(130)
     except Exception as error:
         refused = isinstance(error, REFUSED)
         message = str(error) if refused else f"{type(error).__name__}: {error}"
@@ -54,11 +59,10 @@ def main(cfg: DictConfig) -> float | None:
             sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
         recorded = rundir.started(run_dir) or (multirun and not had_results)
         if recorded:  # this launch's folder keeps why it failed
-            outputs.write_json(run_dir / outputs.SUMMARY_FILE, {
+            outputs.record_failure(run_dir, {  # best effort: never raised over the run's own error
                 "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
-                "algorithm": cfg.algorithm.name, "error": message})
-            outputs.atomic_write_text(run_dir / outputs.ERROR_FILE, [message + "\n" if refused else
-                                                                     traceback.format_exc()])
+                "algorithm": cfg.algorithm.name, "error": message},
+                message + "\n" if refused else traceback.format_exc())
         elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
             _remove_launch_files(run_dir, hydra_cfg.job.name, sweep.launch_folders("run"))
         # else: an earlier run's folder, untouched by a launch that failed before writing into it
@@ -208,6 +212,7 @@ def check_launch(argv: list[str]) -> None:
         for job in jobs:
             try:
                 _check_keys([o for o in job if not _is_group(o, loader)], compose_groups(job))
+                _check_values([o for o in job if not _is_group(o, loader)], compose_groups(job))
             except ConfigError as error:
                 if len(jobs) == 1:
                     raise
@@ -228,14 +233,45 @@ def check_launch(argv: list[str]) -> None:
                               f"runs: {one})")
 
 
+def _check_values(job: list, cfg: DictConfig) -> None:
+    """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices) that would fail
+    only once the run allocates: seed ids beyond int64 (``check_seed_ids``), a run whose memory estimate exceeds
+    ``memory_cap_gb`` (tasks/base.py ``check_memory``). Other values are checked where they are read."""
+    import copy
+
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from algorithms.checks import check_seed_ids
+    from tasks.base import check_memory
+
+    cfg = copy.deepcopy(cfg)
+    try:
+        with open_dict(cfg):
+            for override in job:
+                key = override.key_or_group
+                if override.is_delete() or override.package is not None or key.startswith("hydra."):
+                    continue
+                OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
+        llm = OmegaConf.select(cfg, "task.kind", default=None) == "llm"
+        check_seed_ids(cfg.get("seeds"), cfg.get("seed_offset"), llm=llm)
+        check_memory(cfg)
+    except (OmegaConfBaseException, ValueError) as error:  # a value OmegaConf cannot set or resolve: Hydra says so
+        if isinstance(error, ConfigError):
+            raise
+        return
+
+
 def _check_preset_sweeps(parsed: list, compose_groups) -> None:
-    """Refuse ``-m experiment=a,b`` when a swept preset defines a sweep of its own: Hydra would run one job per preset
-    and drop the presets' own sweeps, silently."""
+    """Refuse ``-m experiment=a,b`` when a swept preset defines a sweep of its own whose keys the command does not set:
+    Hydra would run one job per preset and drop the presets' own sweeps, silently."""
+    given = {o.key_or_group for o in parsed}
     for override in parsed:
         if override.key_or_group != "experiment" or not override.is_sweep_override():
             continue
         for name in override.sweep_string_iterator():
-            own = compose_groups([*(o for o in parsed if o is not override), _experiment(name)]).hydra.sweeper.params
+            params = compose_groups([*(o for o in parsed if o is not override), _experiment(name)]).hydra.sweeper.params
+            own = {key: value for key, value in (params or {}).items() if key not in given}
             if own:
                 swept = "; ".join(f"{key}: {value}" for key, value in own.items())
                 raise ConfigError(f"{override.input_line} sweeps presets, and experiment={name} defines a sweep of "
@@ -298,8 +334,9 @@ def _check_choices(overrides: list, loader) -> None:
 
 
 def _check_keys(job: list, cfg: DictConfig) -> None:
-    """Each ``key=value`` and ``~key`` of a job (its overrides but the group choices) names a key of ``cfg`` (its config before values are set); a key
-    added by an earlier ``+key=`` / ``++key=`` of the job counts."""
+    """Each ``key=value`` and ``~key`` of a job (its overrides but the group choices) names a key of ``cfg`` (its
+    config before values are set); a key added by an earlier ``+key=`` / ``++key=`` of the job counts. A ``+key=`` /
+    ``++key=`` of a key that ``cfg`` lacks adds only a key that something reads (``_check_added``)."""
     added: list[str] = []
     for override in job:
         key = override.key_or_group
@@ -309,11 +346,88 @@ def _check_keys(job: list, cfg: DictConfig) -> None:
             if override.is_add() and not isinstance(override.value(), (dict, list)) and _exists(cfg, key):
                 raise ConfigError(f"{key} is already a config key; set it with {override.input_line[1:]} (+ adds a "
                                   "new key)")
+            if not any(key == new or key.startswith(new + ".") for new in added) and not _has_key(cfg, key):
+                _check_added(cfg, key)
             added.append(key)
             continue
         if any(key == new or key.startswith(new + ".") for new in added):
             continue
         _check_key(cfg, key, override.input_line)
+
+
+# Keys that a composed config may lack and the code reads all the same (``.get(key, default)``): ``+key=value`` adds
+# one of these. Any other key that no config has is refused, ``+`` or not: nothing would read it.
+PASS_THROUGH = ("task.generator", "model.chat_template_kwargs")  # handed on as they are: reasoning-gym's dataset
+# config (the task refuses a field it lacks), the chat template's keyword arguments
+
+
+def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
+    """Config node ("" for the top level) → the optional keys read there, for the task that ``cfg`` composes."""
+    keys = {"": ("memory_cap_gb",),  # tasks/base.py check_memory (auto)
+            "trainer": ("overwrite",),  # harness/rundir.py
+            "logger": ("init_timeout",),  # harness/tracking.py
+            "algorithm": ("epochs", *_hyperparameters(cfg))}  # algorithms/registry.py build
+    task = OmegaConf.select(cfg, "task.name", default=None)
+    if task == "token_reversal":  # tasks/token_reversal.py
+        keys["task"] = ("reward_noise", "partial_credit")
+        keys["optim"] = ("guard", "guard_tau", "muon_split")
+    if OmegaConf.select(cfg, "task.kind", default=None) == "llm":  # harness/llm/models.py
+        keys["model"] = ("path", "package", "gguf_file")
+    return keys
+
+
+def _hyperparameters(cfg: DictConfig) -> list[str]:
+    """The hyperparameters of the algorithm ``cfg`` picks (its dataclass's fields); every one with an unknown name."""
+    import dataclasses
+
+    from algorithms.registry import ALGORITHMS, HYPERPARAMETERS
+
+    cls = ALGORITHMS.get(OmegaConf.select(cfg, "algorithm.name", default=None))
+    return list(HYPERPARAMETERS) if cls is None else [field.name for field in dataclasses.fields(cls.Hyperparameters)]
+
+
+def _node(cfg: DictConfig, path: str):
+    from omegaconf import DictConfig as Dict
+
+    node = cfg
+    for part in path.split(".") if path else ():
+        if not isinstance(node, Dict) or part not in node.keys():
+            return None
+        node = node._get_node(part)
+    return node
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether the composed config has ``key`` (a null or missing value counts)."""
+    parent, _, last = key.rpartition(".")
+    node = _node(cfg, parent)
+    return isinstance(node, DictConfig) and last in node.keys()
+
+
+def _check_added(cfg: DictConfig, key: str) -> None:
+    """``+key=`` / ``++key=`` of a key the config lacks: refused unless something reads it (``optional_keys``,
+    ``PASS_THROUGH``, Hydra's own ``hydra.*``), in one line with the node's keys and the nearest one."""
+    if key.startswith("hydra.") or any(key.startswith(node + ".") and isinstance(_node(cfg, node), DictConfig)
+                                       for node in PASS_THROUGH):
+        return
+    parts, optional = key.split("."), optional_keys(cfg)
+    parent = ".".join(parts[:-1])
+    if parts[-1] in optional.get(parent, ()) and isinstance(_node(cfg, parent), DictConfig):
+        return
+    index = 0
+    while index < len(parts) - 1 and isinstance(_node(cfg, ".".join(parts[:index + 1])), DictConfig):
+        index += 1  # parts[index] is the first part the config lacks
+    where = ".".join(parts[:index])
+    node = _node(cfg, where)
+    keys = [str(name) for name in node.keys() if where or name != "hydra"]
+    if parts[index] in keys:
+        return  # a key under a list or a value (task.steps_to.x): OmegaConf's own error
+    extra = [name for name in optional.get(where, ()) if name not in keys]
+    near = did_you_mean(parts[index], [*keys, *extra])
+    hint = f"; did you mean {'.'.join([*parts[:index], near, *parts[index + 1:]])}?" if near else ""
+    what = f"{where} has" if where else "top-level keys are"
+    also = f"; optional: {', '.join(extra)}" if extra else ""
+    raise ConfigError(f"{key} is not a config key and nothing reads it ({what}: {', '.join(keys)}{also}){hint}")
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:
@@ -348,8 +462,10 @@ def _check_key(cfg: DictConfig, key: str, line: str) -> None:
         if near is not None:
             raise ConfigError(f"{key} is not a config key; did you mean {near}?")
         where = f"{parent} has" if parent else "top-level keys are"
-        raise ConfigError(f"{key} is not a config key ({where}: {', '.join(keys)}); to add a key write "
-                          f"+{line.lstrip('~')}")
+        readable = index == len(parts) - 1 and part in optional_keys(cfg).get(parent, ()) or any(
+            parent == node or parent.startswith(node + ".") for node in PASS_THROUGH)
+        add = f"; it is optional: add it with +{line}" if readable and not line.startswith("~") else ""
+        raise ConfigError(f"{key} is not a config key ({where}: {', '.join(keys)}){add}")
 
 
 def _dotted_keys(node: DictConfig, prefix: str = "", with_hydra: bool = False) -> list[str]:

@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import algorithms
 from algorithms.checks import (
-    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, did_you_mean)
+    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
+    did_you_mean)
 from harness import outputs, rundir
 from harness.session import Session
 from harness.tracking import check_logger_config
@@ -132,6 +133,7 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     check_non_negative("trainer.checkpoint_every", cfg.trainer.checkpoint_every, integer=True)  # 0 = at the end
     if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
         raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
+    check_seed_ids(cfg.seeds, cfg.seed_offset, llm=cfg.task.get("kind") == "llm")
     thresholds = cfg.task.get("steps_to")
     if not OmegaConf.is_list(thresholds):
         raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")

@@ -73,7 +73,7 @@ LAUNCH_FILES = (LOCK_FILE, "multirun.yaml", ".tpo-bench-jobs")  # and Hydra's <j
 log = logging.getLogger(__name__)
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
 # change of host does); task.steps: trainer.steps runs.
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "trainer.progress", "trainer.resume",
+NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress", "trainer.resume",
                 "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to",
                 "task.data_dir", "task.source", "trainer.solved_below", "trainer.relapse_above")
 # Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of

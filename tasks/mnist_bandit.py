@@ -7,6 +7,8 @@ Greedy test error on the 10k test set every ``eval_every`` updates, plus the App
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from algorithms import Groups, Rollout, mechanism
@@ -22,6 +24,8 @@ from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
 MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
 STEP_LABELS = ("reference", "updates")
 RNG_BLOCK = 200  # steps of random draws made per call
+# the smallest η for which TPO's mechanism closed form (float64) stays finite: (10/3)/η ≤ ln(float64 max), rounded up
+MECHANISM_ETA_MIN = math.ceil((10 / 3) / math.log(torch.finfo(torch.float64).max) * 1e4) / 1e4
 
 
 class MnistBandit(Task):
@@ -44,6 +48,7 @@ class MnistBandit(Task):
         check_positive_float("task.lr", cfg.lr)
         check_bool("task.mechanism", cfg.mechanism)
         check_choice("task.source", cfg.source, ("auto", *MNIST_SOURCES))
+        self.check_mechanism_eta(cfg)
         data = load_mnist(cfg.data_dir, cfg.source)
         as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
         # uint8 (47 MB), converted after each step's gather: a quarter of the bytes to fetch from random rows
@@ -58,6 +63,14 @@ class MnistBandit(Task):
         self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
         self._block = None
         self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
+
+    def check_mechanism_eta(self, cfg) -> None:
+        """TPO's mechanism closed form (algorithms/mechanism.py) scales by λ = exp((10/3)/η), a Python float: below
+        ``MECHANISM_ETA_MIN`` math.exp overflows (OverflowError at the first test evaluation, after the work)."""
+        if cfg.mechanism is True and self.algorithm.id == "tpo" and self.algorithm.hp.eta < MECHANISM_ETA_MIN:
+            raise ConfigError(f"algorithm.eta={self.algorithm.hp.eta} is not valid with task.mechanism=true (the "
+                              f"mechanism analysis's exp((10/3)/η) overflows float64); expected algorithm.eta >= "
+                              f"{MECHANISM_ETA_MIN:.4g}, or task.mechanism=false")
 
     def groups(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
                ) -> tuple[torch.Tensor, Groups]:

@@ -40,7 +40,7 @@ BAD_VALUES = [
     ([SINGLE, "logger=wandb", "logger.init_timeout=-5"], "logger.init_timeout=-5 is not valid"),
     ([SINGLE, "logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes' is not valid; valid choices: auto"),
     # algorithm hyperparameters (algorithms/registry.py HYPERPARAMETERS), whichever task reads them
-    ([SINGLE, "algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number > 0"),
+    ([SINGLE, "algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number >= 1e-06"),
     ([SINGLE, "algorithm=tpo", "algorithm.eta=-1"], "algorithm.eta=-1 is not valid"),
     ([MULTI, "algorithm=dg", "algorithm.eta=0"], "algorithm.eta=0 is not valid"),
     ([MNIST, "algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid"),
@@ -217,5 +217,5 @@ def test_cli_refuses_a_bad_value_without_writing_metrics(tmp_path):
     result = run_cli(["task=mnist_bandit", "algorithm.eta=0", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"],
                      tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "Error: algorithm.eta=0 is not valid; expected a number > 0" in result.stderr
+    assert "Error: algorithm.eta=0 is not valid; expected a number >= 1e-06" in result.stderr
     assert not list(tmp_path.rglob("metrics.csv")) and not list(tmp_path.rglob("checkpoint.pt"))
