@@ -81,7 +81,8 @@ def candidate_rewards(candidates: torch.Tensor, y: torch.Tensor, reward: str) ->
 
 
 @torch.no_grad()
-def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor, shared_prefixes: bool = True
+def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor, shared_prefixes: bool = True,
+                     prefilled: tuple[transformer.Cache, torch.Tensor] | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """K full answers per prompt with the KV cache: prompts (S, B, H), uniforms (S, B, K, H) → actions and their
     sampling log-probs, both (S, B, K, H).
@@ -89,10 +90,11 @@ def sample_sequences(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor
     Each prompt is prefilled once. With ``shared_prefixes``, samples that have so far written the same tokens for
     the same prompt share one decoding row (their next-token distribution is the same), so each step decodes only
     the distinct (prompt, prefix) pairs: fewer rows early in the answer, and far fewer once the policy is
-    confident and most of a group's samples agree. Otherwise every sample decodes its own row."""
+    confident and most of a group's samples agree. Otherwise every sample decodes its own row. ``prefilled``: the
+    prompts' ``transformer.prefill`` when the caller has it (``Prefill``)."""
     S, B, K, H = uniforms.shape
     V = params["tok_emb"].shape[1]
-    cache, logp = transformer.prefill(params, prompts)
+    cache, logp = _detached(prefilled) if prefilled is not None else transformer.prefill(params, prompts)
     node = transformer.repeat_rows(S, B, K, prompts.device)  # each sample's decoding row
     seed = torch.arange(S, device=prompts.device)[:, None]
     u = uniforms.reshape(S, B * K, H)
@@ -128,12 +130,14 @@ def _distinct_children(code: torch.Tensor, vocab: int) -> tuple[torch.Tensor, to
 
 
 @torch.no_grad()
-def sample_token_candidates(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor
+def sample_token_candidates(params: dict, prompts: torch.Tensor, uniforms: torch.Tensor,
+                            prefilled: tuple[transformer.Cache, torch.Tensor] | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """K next-token candidates at each state of one behaviour path: uniforms (S, B, H, K) → candidates and their
-    sampling log-probs (S, B, H, K); the behaviour path is candidates[..., 0]."""
+    sampling log-probs (S, B, H, K); the behaviour path is candidates[..., 0]. ``prefilled`` as in
+    ``sample_sequences``."""
     S, B, H, K = uniforms.shape
-    cache, logp = transformer.prefill(params, prompts)
+    cache, logp = _detached(prefilled) if prefilled is not None else transformer.prefill(params, prompts)
     candidates, taken = [], []
     for t in range(H):
         logp_k = logp.unsqueeze(-2).expand(S, B, K, logp.shape[-1])
@@ -145,19 +149,22 @@ def sample_token_candidates(params: dict, prompts: torch.Tensor, uniforms: torch
     return torch.stack(candidates, -2), torch.stack(taken, -2)
 
 
-def answer_log_probs(params: dict, prompts: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor | None = None
+def answer_log_probs(params: dict, prompts: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor | None = None,
+                     prefilled: tuple[transformer.Cache, torch.Tensor] | None = None, row_sums: bool = False
                      ) -> torch.Tensor:
     """Teacher-forced next-token log-probs at every answer state: prompts (S, B, H), answers (S, N, H) →
     (S, N, H, V). ``rows`` (S, N) names the prompt each answer continues; by default the N = B·K answers are K
     consecutive answers per prompt. One causal forward, with each prompt run once and shared by its answers, which
-    nearly halves the work of grouped rollouts."""
+    nearly halves the work of grouped rollouts. ``prefilled``: ``transformer.prefill(params, prompts)`` already
+    computed (with its graph), which is then not run again. ``row_sums``: as in ``transformer.extend`` (exact)."""
     (S, B, H), N = prompts.shape, actions.shape[1]
     if rows is None and N != B:
         rows = transformer.repeat_rows(S, B, N // B, prompts.device)
-    cache, first = transformer.prefill(params, prompts)
+    cache, first = prefilled if prefilled is not None else transformer.prefill(params, prompts)
     if rows is not None:
         first = first[torch.arange(S, device=rows.device)[:, None], rows]
-    _, rest = transformer.extend(params, cache, actions[..., :-1], H, rows)  # position 2H−1's output is never used
+    # position 2H−1's output is never used
+    _, rest = transformer.extend(params, cache, actions[..., :-1], H, rows, row_sums)
     return torch.cat([first.unsqueeze(2), rest], 2)
 
 
@@ -172,7 +179,13 @@ def distinct_answers(actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     training, when most of a group's samples coincide, several times cheaper.
     """
     S, B, K, H = actions.shape
-    same = (actions.unsqueeze(3) == actions.unsqueeze(2)).all(-1)  # (S, B, K, K)
+    vocab = int(actions.max()) + 1 if actions.numel() else 1  # one host sync
+    if ANSWER_CODES and H * math.log2(max(vocab, 2)) < 62:  # an answer as one integer (base vocab): 8-32× less work
+        powers = vocab ** torch.arange(H - 1, -1, -1, device=actions.device, dtype=torch.int64)
+        codes = (actions.long() * powers).sum(-1)  # (S, B, K), exact integers: equal codes ⟺ equal answers
+        same = codes.unsqueeze(3) == codes.unsqueeze(2)  # (S, B, K, K)
+    else:
+        same = (actions.unsqueeze(3) == actions.unsqueeze(2)).all(-1)  # (S, B, K, K)
     first = same.byte().argmax(-1)  # the first equal answer in the group (argmax returns the first maximum)
     is_first = (first == torch.arange(K, device=actions.device)).flatten(1)
     first_position = (torch.arange(B, device=actions.device)[:, None] * K + first).flatten(1)
@@ -180,6 +193,40 @@ def distinct_answers(actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     count = int(is_first.sum(1).max())  # one host sync per episode: the compact batch's size
     keep = torch.argsort((~is_first).byte(), dim=1, stable=True)[:, :count]
     return keep, inverse
+
+
+# Exact fast paths (bit-identical results; switches for tests/test_fast_paths.py and bench/section4_cost.py):
+# ANSWER_CODES compares answers as integer codes in ``distinct_answers``; REUSE_ROLLOUT_PREFILL runs the rollout's
+# prompt prefill with its graph and lets the first epoch's forward reuse it (``Prefill``).
+ANSWER_CODES = True
+REUSE_ROLLOUT_PREFILL = True
+
+
+def set_fast_paths(enabled: bool) -> None:
+    """Switch every exact fast path of this task and its transformer on or off (they never change a number)."""
+    global ANSWER_CODES, REUSE_ROLLOUT_PREFILL
+    ANSWER_CODES = REUSE_ROLLOUT_PREFILL = transformer.CONTIGUOUS_ROW_GRAD = enabled
+
+
+def _detached(prefilled: tuple[transformer.Cache, torch.Tensor]) -> tuple[transformer.Cache, torch.Tensor]:
+    cache, logp = prefilled
+    return [(k.detach(), v.detach()) for k, v in cache], logp.detach()
+
+
+@dataclass
+class Prefill:
+    """The rollout's prompt prefill, run with its autograd graph: sampling reads its values, and the first epoch's
+    teacher-forced forward (same parameters, same prompts, same operations, so the same bits) reuses it instead of
+    running the prompts again. Valid while ``params`` are the very tensors the forward gets and none has changed
+    (``versions``: their in-place version counters; the optimizer's step bumps them)."""
+
+    params: dict[str, torch.Tensor]
+    cache: transformer.Cache
+    first: torch.Tensor
+    versions: tuple[int, ...]
+
+    def valid_for(self, params: dict[str, torch.Tensor]) -> bool:
+        return params is self.params and self.versions == tuple(p._version for p in params.values())
 
 
 @dataclass
@@ -200,6 +247,7 @@ class Batch:
     logp_old: torch.Tensor | None = None  # the first epoch's ℓ, detached
     groups: Groups | None = None  # the algorithm's view, with ℓ_old
     signal: torch.Tensor | None = None  # the algorithm's frozen signal for this batch
+    prefill: Prefill | None = None  # the rollout's prefill with its graph, until the first forward takes it
 
 
 class TokenReversal(Task):
@@ -288,15 +336,17 @@ class TokenReversal(Task):
         params, seed_ids = self.chunk_params(seeds), self.seeds[seeds]
         prompts = rng.randint(seed_ids, "contexts", step, (B, H), self.V).to(self.device)
         y = target_tokens(prompts, self.target, self.V)
+        prefill = self._prefill(params, prompts)
+        prefilled = None if prefill is None else (prefill.cache, prefill.first)
         if self.rollout is Rollout.TOKEN_CANDIDATES:
             uniforms = rng.uniform(seed_ids, "actions", step, (B, H, K)).to(self.device)
-            candidates, _ = sample_token_candidates(params, prompts, uniforms)
+            candidates, _ = sample_token_candidates(params, prompts, uniforms, prefilled)
             scores = candidate_rewards(candidates, y, self.reward)
             return Batch(prompts, candidates[..., 0], self._noisy(scores, seed_ids, step), scores == 1,
-                         1 - scores[..., 0].flatten(1).mean(1), seeds=seeds, candidates=candidates)
+                         1 - scores[..., 0].flatten(1).mean(1), seeds=seeds, candidates=candidates, prefill=prefill)
         group = K if self.rollout is Rollout.GROUP else 1
         uniforms = rng.uniform(seed_ids, "actions", step, (B, group, H)).to(self.device)
-        actions, _ = sample_sequences(params, prompts, uniforms, shared_prefixes=self.dedup)
+        actions, _ = sample_sequences(params, prompts, uniforms, shared_prefixes=self.dedup, prefilled=prefilled)
         rewards = token_rewards(actions, y.unsqueeze(2), self.reward)  # (S, B, group, H)
         success = (rewards == 1).all(-1)
         error = 1 - rewards.flatten(1).mean(1)  # of the task's reward, before partial credit and noise
@@ -305,9 +355,26 @@ class TokenReversal(Task):
         if self.rollout is Rollout.GROUP:
             distinct = distinct_answers(actions) if self.dedup and group > 1 else None
             return Batch(prompts, actions, self._noisy(rewards.mean(-1), seed_ids, step), success, error, seeds=seeds,
-                         distinct=distinct)
+                         distinct=distinct, prefill=prefill)
         return Batch(prompts, actions, self._noisy(rewards.squeeze(2), seed_ids, step, per_sequence=True),
-                     success.squeeze(2), error, seeds=seeds)
+                     success.squeeze(2), error, seeds=seeds, prefill=prefill)
+
+    def _prefill(self, params: dict[str, torch.Tensor], prompts: torch.Tensor) -> Prefill | None:
+        """The prompts' prefill with its graph, for the rollout and the first epoch (``Prefill``); None where no
+        gradient will be taken (no graph to record) or the fast path is off."""
+        if not (REUSE_ROLLOUT_PREFILL and torch.is_grad_enabled()
+                and any(p.requires_grad for p in params.values())):
+            return None
+        cache, first = transformer.prefill(params, prompts)
+        return Prefill(params, cache, first, tuple(p._version for p in params.values()))
+
+    def _take_prefill(self, batch: Batch, params: dict[str, torch.Tensor]
+                      ) -> tuple[transformer.Cache, torch.Tensor] | None:
+        """The batch's rollout prefill if it is still valid for ``params`` (then dropped: it is used once)."""
+        prefill, batch.prefill = batch.prefill, None
+        if prefill is None or not torch.is_grad_enabled() or not prefill.valid_for(params):
+            return None
+        return prefill.cache, prefill.first
 
     def _noisy(self, scores: torch.Tensor, seed_ids: torch.Tensor, step: int, per_sequence: bool = False
                ) -> torch.Tensor:
@@ -327,19 +394,23 @@ class TokenReversal(Task):
         teacher-forced forward in every case (of the distinct answers only, when ``task.dedup``). ``params``: the
         chunk's parameters, by default ``chunk_params``."""
         params = self.chunk_params(batch.seeds) if params is None else params
+        prefilled = self._take_prefill(batch, params)
         if self.rollout is Rollout.TOKEN_CANDIDATES:
-            return answer_log_probs(params, batch.prompts, batch.actions).gather(-1, batch.candidates)
+            return answer_log_probs(params, batch.prompts, batch.actions, prefilled=prefilled).gather(
+                -1, batch.candidates)
         S, B, K, H = batch.actions.shape
         per_token = self.rollout is Rollout.GROUP and self.algorithm.token_level
         actions = batch.actions.reshape(S, B * K, H)
         if batch.distinct is not None:
             keep, inverse = batch.distinct
             answers = actions.gather(1, keep.unsqueeze(-1).expand(-1, -1, H))
-            taken = answer_log_probs(params, batch.prompts, answers, keep // K).gather(-1, answers.unsqueeze(-1))
+            taken = answer_log_probs(params, batch.prompts, answers, keep // K, prefilled, row_sums=True).gather(
+                -1, answers.unsqueeze(-1))
             if per_token:
                 return taken.squeeze(-1).gather(1, inverse.unsqueeze(-1).expand(-1, -1, H)).view(S, B, K, H)
             return taken.squeeze(-1).sum(-1).gather(1, inverse).view(S, B, K)
-        taken = answer_log_probs(params, batch.prompts, actions).gather(-1, actions.unsqueeze(-1)).view(S, B, K, H)
+        taken = answer_log_probs(params, batch.prompts, actions, prefilled=prefilled).gather(
+            -1, actions.unsqueeze(-1)).view(S, B, K, H)
         if per_token:
             return taken
         return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
@@ -367,7 +438,8 @@ class TokenReversal(Task):
             self.optimizer.zero_grad(set_to_none=True)
             chunk_losses = []
             for batch in batches:
-                params = self.chunk_params(batch.seeds)
+                # the first epoch takes the very parameter views the rollout's prefill graph was built on
+                params = batch.prefill.params if batch.prefill is not None else self.chunk_params(batch.seeds)
                 logp = self.log_probs(batch, params)
                 if epoch == 0:
                     batch.logp_old = logp.detach()  # = the rollout policy: no parameter has moved since sampling

@@ -354,3 +354,118 @@ def test_gpu_path_makes_every_tensor_on_the_device(task_name, algorithm):
         out = task.step(1)
     assert mode.ops == []
     assert all(value.device.type == "meta" for value in [out.loss, *(out.metrics or {}).values()])
+
+
+# ---- exact fast paths (tasks.token_reversal.set_fast_paths): bit-identical, not merely close ----------------------
+SECTION4_LIKE = ["task=token_reversal", "task.reward=terminal", "task.target=reverse_copy", "task.V=2", "task.H=4",
+                 "task.batch_size=16", "task.K=8", "seeds=2"]
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """The float tensor's bit patterns (so that -0 ≠ +0 and NaN = NaN of the same payload)."""
+    return x.detach().contiguous().view(torch.int32)
+
+
+def _episodes_with_fast_paths(enabled: bool, algorithm: str, episodes: int = 3):
+    """Per episode: the first epoch's ℓ (every rollout), the parameters' gradient of the last epoch, every metric,
+    and the parameters after the episode."""
+    tr.set_fast_paths(enabled)
+    try:
+        task = build_task(compose_config([*SECTION4_LIKE, f"algorithm={algorithm}"]))
+        seen = []
+        log_probs = task.log_probs
+
+        def recording(batch, params=None):
+            logp = log_probs(batch, params)
+            seen.append(logp.detach().clone())
+            return logp
+
+        task.log_probs = recording
+        out = []
+        for step in range(episodes):
+            seen.clear()
+            metrics = task.step(step).metrics
+            out.append({"logp": torch.cat(seen[:len(task.chunks)]),
+                        "grads": {k: v.grad.clone() for k, v in task.params.items() if v.grad is not None},
+                        "metrics": {k: v.clone() for k, v in metrics.items()},
+                        "params": {k: v.detach().clone() for k, v in task.params.items()}})
+        return out
+    finally:
+        tr.set_fast_paths(True)
+
+
+@pytest.mark.parametrize("algorithm", ["tpo", "grpo"])
+def test_exact_fast_paths_are_bit_identical_to_the_plain_path(algorithm):
+    """Section-4-like config (terminal reverse copy, V = 2, H = 4, B = 16, K = 8, 2 seeds, 3 episodes of 4 epochs,
+    seeds computed one at a time): with the fast paths (the rollout's prefill reused by the first epoch, the row
+    selection's backward on a contiguous gradient, integer answer codes) the log-probs, gradients, metrics and parameters are
+    those of the plain path bit for bit."""
+    fast, plain = _episodes_with_fast_paths(True, algorithm), _episodes_with_fast_paths(False, algorithm)
+    for a, b in zip(fast, plain):
+        assert torch.equal(_bits(a["logp"]), _bits(b["logp"]))
+        assert a["grads"].keys() == b["grads"].keys()
+        for name in b["grads"]:
+            assert torch.equal(_bits(a["grads"][name]), _bits(b["grads"][name])), name
+        for name in b["metrics"]:
+            assert torch.equal(_bits(a["metrics"][name]), _bits(b["metrics"][name])), name
+        for name in b["params"]:
+            assert torch.equal(_bits(a["params"][name]), _bits(b["params"][name])), name
+
+
+def test_rollout_prefill_is_reused_once_and_only_with_unchanged_parameters():
+    task = build_task(compose_config([*SECTION4_LIKE, "algorithm=tpo", "task.seed_chunk=2"]))
+    batch = task.rollout_batch(0)
+    assert batch.prefill is not None and batch.prefill.valid_for(task.params)
+    task.log_probs(batch)
+    assert batch.prefill is None  # taken by the first forward
+    batch = task.rollout_batch(0)
+    with torch.no_grad():
+        task.params["head.bias"].add_(1.0)  # an in-place change (as the optimizer's step) invalidates it
+    assert not batch.prefill.valid_for(task.params)
+    stale_refused = task.log_probs(batch)  # recomputes the prefill with the current parameters
+    tr.set_fast_paths(False)
+    try:
+        expected = task.log_probs(task.rollout_batch(0))  # the plain path, current parameters
+    finally:
+        tr.set_fast_paths(True)
+    assert torch.equal(_bits(stale_refused), _bits(expected))
+    with torch.no_grad():
+        assert task.rollout_batch(0).prefill is None  # no graph to record: nothing to keep
+
+
+@pytest.mark.parametrize("sorted_rows", [True, False])
+def test_row_selection_backward_equals_index_add_bit_for_bit(sorted_rows):
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        S, rows_cached, N = 2, int(torch.randint(1, 40, (1,), generator=gen)), int(torch.randint(1, 300, (1,),
+                                                                                                 generator=gen))
+        cached = torch.randn(S, rows_cached, 2, 3, 4, generator=gen, requires_grad=True)
+        rows = torch.randint(0, rows_cached, (S, N), generator=gen)
+        rows = rows.sort(1).values if sorted_rows else rows
+        new = torch.randn(S, N, 2, 5, 4, generator=gen)
+        upstream = torch.randn(S, N, 2, 8, 4, generator=gen)
+        upstream[:, ::3] = -0.0
+        grads = []
+        for fast in (True, False):
+            transformer.CONTIGUOUS_ROW_GRAD = fast
+            try:
+                selected = transformer._select_rows(cached, rows, row_sums=True)
+                keys = torch.cat((selected, new), -2)  # as the attention does: the gradient arrives as a slice
+                grads.append(torch.autograd.grad((keys * upstream).sum(), cached)[0])
+            finally:
+                transformer.CONTIGUOUS_ROW_GRAD = True
+        assert torch.equal(_bits(grads[0]), _bits(grads[1]))
+
+
+def test_distinct_answers_codes_equal_the_tokenwise_comparison():
+    gen = torch.Generator().manual_seed(4)
+    for vocab, H in ((2, 8), (3, 5), (16, 10), (200, 9)):  # the last: 9·log2(200) > 62 bits, the token-wise path
+        actions = torch.randint(0, vocab, (2, 5, 12, H), generator=gen)
+        actions[:, :, 6:] = actions[:, :, :6]  # duplicates in every group
+        tr.set_fast_paths(False)
+        try:
+            plain = tr.distinct_answers(actions)
+        finally:
+            tr.set_fast_paths(True)
+        fast = tr.distinct_answers(actions)
+        assert all(torch.equal(a, b) for a, b in zip(fast, plain))

@@ -99,14 +99,16 @@ def prefill(params: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[Cach
 
 
 def extend(
-    params: dict[str, torch.Tensor], cache: Cache, tokens: torch.Tensor, start: int, rows: torch.Tensor | None = None
+    params: dict[str, torch.Tensor], cache: Cache, tokens: torch.Tensor, start: int, rows: torch.Tensor | None = None,
+    row_sums: bool = False,
 ) -> tuple[Cache, torch.Tensor]:
     """Append tokens (S, N, T) at positions start … start+T−1 (start = cached length); returns (cache, log-probs
     (S, N, T, V)), equal to the matching rows of ``log_probs`` on the whole sequence.
 
     ``rows`` (S, N) says which cached sequence each new row continues (many rows may share one prompt's cache,
-    which is computed once); None means row n continues cached row n."""
-    return _forward(params, tokens, start, cache, rows)
+    which is computed once); None means row n continues cached row n. ``row_sums``: on CPU, backpropagate the row
+    selection through ``_RowSums`` (the same bits, faster)."""
+    return _forward(params, tokens, start, cache, rows, row_sums)
 
 
 def decode(
@@ -123,19 +125,48 @@ def repeat_rows(S: int, N: int, k: int, device: torch.device | None = None) -> t
     return torch.arange(N, device=device).repeat_interleave(k).expand(S, N * k)
 
 
-def _select_rows(cached: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+# The backward of ``_select_rows`` as ``_RowSums`` (exact; switch for tests and bench/section4_cost.py)
+CONTIGUOUS_ROW_GRAD = True
+
+
+def _select_rows(cached: torch.Tensor, rows: torch.Tensor, row_sums: bool = False) -> torch.Tensor:
     """cached (S, N_cache, ...) → (S, N, ...) with row n = cached[s, rows[s, n]].
 
     One ``index_select`` over the flattened (seed, row) axis: 4× faster than advanced indexing forward, and its
-    backward is an index_add where advanced indexing's sorts the indices (fwd + bwd 0.46 → 0.19 ms, 795 rows)."""
+    backward is an index_add where advanced indexing's sorts the indices (fwd + bwd 0.46 → 0.19 ms, 795 rows).
+    With ``row_sums``, on CPU under autograd, the backward is ``_RowSums``: the same sums in the same order, without
+    torch's slow element-wise scatter for a non-contiguous gradient (25-60 ms per call for the 7,000 answer rows of
+    a Section 4 episode)."""
     S, N_cache = cached.shape[:2]
     flat = (rows + torch.arange(S, device=rows.device)[:, None] * N_cache).flatten()
-    return cached.flatten(0, 1).index_select(0, flat).view(S, rows.shape[1], *cached.shape[2:])
+    source = cached.flatten(0, 1)
+    if (row_sums and CONTIGUOUS_ROW_GRAD and source.device.type == "cpu" and source.requires_grad
+            and torch.is_grad_enabled()):
+        return _RowSums.apply(source, flat).view(S, rows.shape[1], *cached.shape[2:])
+    return source.index_select(0, flat).view(S, rows.shape[1], *cached.shape[2:])
+
+
+class _RowSums(torch.autograd.Function):
+    """``source.index_select(0, index)`` whose backward is torch's own, ``zeros.index_add_(0, index, grad)``, on a
+    contiguous copy of ``grad``: the same sums in the same order, bit for bit. The gradient arrives as a slice of the
+    attention's concatenated keys/values (non-contiguous), on which torch's CPU index_add falls back to an element-wise
+    scatter 3-4× slower than the copy and the contiguous row adds together."""
+
+    @staticmethod
+    def forward(ctx, source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(index)
+        ctx.rows = source.shape[0]
+        return source.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_add_(0, index, grad.contiguous()), None
 
 
 def _forward(
     params: dict[str, torch.Tensor], tokens: torch.Tensor, start: int = 0, cache: Cache | None = None,
-    rows: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None, row_sums: bool = False,
 ) -> tuple[Cache, torch.Tensor]:
     """Tokens (S, N, T) at positions start … start+T−1, attending to the cached positions < start as well."""
     S, N, T = tokens.shape
@@ -149,7 +180,7 @@ def _forward(
         if cache is not None:
             past_k, past_v = cache[i]
             if rows is not None:
-                past_k, past_v = _select_rows(past_k, rows), _select_rows(past_v, rows)
+                past_k, past_v = _select_rows(past_k, rows, row_sums), _select_rows(past_v, rows, row_sums)
             k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
         present.append((k, v))
         x = x + _merge_heads(_attend(q, k, v, future), params, f"h{i}.attn.out")
