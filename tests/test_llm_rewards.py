@@ -317,3 +317,27 @@ def test_json_nesting_and_number_limits():
     assert last_json_object('{"0": ' + "9" * 5_000 + "}") is None  # beyond int's digit limit, as for json
     assert last_json_object('{"0": ' + "9" * 5_000 + ".0}") == {"0": float("9" * 5_000 + ".0")}
     assert last_json_object('{"a": [{"b": 1}, {}], "c": "}{"}') == {"a": [{"b": 1}, {}], "c": "}{"}
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"question": "q", "answer": "#### 1"', "test.jsonl:2: not a JSON record"),
+    ('{"question": "q"}', "test.jsonl:2: the record lacks answer"),
+    ('[1, 2]', "test.jsonl:2: the record lacks question, answer"),
+])
+def test_a_damaged_gsm8k_line_is_one_line_naming_file_and_line_before_any_model(line, message, gsm8k_dir, tmp_path):
+    """The task reads its local data when it is built (before a model loads): a bad line fails the launch there."""
+    from algorithms.checks import ConfigError
+
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text((gsm8k_dir / "train.jsonl").read_text())
+    good = (gsm8k_dir / "test.jsonl").read_text().splitlines()[0]
+    (folder / "test.jsonl").write_text(f"{good}\n{line}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make_task("gsm8k", "task.source=local", f"task.data_dir={folder}")
+    with gzip.open(folder / "cut.jsonl.gz", "wt") as handle:
+        handle.write(good + "\n")
+    truncated = (folder / "cut.jsonl.gz").read_bytes()[:-6]
+    (folder / "cut.jsonl.gz").write_bytes(truncated)
+    with pytest.raises(ConfigError, match="cut.jsonl.gz: cannot be read"):
+        read_jsonl(folder / "cut.jsonl.gz")

@@ -26,10 +26,26 @@ SPLITS = ("train", "test")
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a .jsonl file, or of a gzipped one (.jsonl.gz)."""
-    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+def read_jsonl(path: Path, fields: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The records of a .jsonl file, or of a gzipped one (.jsonl.gz), each with ``fields``; a line that is not such a
+    record is a one-line ConfigError naming the file and line."""
+    records = []
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ConfigError(f"{path}:{number}: not a JSON record ({error.msg})") from None
+                missing = [name for name in fields if not isinstance(record, dict) or name not in record]
+                if missing:
+                    raise ConfigError(f"{path}:{number}: the record lacks {', '.join(missing)}")
+                records.append(record)
+    except (OSError, EOFError, UnicodeDecodeError) as error:  # unreadable, a truncated .gz, not UTF-8
+        raise ConfigError(f"{path}: cannot be read ({error})") from None
+    return records
 
 
 def data_dir(setting: str | None) -> Path:
@@ -60,10 +76,13 @@ class Gsm8k(LLMTask):
                               f"{self.data_dir}); valid choices: a folder with both, null (the shipped copy), or "
                               "task.source=hub")
         self.local = cfg.source == "local" or (cfg.source == "auto" and has_local)
+        # read now, before a model loads: a damaged file fails the launch, not the first evaluation
+        self.local_records = {split: read_jsonl(split_file(self.data_dir, split), ("question", "answer"))
+                              for split in SPLITS} if self.local else {}
 
     def _records(self, split: str) -> list[dict[str, Any]]:
         if self.local:
-            return read_jsonl(split_file(self.data_dir, split))
+            return self.local_records[split]
         from datasets import load_dataset
 
         return list(load_dataset(self.cfg.hub_id, "main", split=split))
