@@ -17,7 +17,20 @@ import math
 
 import torch
 
+from algorithms.checks import ConfigError
+
 ALGORITHMS = ("pg", "dg", "tpo", "grpo", "group_pg")  # those with an exact expected update here
+# the smallest η for which TPO's closed form (float64) stays finite: (10/3)/η ≤ ln(float64 max), rounded up
+TPO_ETA_MIN = math.ceil((10 / 3) / math.log(torch.finfo(torch.float64).max) * 1e4) / 1e4
+
+
+def check_eta(algorithm: str, eta: float | None) -> None:
+    """Refuse, before any work, an η whose closed form overflows: TPO's λ = exp((10/3)/η) is a Python float, and
+    below ``TPO_ETA_MIN`` math.exp raises OverflowError at the first test evaluation, after the training work."""
+    if algorithm == "tpo" and eta is not None and eta < TPO_ETA_MIN:
+        raise ConfigError(f"algorithm.eta={eta} is not valid with task.mechanism=true (the mechanism analysis's "
+                          f"exp((10/3)/η) overflows float64); expected algorithm.eta >= {TPO_ETA_MIN:.4g}, or "
+                          "task.mechanism=false")
 BIN_EDGES = (0.0, 0.25, 0.5, 0.75, 1.01)
 LOG_CLIP = 1e-8
 

@@ -3,7 +3,7 @@
 The goldens (tests/golden/runs/) were written on one machine; another CPU rounds some float32 reductions and
 transcendental functions differently in the last bit, and those differences grow over a run's updates. This script
 rewrites every golden case under settings that change the arithmetic the way another CPU would (vector ISA of torch's
-kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per logged row of a seed,
+kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per logged row,
 the largest deviation from the committed goldens, as a relative error |x - g| / max(|g|, 1e-3) and as the tolerance
 test's own ratio deviation / allowed (above 1 = the test would fail). A setting that breaks the tolerance shows which
 case and column.

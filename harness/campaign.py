@@ -168,7 +168,8 @@ def check_cells(queue: dict, name: str) -> None:
             cell_identity(cell["preset"], tuple(cell.get("overrides", ())))
         except CellError as error:
             raise SystemExit(f"Error: {Path(name).name if name.endswith('.yaml') else name + '.yaml'}: cells[{index}] "
-                             f"({cell['preset']}/{cell['name']}) does not compose: {error}; fix its overrides") from None
+                             f"({cell['preset']}/{cell['name']}) does not compose: {error}; fix its overrides"
+                             ) from None
 
 
 def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
@@ -296,7 +297,8 @@ def _read_run(summary: Path) -> dict | None:
             raise ValueError("not a JSON object")
         if record.get("status") in DONE:
             seeds, steps = record["seeds"], record["steps"]
-            if not (isinstance(seeds, list) and all(isinstance(seed, int) for seed in seeds) and isinstance(steps, int)):
+            if not (isinstance(seeds, list) and all(isinstance(seed, int) for seed in seeds)
+                    and isinstance(steps, int)):
                 raise ValueError("seeds or steps of the wrong type")
     except (OSError, ValueError, KeyError, TypeError) as error:
         _warn(summary, f"unreadable ({type(error).__name__}: {(str(error) or 'empty').splitlines()[0]})")

@@ -7,7 +7,6 @@ Greedy test error on the 10k test set every ``eval_every`` updates, plus the App
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -24,8 +23,7 @@ from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
 MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
 STEP_LABELS = ("reference", "updates")
 RNG_BLOCK = 200  # steps of random draws made per call
-# the smallest η for which TPO's mechanism closed form (float64) stays finite: (10/3)/η ≤ ln(float64 max), rounded up
-MECHANISM_ETA_MIN = math.ceil((10 / 3) / math.log(torch.finfo(torch.float64).max) * 1e4) / 1e4
+MECHANISM_ETA_MIN = mechanism.TPO_ETA_MIN  # below it, TPO's mechanism closed form overflows
 
 
 class MnistBandit(Task):
@@ -65,12 +63,9 @@ class MnistBandit(Task):
         self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
 
     def check_mechanism_eta(self, cfg) -> None:
-        """TPO's mechanism closed form (algorithms/mechanism.py) scales by λ = exp((10/3)/η), a Python float: below
-        ``MECHANISM_ETA_MIN`` math.exp overflows (OverflowError at the first test evaluation, after the work)."""
-        if cfg.mechanism is True and self.algorithm.id == "tpo" and self.algorithm.hp.eta < MECHANISM_ETA_MIN:
-            raise ConfigError(f"algorithm.eta={self.algorithm.hp.eta} is not valid with task.mechanism=true (the "
-                              f"mechanism analysis's exp((10/3)/η) overflows float64); expected algorithm.eta >= "
-                              f"{MECHANISM_ETA_MIN:.4g}, or task.mechanism=false")
+        """An η the mechanism analysis's closed form cannot take is refused before the work, not after it."""
+        if cfg.mechanism is True and self.algorithm.id in mechanism.ALGORITHMS:
+            mechanism.check_eta(self.algorithm.id, getattr(self.algorithm.hp, "eta", None))
 
     def groups(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
                ) -> tuple[torch.Tensor, Groups]:

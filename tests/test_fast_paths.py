@@ -398,8 +398,8 @@ def _episodes_with_fast_paths(enabled: bool, algorithm: str, episodes: int = 3):
 def test_exact_fast_paths_are_bit_identical_to_the_plain_path(algorithm):
     """Section-4-like config (terminal reverse copy, V = 2, H = 4, B = 16, K = 8, 2 seeds, 3 episodes of 4 epochs,
     seeds computed one at a time): with the fast paths (the rollout's prefill reused by the first epoch, the row
-    selection's backward on a contiguous gradient, integer answer codes) the log-probs, gradients, metrics and parameters are
-    those of the plain path bit for bit."""
+    selection's backward on a contiguous gradient, integer answer codes) the log-probs, gradients, metrics and
+    parameters are those of the plain path bit for bit."""
     fast, plain = _episodes_with_fast_paths(True, algorithm), _episodes_with_fast_paths(False, algorithm)
     for a, b in zip(fast, plain):
         assert torch.equal(_bits(a["logp"]), _bits(b["logp"]))
