@@ -282,7 +282,8 @@ class RLOO(_Advantages):
 @register
 class DrGRPO(_Advantages):
     """Dr. GRPO (Liu et al. 2025): A = r − μ (no division by σ), per-token clipped ratio, token sum over a constant
-    denominator (candidates · longest answer): no length or difficulty normalisation."""
+    denominator (candidates · longest answer): no length or difficulty normalisation. No KL by default (β > 0: GRPO's
+    k3 KL to the rollout snapshot, per token, in the same token sum)."""
 
     id, label, style, summary = "dr_grpo", "Dr. GRPO", ("#e377c2", "-"), "GRPO without σ, constant denominator"
     rollouts = (_G, _S)
@@ -292,20 +293,22 @@ class DrGRPO(_Advantages):
     @dataclass(frozen=True)
     class Hyperparameters:
         clip_eps: float = 0.2
+        beta: float = 0.0
 
     def signal(self, groups):
         return groups.scores - groups.scores.mean(groups.compare_dim, keepdim=True)
 
     def terms(self, logp, groups, signal):
         advantages = self._per_token(signal, groups)
-        return -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps)
+        return -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps, self.hp.beta)
 
 
 @register
 class DAPO(_Advantages):
     """DAPO (Yu et al. 2025): GRPO's z-scores, per-token ratio clipped to [1 − ε_low, 1 + ε_high] (clip-higher),
-    token mean over the batch, no KL; ``filter_groups`` drops zero-variance groups from the mean (dynamic sampling
-    without the resampling)."""
+    token mean over the batch, no KL by default (β > 0: GRPO's k3 KL to the rollout snapshot, per token, in the same
+    token mean); ``filter_groups`` drops zero-variance groups from the mean (dynamic sampling without the resampling),
+    their KL included."""
 
     id, label, style, summary = "dapo", "DAPO", ("#bcbd22", "-"), "clip-higher, token mean, group filter"
     rollouts = (_G, _S)
@@ -317,14 +320,20 @@ class DAPO(_Advantages):
         clip_eps_low: float = 0.2
         clip_eps_high: float = 0.28
         filter_groups: bool = False
+        beta: float = 0.0
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
 
     def terms(self, logp, groups, signal):
         advantages = self._per_token(signal, groups)
-        return -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps_low,
-                                         clip_eps_high=self.hp.clip_eps_high)
+        terms = -losses.clipped_objective(logp, groups.logp_old, advantages, self.hp.clip_eps_low, self.hp.beta,
+                                          clip_eps_high=self.hp.clip_eps_high)
+        if self.hp.beta and self.hp.filter_groups and groups.rollout is not Rollout.SINGLE:
+            # a dropped group's clipped terms are 0 (A = 0) but its KL is not: drop it too, as ``count`` does
+            keep = groups.informative()
+            terms = terms * (keep[..., None, None] if self._token_level(groups) else keep[..., None])
+        return terms
 
     def check(self, rollout):
         super().check(rollout)
@@ -341,7 +350,10 @@ class DAPO(_Advantages):
 @register
 class GSPO(_Advantages):
     """GSPO (Zheng et al. 2025): GRPO's z-scores, the length-normalised sequence ratio s_i = exp((ℓ_i − ℓ_i^old)/L_i)
-    clipped to [1 − 3e-4, 1 + 4e-4], mean over sequences, no KL. With L = 1 it is GRPO's sequence clip."""
+    clipped to [1 − 3e-4, 1 + 4e-4], mean over sequences, no KL by default. With L = 1 it is GRPO's sequence clip.
+    β > 0 adds GRPO's KL term: β·k3 of the sequence log-ratio ℓ_i − ℓ_i^old (not length-normalised), clipped where the
+    ratio is (|ℓ_i − ℓ_i^old| ≤ c·L_i), in the same mean over sequences; with L = 1 it is GRPO's without the K
+    factor."""
 
     id, label, style, summary = "gspo", "GSPO", ("#17a589", "-"), "sequence ratio, length-normalised"
     rollouts = (_G, _S)
@@ -353,14 +365,18 @@ class GSPO(_Advantages):
         clip_eps_low: float = 3e-4
         clip_eps_high: float = 4e-4
         log_ratio_clip: float = 10.0
+        beta: float = 0.0
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
 
     def terms(self, logp, groups, signal):
         hp = self.hp
-        return -losses.clipped_objective(logp, groups.logp_old, signal, hp.clip_eps_low, 0.0, hp.log_ratio_clip,
-                                         clip_eps_high=hp.clip_eps_high, length=groups.lengths)
+        terms = -losses.clipped_objective(logp, groups.logp_old, signal, hp.clip_eps_low, 0.0, hp.log_ratio_clip,
+                                          clip_eps_high=hp.clip_eps_high, length=groups.lengths)
+        if hp.beta:
+            terms = terms + hp.beta * losses.snapshot_kl(logp, groups.logp_old, hp.log_ratio_clip * groups.lengths)
+        return terms
 
     def weights(self, groups, signal):
         return signal / groups.lengths  # ∂s_i/∂ℓ_i = s_i / L_i, and s_i = 1 at θ_old
@@ -369,7 +385,8 @@ class GSPO(_Advantages):
 @register
 class CISPO(_Advantages):
     """CISPO (MiniMax-M1 2025): −sg(min(ρ_t, ε_max))·A·log π_t per token, GRPO's z-scores, token mean; the IS
-    weight is clipped and stopped, so no token's gradient is ever dropped."""
+    weight is clipped and stopped, so no token's gradient is ever dropped. No KL by default (β > 0: GRPO's k3 KL to
+    the rollout snapshot, per token and not IS-weighted, in the same token mean)."""
 
     id, label, style, summary = "cispo", "CISPO", ("#5d6d7e", "-"), "clipped, stopped IS weight"
     rollouts = (_G, _S)
@@ -379,6 +396,7 @@ class CISPO(_Advantages):
     @dataclass(frozen=True)
     class Hyperparameters(Spread):
         is_clip: float = 5.0
+        beta: float = 0.0
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
@@ -386,7 +404,10 @@ class CISPO(_Advantages):
     def terms(self, logp, groups, signal):
         advantages = self._per_token(signal, groups)
         weight = (logp.detach() - groups.logp_old.detach()).exp().clamp_max(self.hp.is_clip)
-        return -(weight * advantages.detach() * logp)
+        terms = -(weight * advantages.detach() * logp)
+        if self.hp.beta:
+            terms = terms + self.hp.beta * losses.snapshot_kl(logp, groups.logp_old)
+        return terms
 
     def weights(self, groups, signal):
         return super().weights(groups, signal) * min(1.0, self.hp.is_clip)  # ρ = 1 at θ_old

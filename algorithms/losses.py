@@ -1,5 +1,6 @@
 """The pure formulas the algorithm library (``library.py``) is written in: TPO's target and cross-entropy, the
-clipped importance-weighted objective, DG's gate, sequence log-probs and the KL to a reference
+clipped importance-weighted objective, the k3 KL to the rollout snapshot, DG's gate, sequence log-probs and the KL
+to a reference
 (docs/reproduction.md §2).
 
 Tensors have the replica (seed) axis first and the comparison set (K candidates) or the tokens last.
@@ -75,8 +76,26 @@ def clipped_objective(
     high = clip_eps if clip_eps_high is None else clip_eps_high
     objective = torch.minimum(ratio * advantages, ratio.clamp(1.0 - clip_eps, 1.0 + high) * advantages)
     if beta:
-        objective = objective - beta * ((-log_ratio).exp() + log_ratio - 1.0)
+        objective = objective - beta * k3(log_ratio)
     return objective
+
+
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """The k3 estimate of KL(π_θ ‖ π_old) at the log-ratio x = ℓ^θ − ℓ^old of a sampled item: e^{−x} + x − 1
+    (≥ 0; 0, with zero gradient, at x = 0, i.e. on the first epoch)."""
+    return (-log_ratio).exp() + log_ratio - 1.0
+
+
+def snapshot_kl(logp_new: torch.Tensor, logp_old: torch.Tensor,
+                log_ratio_clip: torch.Tensor | float | None = None) -> torch.Tensor:
+    """GRPO's KL term on its own: k3 of x = ℓ^θ − ℓ^old per item of ``logp_new`` (a sequence, or a token for
+    per-token log-probs), x clipped to ±``log_ratio_clip`` (a number or a tensor broadcasting to x) when set; for the
+    losses that do not go through ``clipped_objective`` with it (GSPO's length-normalised ratio, CISPO's stopped IS
+    weight). Gradient 1 − e^{−x} on ℓ^θ where x is inside the clip, 0 outside."""
+    log_ratio = logp_new - logp_old.detach()
+    if log_ratio_clip is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    return k3(log_ratio)
 
 
 def dg_gate(logp: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_clip: float | None = None
