@@ -42,12 +42,14 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
     had_results = rundir.has_results(run_dir)
     try:
         summary = train(cfg, run_dir)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
-        if multirun:
-            raise
+        if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
+            print(f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}", file=sys.stderr)
+            sys.exit(130)
         print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
               "again if it has none)" if rundir.started(run_dir) else "Interrupted before the run started",
               file=sys.stderr)
@@ -58,13 +60,14 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:
             sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
         recorded = rundir.started(run_dir) or (multirun and not had_results)
+        written = False
         if recorded:  # this launch's folder keeps why it failed
-            outputs.record_failure(run_dir, {  # best effort: never raised over the run's own error
+            written = outputs.record_failure(run_dir, {  # best effort: never raised over the run's own error
                 "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
                 "algorithm": cfg.algorithm.name, "error": message},
                 message + "\n" if refused else traceback.format_exc())
         elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
-            _remove_launch_files(run_dir, hydra_cfg.job.name, sweep.launch_folders("run"))
+            _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
         # else: an earlier run's folder, untouched by a launch that failed before writing into it
         if refused:
             if not multirun:
@@ -72,7 +75,10 @@ def main(cfg: DictConfig) -> float | None:
                 sys.exit(2)
             log.error("refused: %s", message)
         else:
-            log.exception("run failed%s", f"; traceback in {run_dir / outputs.ERROR_FILE}" if recorded else "")
+            where = (f"; traceback in {run_dir / outputs.ERROR_FILE}" if written else
+                     f"; its failure could not be recorded in {run_dir} (the warning above says why)" if recorded
+                     else "")
+            log.exception("run failed%s", where)
             if not multirun:
                 raise
         return None
@@ -84,11 +90,111 @@ def main(cfg: DictConfig) -> float | None:
     return final
 
 
-def _remove_launch_files(run_dir: Path, job_name: str, created: list[Path] | None) -> None:
-    """Remove what Hydra made for a launch that did no work (its log), and the folders the launch created
-    (``created``, as harness.sweep.LaunchFolders noted them: the run folder and its new parents) that this leaves
-    empty; with no such note, the run folder if it is left empty."""
-    (run_dir / f"{job_name}.log").unlink(missing_ok=True)
+def _sweep_resume_hint(hydra_cfg) -> str:
+    """How to continue an interrupted sweep: the same command into the same sweep folder, with trainer.resume=auto
+    (finished jobs are skipped, the interrupted one resumes from its last checkpoint, the others start)."""
+    sweep_dir = Path(str(hydra_cfg.sweep.dir)).resolve()
+    kept = [arg for arg in sys.argv[1:] if arg.split("=", 1)[0].lstrip("+~") not in ("hydra.sweep.dir",
+                                                                                      "trainer.resume")]
+    again = shlex.join(["python", "-m", "harness", *kept, f"hydra.sweep.dir={sweep_dir}", "trainer.resume=auto"])
+    if "-m" not in kept and "--multirun" not in kept:
+        again = again.replace("python -m harness", "python -m harness -m", 1)
+    return f"it keeps its last checkpoint; re-run the sweep to continue it: {again}"
+
+
+class LaunchLog:
+    """Hydra's ``<job>.log`` of a single run's launch, and whether a launch refused before any work may remove it.
+
+    Two launches into one new folder share that log (Hydra appends to it). Each launch holds a shared ``flock`` on
+    it from the start of ``main``, and notes every line it writes there itself; a refused launch removes the log only
+    when no other launch holds it and it holds nothing but this launch's own lines (an empty log too: there is
+    nothing in it to lose). A launch whose log a racing launch removed (between Hydra opening it and ``main``
+    locking it) reopens it at its path."""
+
+    def __init__(self, path: Path, handlers: list[logging.FileHandler] | None = None):
+        """``handlers``: those that write the log (default: the root logger's file handlers on ``path``)."""
+        import fcntl
+        import os
+
+        self.path, self._lines, self._size, self._descriptor = path, [], 0, None
+        self.handlers = handlers if handlers is not None else [
+            handler for handler in logging.getLogger().handlers
+            if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename) == path.resolve()]
+        if not self.handlers:
+            return  # Hydra writes no log here (another hydra/job_logging): nothing to remove
+        for _ in range(5):  # lock the file that is at ``path`` now (a racing launch may remove it meanwhile)
+            try:
+                descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                fcntl.flock(descriptor, fcntl.LOCK_SH)
+            except OSError:
+                return  # no lock (a file system without flock): the log is never removed
+            try:
+                same = os.fstat(descriptor).st_ino == os.stat(path).st_ino
+            except OSError:
+                same = False
+            if same:
+                self._descriptor = descriptor
+                break
+            os.close(descriptor)
+        if self._descriptor is None:
+            return
+        inode = os.fstat(self._descriptor).st_ino
+        for handler in self.handlers:
+            handler.acquire()
+            try:
+                if handler.stream is not None and os.fstat(handler.stream.fileno()).st_ino != inode:
+                    handler.stream.close()  # removed by a racing launch: write to the file at ``path``
+                    handler.stream = handler._open()
+            finally:
+                handler.release()
+            handler.addFilter(lambda record, handler=handler: self._note(handler, record))
+
+    def _note(self, handler: logging.Handler, record: logging.LogRecord) -> bool:
+        """A filter on the log's handler: passes every record and notes the text it writes (up to 64 kB; past
+        that, only that there was more: the log is then kept)."""
+        if self._size <= 65536:
+            line = handler.format(record) + handler.terminator
+            self._lines.append(line)
+            self._size += len(line)
+        return True
+
+    def remove_if_own(self) -> bool:
+        """Remove the log if only this launch wrote into it and no other launch holds it or wrote beside it;
+        returns whether it did."""
+        import fcntl
+        import os
+
+        if self._descriptor is None:
+            return False
+        for handler in self.handlers:
+            handler.flush()
+        try:
+            fcntl.flock(self._descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while another launch holds it
+        except OSError:
+            return False
+        try:
+            if os.fstat(self._descriptor).st_ino != os.stat(self.path).st_ino or self._size > 65536:
+                return False
+            if self.path.read_text(errors="replace") != "".join(self._lines):
+                return False
+            for handler in self.handlers:
+                handler.close()
+            self.path.unlink()
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(self._descriptor)
+            self._descriptor = None
+
+
+def _remove_launch_files(run_dir: Path, launch_log: LaunchLog | None, created: list[Path] | None) -> None:
+    """Remove what Hydra made for a launch that did no work: its log, if this launch alone wrote it
+    (``LaunchLog.remove_if_own``), and the folders the launch created (``created``, as harness.sweep.LaunchFolders
+    noted them: the run folder and its new parents) that this leaves empty; with no such note, the run folder if it
+    is left empty."""
+    if launch_log is not None:
+        launch_log.remove_if_own()
     if created is not None:
         sweep.remove_new_folders(created)
         return

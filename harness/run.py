@@ -22,7 +22,7 @@ from harness import outputs, rundir
 from harness.session import Session
 from harness.tracking import check_logger_config
 from tasks import get_task
-from tasks.base import Task
+from tasks.base import Task, check_memory
 from tasks.models import linear
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,9 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
 
     ``device`` overrides ``cfg.device`` without its checks: the tests build tasks on PyTorch's ``meta`` device,
     where any tensor made on the host fails, to check on a CPU-only machine that the GPU path makes every tensor on
-    the task's device."""
+    the task's device. The memory estimate (tasks/base.py ``check_memory``, as ``python -m harness`` checks it before
+    launching) refuses a run over ``memory_cap_gb`` here too; on the ``meta`` device, which allocates nothing, it is
+    not checked."""
     algorithm = algorithms.build(cfg.algorithm)  # its hyperparameters checked and typed
     task_cls = get_task(cfg.task.name)
     rollout = algorithm.rollout_for(task_cls.rollouts)
@@ -151,6 +153,8 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
     device = torch.device(cfg.device) if device is None else device
+    if device.type != "meta":
+        check_memory(cfg)
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
     return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
                     optim=cfg.get("optim"))

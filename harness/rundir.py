@@ -28,7 +28,8 @@ What a fresh start (``trainer.overwrite=true`` too) removes is only what tpo-ben
 Anything else is foreign and stays: a name ending in ``.tmp`` that is not one of those temporaries, a folder the
 run did not create. A folder that is not a run directory and holds foreign entries is refused (one line) unless
 ``trainer.overwrite=true``; then the run starts there and keeps them. A foreign entry where a run writes its own
-(``metrics.csv``, ``identity.json``, ..., anything in ``.hydra/`` or ``trl/``) is refused even then; one in
+(``metrics.csv``, ``identity.json``, ..., anything in ``.hydra/`` or ``trl/``) is refused even then, and whatever
+``trainer.resume`` says (named as files tpo-bench did not write, not as a run); one in
 ``wandb/`` is not (W&B names its folders per run). The files this launch's Hydra made (its ``<job>.log``; a
 sweep's ``multirun.yaml`` and records) and the lock count as nothing.
 
@@ -73,9 +74,10 @@ LAUNCH_FILES = (LOCK_FILE, "multirun.yaml", ".tpo-bench-jobs")  # and Hydra's <j
 log = logging.getLogger(__name__)
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
 # change of host does); task.steps: trainer.steps runs.
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress", "trainer.resume",
-                "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every", "task.steps", "task.steps_to",
-                "task.data_dir", "task.source", "trainer.solved_below", "trainer.relapse_above")
+NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
+                "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
+                "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
+                "trainer.relapse_above")
 # Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
 # the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
 # ranges merge with new ones; any other value is part of the identity.
@@ -360,6 +362,10 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
 
     def start_fresh() -> RunStart:
         found = housekeeping(run_dir)
+        if found.foreign and not found.run_directory and found.in_the_way and not overwrite:
+            raise ConfigError(f"{run_dir} is not empty and holds no run: it holds files tpo-bench did not write "
+                              f"({_listed(found.foreign)}), {_listed(found.in_the_way)} where a run writes its own; "
+                              "it is left as it is: move them, or choose a new or empty run directory")
         if found.foreign and not found.run_directory and not overwrite:
             raise ConfigError(f"{run_dir} is not empty and holds no run (it holds {_listed(found.foreign)}); choose "
                               "a new or empty run directory, or trainer.overwrite=true to start a run there (it keeps "
@@ -375,8 +381,10 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
         return RunStart(current_fingerprint, fresh["uid"], resume=False, finished=None, _record=record, _config=cfg,
                         _remove=tuple(found.ours), _remove_dirs=ours_dirs)
 
-    if overwrite or not has_results(run_dir):
-        if resume is True and not overwrite:
+    # a folder with a metrics.csv, checkpoint.pt, ... that tpo-bench did not write holds no run: start_fresh refuses
+    # it as a folder of someone else's files, whatever resume says
+    if overwrite or not has_results(run_dir) or not is_run_directory(run_dir):
+        if resume is True and not overwrite and not has_results(run_dir):
             raise ConfigError(f"trainer.resume=true but {run_dir} holds no run to resume; valid choices: "
                               "trainer.resume=auto (resume if there is a run, else start) or trainer.resume=false")
         return start_fresh()
@@ -444,10 +452,16 @@ def _keep_experiment_name(cfg: DictConfig, run_dir: Path, record: dict[str, Any]
 
 
 def _status(run_dir: Path) -> str:
-    try:
-        return json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["status"]
-    except (OSError, ValueError, KeyError, TypeError):
+    """How the run in ``run_dir`` ended, as its summary.json says; what is there otherwise, in a few words."""
+    path = run_dir / outputs.SUMMARY_FILE
+    if not path.exists():
         return "running or killed: no summary"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        return f"its {outputs.SUMMARY_FILE} cannot be read: {type(error).__name__}"
+    status = summary.get("status") if isinstance(summary, dict) else None
+    return status if isinstance(status, str) else f"its {outputs.SUMMARY_FILE} records no status"
 
 
 def _read_identity(run_dir: Path) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -270,3 +271,153 @@ def test_a_full_disk_raises_its_error_once(tmp_path, monkeypatch, fail):
         run_config(TABULAR, tmp_path / "run")
     assert error.value.errno == errno.ENOSPC
     assert error.value.__context__ is None  # the first error, not a second one raised while handling it
+
+
+# --- 6. a refused launch removes only what it made; its words match what is there ----------------------------------
+
+def _launch_log(path: Path, name: str):
+    """A launch's Hydra file handler on the shared ``path`` (its logger ``name``) and its LaunchLog."""
+    from harness.__main__ import LaunchLog
+
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    logger.propagate = False
+    return logger, handler, LaunchLog(path, [handler])
+
+
+def test_a_refused_launch_removes_the_shared_log_only_when_it_alone_wrote_it(tmp_path):
+    path = tmp_path / "__main__.log"
+    winner, winner_handler, winner_log = _launch_log(path, "test.winner")
+    loser, loser_handler, loser_log = _launch_log(path, "test.loser")
+    loser.warning("refused")
+    assert not loser_log.remove_if_own() and path.exists()  # the winner holds it (and nothing is written yet)
+    winner_handler.close()
+    # the winner's lines, the winner gone: kept
+    _, again_handler, again_log = _launch_log(path, "test.again")
+    winner_handler.stream = None
+    path.write_text("[test.winner] started\n")
+    assert not again_log.remove_if_own() and path.read_text() == "[test.winner] started\n"
+    for handler in (loser_handler, again_handler):
+        handler.close()
+    # alone, with only its own lines (or none): removed
+    path.unlink()
+    alone, alone_handler, alone_log = _launch_log(path, "test.alone")
+    alone.warning("a warning of its own")
+    assert alone_log.remove_if_own() and not path.exists()
+    alone_handler.close()
+
+
+def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_path):
+    """The race: two launches into one new folder, the second refused (it found nothing there when it started, so
+    it cleans up after itself): before, it removed the winner's __main__.log too."""
+    import fcntl
+
+    run_dir = tmp_path / "race"
+    run_dir.mkdir()
+    (run_dir / rundir.LOCK_FILE).write_text(f"{os.getpid()} {__import__('socket').gethostname()}\n")
+    log_file = run_dir / "__main__.log"
+    log_file.write_text("[2024-01-01][harness][INFO] - the winner's line\n")
+    with open(log_file, "a") as held:  # the winner holds its log
+        fcntl.flock(held, fcntl.LOCK_SH)
+        result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
+    assert result.returncode == 2 and "is being written by process" in result.stderr, result.stderr
+    assert log_file.read_text() == "[2024-01-01][harness][INFO] - the winner's line\n"
+    # the winner gone, its lines still there: kept too
+    result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
+    assert result.returncode == 2 and log_file.read_text() == "[2024-01-01][harness][INFO] - the winner's line\n"
+
+
+@pytest.mark.parametrize("summary", ["{", '{"note": 1}', "[1]"])
+def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, summary):
+    run_dir = tmp_path / "run"
+    run_config(TABULAR, run_dir)
+    (run_dir / "summary.json").write_text(summary)
+    with pytest.raises(ConfigError) as error:
+        run_config(TABULAR, run_dir)
+    assert "no summary" not in str(error.value) and "its summary.json" in str(error.value)
+    (run_dir / "summary.json").unlink()
+    with pytest.raises(ConfigError, match=r"already holds a run \(running or killed: no summary\)"):
+        run_config(TABULAR, run_dir)
+
+
+@pytest.mark.parametrize("resume", ["false", "auto", "true"])
+def test_a_foreign_metrics_csv_is_refused_as_files_tpo_bench_did_not_write(tmp_path, resume):
+    folder = tmp_path / "folder"
+    make(folder, {"metrics.csv": "a,b\n1,2\n", "notes.txt": "n"})
+    before = tree(folder)
+    with pytest.raises(ConfigError) as error:
+        run_config([*TABULAR, f"trainer.resume={resume}"], folder)
+    message = str(error.value)
+    assert "did not write" in message and "metrics.csv" in message and "already holds a run" not in message
+    assert "\n" not in message and "overwrite=true" not in message
+    assert tree(folder) == before
+
+
+def test_an_interrupted_sweep_job_ends_in_one_line_naming_its_folder_and_how_to_resume(tmp_path):
+    args = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+            "logger=none", "seed_offset=0,100", "hydra.sweep.dir=sweep"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "sweep").glob(f"*/{outputs.CHECKPOINT_FILE}")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    lines = [line for line in stderr.splitlines() if "[INFO]" not in line and "[WARNING]" not in line]
+    [job] = [path.parent for path in (tmp_path / "sweep").glob(f"*/{outputs.CHECKPOINT_FILE}")]
+    assert len(lines) == 1 and lines[0].startswith(f"Interrupted: sweep job {job};"), stderr
+    assert f"hydra.sweep.dir={tmp_path / 'sweep'} trainer.resume=auto" in lines[0] and " -m " in lines[0]
+    assert json.loads((job / "summary.json").read_text())["status"] == "interrupted"
+    assert not list((tmp_path / "sweep").glob("*seed_offset=100*"))  # the sweep stopped
+    # the command it names continues the sweep: the interrupted job resumes, the other one starts
+    again = shlex.split(lines[0].split("continue it: ", 1)[1])
+    assert again[:3] == ["python", "-m", "harness"]
+    resumed = run_cli(again[3:], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from"]
+    assert len(list((tmp_path / "sweep").glob("*/summary.json"))) == 2
+
+
+def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, monkeypatch):
+    import harness.__main__ as entry
+
+    run_dir = tmp_path / "run"
+
+    def fail(cfg, folder):
+        rundir._started.add(folder.resolve())  # it began writing there
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(entry, "train", fail)
+    monkeypatch.setattr(outputs, "record_failure", lambda *args: False)
+    monkeypatch.setattr(sys, "argv", ["harness", "task=tabular_single", "logger=none", f"hydra.run.dir={run_dir}"])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(SystemExit):
+            entry.main()
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+    text = (run_dir / "__main__.log").read_text()
+    assert "run failed" in text and "error.txt" not in text and "could not be recorded" in text
+
+
+def test_build_task_checks_the_memory_estimate_but_not_on_the_meta_device():
+    import torch
+
+    from tasks.base import GB, estimate_memory
+
+    overrides = ["task=tabular_multi", "seeds=50"]
+    need = estimate_memory(compose_config(overrides))[0]
+    cfg = compose_config([*overrides, f"+memory_cap_gb={need / GB / 2}"])
+    with pytest.raises(ConfigError, match="over memory_cap_gb"):
+        build_task(cfg)
+    assert build_task(cfg, device=torch.device("meta")) is not None  # the meta device allocates nothing
