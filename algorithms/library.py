@@ -12,7 +12,7 @@ paper's single-sample GRPO, and per-token and per-sequence forms coincide (T = 1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -293,7 +293,7 @@ class DrGRPO(_Advantages):
     @dataclass(frozen=True)
     class Hyperparameters:
         clip_eps: float = 0.2
-        beta: float = 0.0
+        beta: float = field(default=0.0, metadata={"optional": True})  # +algorithm.beta: not in the YAML
 
     def signal(self, groups):
         return groups.scores - groups.scores.mean(groups.compare_dim, keepdim=True)
@@ -320,7 +320,7 @@ class DAPO(_Advantages):
         clip_eps_low: float = 0.2
         clip_eps_high: float = 0.28
         filter_groups: bool = False
-        beta: float = 0.0
+        beta: float = field(default=0.0, metadata={"optional": True})  # +algorithm.beta: not in the YAML
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
@@ -365,7 +365,7 @@ class GSPO(_Advantages):
         clip_eps_low: float = 3e-4
         clip_eps_high: float = 4e-4
         log_ratio_clip: float = 10.0
-        beta: float = 0.0
+        beta: float = field(default=0.0, metadata={"optional": True})  # +algorithm.beta: not in the YAML
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
@@ -396,7 +396,7 @@ class CISPO(_Advantages):
     @dataclass(frozen=True)
     class Hyperparameters(Spread):
         is_clip: float = 5.0
-        beta: float = 0.0
+        beta: float = field(default=0.0, metadata={"optional": True})  # +algorithm.beta: not in the YAML
 
     def signal(self, groups):
         return _zscores(groups, self.hp)
