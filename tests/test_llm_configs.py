@@ -88,7 +88,7 @@ BAD_LLM_VALUES = [
     (["optim.eps=0"], "optim.eps=0 is not valid"),
     (["optim.weight_decay=-0.01"], "optim.weight_decay=-0.01 is not valid"),
     (["optim.max_grad_norm=-1"], "optim.max_grad_norm=-1 is not valid; expected a number >= 0"),
-    (["algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number > 0"),
+    (["algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number >= 1e-06"),
     (["algorithm=grpo", "algorithm.clip_eps=0"], "algorithm.clip_eps=0 is not valid"),
     (["algorithm=grpo", "algorithm.beta=-1"], "algorithm.beta=-1 is not valid"),
     (["logger=wandb", "logger.init_timeout=0"], "logger.init_timeout=0 is not valid"),
