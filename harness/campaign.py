@@ -52,7 +52,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import signal
 import statistics
 import subprocess
@@ -60,7 +59,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -515,36 +514,18 @@ def clean_exports(results: Path) -> list[Path]:
 def campaign_lock(*folders: Path) -> Iterator[None]:
     """Hold ``<folder>/.campaign.lock`` (pid and host) in each of ``folders`` for the ``with`` block; SystemExit
     (one line) when a live campaign holds one. A lock whose process is gone (on this host) is taken over."""
-    from harness.rundir import _lock_holder
+    from harness import rundir
 
-    held: list[Path] = []
-    try:
+    def busy(folder: Path) -> Callable[[str, Path], Exception]:
+        return lambda holder, path: SystemExit(
+            f"Error: another campaign (process {holder}) is using {folder}; wait for it or stop it (a lock left by a "
+            f"crash on another host: delete {path})")
+
+    with ExitStack() as locks:
         for folder in folders:
             folder.mkdir(parents=True, exist_ok=True)
-            path = folder / LOCK_FILE
-            for attempt in range(3):
-                try:
-                    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                except FileExistsError:
-                    holder = _lock_holder(path)
-                    if holder is None and attempt < 2:  # stale: its campaign is gone
-                        path.unlink(missing_ok=True)
-                        continue
-                    raise SystemExit(f"Error: another campaign (process {holder or 'unknown'}) is using {folder}; "
-                                     f"wait for it or stop it (a lock left by a crash on another host: delete "
-                                     f"{path})") from None
-                with os.fdopen(descriptor, "w") as handle:
-                    handle.write(f"{os.getpid()} {socket.gethostname()}\n")
-                held.append(path)
-                break
+            locks.enter_context(rundir.lock_file(folder / LOCK_FILE, busy(folder)))
         yield
-    finally:
-        for path in held:
-            try:
-                if path.read_text().split()[0] == str(os.getpid()):
-                    path.unlink()
-            except (OSError, IndexError):
-                pass
 
 
 def replace_stale(stale: list[tuple[Path, str, list[str]]], work: Path, results: Path) -> Path:

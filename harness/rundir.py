@@ -309,9 +309,20 @@ def has_results(run_dir: Path) -> bool:
 
 @contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock file for the ``with`` block; ConfigError if a live process holds it (a lock left by
-    a process that no longer runs on this host is taken over)."""
-    path = run_dir / LOCK_FILE
+    """Hold ``run_dir``'s lock file for the ``with`` block; ConfigError if a live process holds it."""
+    def busy(holder: str, path: Path) -> Exception:
+        return ConfigError(f"{run_dir} is being written by process {holder}; wait for it or stop it (a lock left by "
+                           f"a crash on another host: delete {path})")
+
+    with lock_file(run_dir / LOCK_FILE, busy):
+        yield
+
+
+@contextmanager
+def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[None]:
+    """Hold the lock file ``path`` (pid and host, created exclusively) for the ``with`` block; raise ``busy(holder,
+    path)`` when a live process holds it. A lock whose process no longer runs on this host is taken over; on leaving,
+    the file is removed only while it is still this process's (a taken-over lock is not someone else's to delete)."""
     for _ in range(2):
         try:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -320,15 +331,20 @@ def locked(run_dir: Path) -> Iterator[None]:
             if holder is None:  # stale: its process is gone
                 path.unlink(missing_ok=True)
                 continue
-            raise ConfigError(f"{run_dir} is being written by process {holder}; wait for it or stop it (a lock "
-                              f"left by a crash on another host: delete {path})") from None
+            raise busy(holder, path) from None
         with os.fdopen(descriptor, "w") as handle:
             handle.write(f"{os.getpid()} {socket.gethostname()}\n")
         break
+    else:  # taken over twice in a row: another process is racing for it
+        raise busy(_lock_holder(path) or "starting", path)
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)
+        try:
+            if path.read_text().split()[:1] == [str(os.getpid())]:
+                path.unlink()
+        except OSError:
+            pass
 
 
 def _lock_holder(path: Path) -> str | None:

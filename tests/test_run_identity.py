@@ -9,6 +9,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -464,3 +465,33 @@ def test_a_sweep_over_two_presets_keeps_their_jobs_apart(tmp_path):
                       "trainer.steps=5", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "sweep: 2 jobs (2 completed)" in result.stderr
+
+
+def test_one_lock_file_function_refuses_a_live_holder_takes_over_a_dead_one_and_removes_only_its_own(tmp_path):
+    """The run lock and the campaign lock are this one function. Bug caught: leaving the lock with an unconditional
+    ``path.unlink()`` (deletes the lock another process took over)."""
+    path = tmp_path / "run.lock"
+
+    def busy(holder: str, lock: Path) -> Exception:
+        return RuntimeError(f"held by {holder} ({lock.name})")
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path.write_text(f"{dead.pid} {socket.gethostname()}\n")  # a lock left by a process that is gone: taken over
+    with rundir.lock_file(path, busy):
+        assert path.read_text().split()[0] == str(os.getpid())
+        with pytest.raises(RuntimeError, match=rf"^held by {os.getpid()} on {socket.gethostname()} \(run.lock\)$"):
+            with rundir.lock_file(path, busy):
+                pass
+        assert path.exists(), "a refused lock removed its holder's file"
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        path.write_text(f"{live.pid} {socket.gethostname()}\n")  # another process took it over meanwhile
+    try:
+        assert path.read_text().split()[0] == str(live.pid), "the lock of another process was removed"
+    finally:
+        live.kill()
+        live.wait()
+    path.unlink()
+    with rundir.lock_file(path, busy):
+        pass
+    assert not path.exists()
