@@ -128,6 +128,7 @@ class WandbTracker:
         try:
             for index, run in enumerate(self.runs):
                 run.summary["status"] = summary.get("seed_status", {}).get(str(self.seeds[index]), summary["status"])
+                run.summary["last_step"] = summary.get("last_step")  # the report checks the history against it
                 for metric, stats in summary.get("final", {}).items():
                     run.summary[f"final/{metric}"] = stats["per_seed"][index]
                 run.finish()

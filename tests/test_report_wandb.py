@@ -71,3 +71,28 @@ def test_failed_and_running_seeds_are_not_silently_complete():
     assert run.status == "interrupted" and run.seed_ids == (0, 1)
     assert set(curves.seed) == {0, 1}
     assert flatten({"a": {"b": 1}, "c": [1, 2]}) == {"a.b": 1, "c": (1, 2)}
+
+
+def test_a_finished_wandb_history_that_stops_short_of_its_summary_is_damaged_not_complete(capsys):
+    """A finished W&B run whose history stops at step 9 while its summary records last step 39 (an upload cut
+    short) is reported as damaged and short, as a run folder whose rows stop early; a run still logging is not
+    checked. Bug caught: load.py:load_wandb — dropping the ``cross_check`` call on W&B records."""
+    steps, config = np.arange(0, 40), make_config("inputs_check", "token_reversal", "tpo", 2, 40)
+
+    def run(seed: int, last: int, state: str = "finished", status: str | None = "completed") -> FakeRun:
+        fake = FakeRun({**config, "trainer": {"steps": 40}, "seed": seed}, steps[: last + 1],
+                       {"error": np.full(last + 1, 0.5)}, state=state, status=status)
+        fake.summary["last_step"] = 39 if status else None
+        return fake
+
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run(0, 39), run(1, 9)]))
+    assert runs.status.tolist() == ["damaged"] and runs.last_step.tolist() == [9]
+    assert "rows stop at step 9 (seed(s) 1) but the summary's last step is 39" in runs.error.iloc[0]
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert "me/tpo" in line and "damaged" in line
+
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run(0, 39), run(1, 39)]))
+    assert runs.status.tolist() == ["completed"] and runs.last_step.tolist() == [39]
+    live = [run(0, 12, "running", None), run(1, 9, "running", None)]  # read while logging: seeds at different steps
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(live))
+    assert runs.status.tolist() == ["interrupted"] and "warning" not in capsys.readouterr().err

@@ -83,6 +83,9 @@ def test_the_default_timeout_is_short_and_reaches_wandb(tmp_path, monkeypatch):
     assert [call["settings"]["init_timeout"] for call in wandb.calls] == [10.0] * 3
     assert [call["name"].rsplit("/", 1)[-1] for call in wandb.calls] == ["seed0", "seed1", "seed2"]
     assert all(len({step for step, _ in run.logged}) == 6 and run.finished == [None] for run in wandb.runs)
+    # each W&B summary records what the report checks its history against
+    assert [run.summary["last_step"] for run in wandb.runs] == [max(step for step, _ in wandb.runs[0].logged)] * 3
+    assert [run.summary["status"] for run in wandb.runs] == ["completed"] * 3
 
 
 def test_a_config_without_init_timeout_still_runs(tmp_path, monkeypatch):

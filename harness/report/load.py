@@ -306,7 +306,9 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     Full histories come from ``run.scan_history()`` (``run.history()`` is sampled). ``api`` defaults to
     ``wandb.Api()``; tests pass a fake with the same ``runs(path, filters=...)`` interface. A run without a seed is
     skipped (one warning line naming it). Two runs of one configuration and seed are never merged: the second copy
-    of each seed goes into a record of its own, so the tables report the cell as a conflict, as for run folders."""
+    of each seed goes into a record of its own, so the tables report the cell as a conflict, as for run folders.
+    A finished run's history is checked against its summary as a run folder's rows are (``cross_check``: every
+    seed's history reaches the summary's ``last_step``); one that falls short is ``damaged``, with a warning."""
     if api is None:
         import wandb
 
@@ -338,6 +340,12 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
                  + f" of {members[0][0].group}; conflict: seed in more than one run, keep one copy of each seed")
         for k, part in enumerate(copies):
             record, frame = _wandb_record(path, part, metrics, "" if k == 0 else f"~copy{k + 1}")
+            # (a run still logging is read as it is: its seeds' histories may be at different steps)
+            problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
+            if problem:
+                record["status"] = "damaged"
+                warn(f"W&B {path}: {', '.join(_wandb_name(m[0]) for m in part)}: {problem}; reported as damaged "
+                     "(partial, never a complete cell)")
             records.append(record)
             frames.append(frame)
     return records, frames
@@ -354,12 +362,15 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
     """One record (and wide frame) from W&B runs of one configuration, one seed each."""
     run, config, _ = members[0]
     wanted = _wanted(metrics, config.get("experiment_name", "default"))
-    statuses, rows = [], []
+    statuses, rows, seeds, last_steps = [], [], [], []
     for member, _, seed in members:
         status = member.summary.get("status") or WANDB_STATUS.get(member.state, "interrupted")
         statuses.append(status)
         if status == "failed":
             continue
+        seeds.append(seed)
+        if member.summary.get("last_step") is not None:  # runs logged before it was recorded have none
+            last_steps.append(int(member.summary["last_step"]))
         history = pd.DataFrame(list(member.scan_history()))
         if history.empty:
             continue
@@ -376,8 +387,9 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         "run_dir": f"wandb:{path}/{run.group}#{signature(config)}{suffix}", "source": "wandb",
         "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
         "algorithm": config.get("algorithm.name"), "status": status,
-        "seed_ids": () if frame is None else tuple(sorted(set(frame["seed"].tolist()))),
-        "steps": config.get("trainer.steps"), "last_step": None if frame is None else int(frame["step"].max()),
+        "seed_ids": () if frame is None else tuple(sorted(seeds)),
+        "steps": config.get("trainer.steps"),
+        "last_step": None if frame is None else max(last_steps) if last_steps else int(frame["step"].max()),
         "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
         "config": {k: v for k, v in config.items() if k != "seed"},
     }
