@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from harness import outputs, rundir, sweep  # noqa: E402
+from harness import interrupts, outputs, rundir, sweep  # noqa: E402
 from harness.run import CONFIG_DIR, train  # noqa: E402
 from algorithms.checks import ConfigError, did_you_mean  # noqa: E402
 
@@ -94,7 +94,7 @@ def _sweep_resume_hint(hydra_cfg) -> str:
     """How to continue an interrupted sweep: the same command into the same sweep folder, with trainer.resume=auto
     (finished jobs are skipped, the interrupted one resumes from its last checkpoint, the others start)."""
     sweep_dir = Path(str(hydra_cfg.sweep.dir)).resolve()
-    kept = [arg for arg in sys.argv[1:] if arg.split("=", 1)[0].lstrip("+~") not in ("hydra.sweep.dir",
+    kept = [arg for arg in interrupts.launch_argv() if arg.split("=", 1)[0].lstrip("+~") not in ("hydra.sweep.dir",
                                                                                       "trainer.resume")]
     again = shlex.join(["python", "-m", "harness", *kept, f"hydra.sweep.dir={sweep_dir}", "trainer.resume=auto"])
     if "-m" not in kept and "--multirun" not in kept:
@@ -598,6 +598,21 @@ def refuse_bad_launch(argv: list[str]) -> None:
         sys.exit(2)
 
 
+def launch(argv: list[str]) -> None:
+    """Check, then run; a sweep whose jobs run in worker processes stops them at their checkpoints on Ctrl-C or
+    SIGTERM (``harness.interrupts``) and ends in one line per stopped job (theirs), or one of its own."""
+    refuse_bad_launch(argv)
+    interrupts.record_launch_argv(argv)
+    stop = interrupts.StopJobs()
+    stop.install()
+    try:
+        main()
+    except KeyboardInterrupt:  # only a sweep's launching process gets here: a job's own interrupt ends in main()
+        if not stop.stopped:
+            print("Interrupted before a run of this process or its workers was training; to continue, re-run: "
+                  f"{shlex.join(['python', '-m', 'harness', *argv])}", file=sys.stderr)
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    refuse_bad_launch(sys.argv[1:])
-    main()
+    launch(sys.argv[1:])

@@ -1,0 +1,71 @@
+"""A joblib sweep stopped by Ctrl-C (SIGINT to its process group) or by ``kill`` (SIGTERM to the launching process
+alone) stops every running job at its last checkpoint with its summary written, ends in one line per stopped job
+and exit 130, leaves no worker behind, and the command those lines name continues the sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from harness import outputs, rundir
+
+SWEEP = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=6000", "task.checkpoint_every=50",
+         "logger=none", "seed_offset=0,100", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+         "hydra.sweep.dir=sweep"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_a_stopped_joblib_sweep_stops_its_jobs_at_their_checkpoints_and_continues(tmp_path, how):
+    """Bug caught: interrupts.py:StopJobs.__call__ — ``raise KeyboardInterrupt`` first (joblib kills the workers
+    before they write their summaries; under ``kill`` the workers go on training, orphaned)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *SWEEP], cwd=tmp_path, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    sweep = tmp_path / "sweep"
+    deadline = time.time() + 180
+    while time.time() < deadline and len(list(sweep.glob(f"*/{outputs.CHECKPOINT_FILE}"))) < 2:
+        time.sleep(0.05)
+    workers = {int(lock.read_text().split()[0]) for lock in sweep.glob(f"*/{rundir.LOCK_FILE}")}
+    assert len(workers) == 2, "both jobs should be training in their workers"
+    if how == "ctrl-c":
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=180)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    lines = [line for line in stderr.splitlines() if "[INFO]" not in line and "[WARNING]" not in line]
+    jobs = sorted(path.parent for path in sweep.glob(f"*/{outputs.SUMMARY_FILE}"))
+    assert len(jobs) == 2 and sorted(line.split(";")[0] for line in lines) == [
+        f"Interrupted: sweep job {job}" for job in jobs], stderr
+    assert all(json.loads((job / outputs.SUMMARY_FILE).read_text())["status"] == "interrupted" for job in jobs)
+    assert not list(sweep.glob(f"*/{rundir.LOCK_FILE}"))
+    time.sleep(1)
+    assert not [pid for pid in workers if _alive(pid)], "a worker outlived the sweep"
+    # the command every line names (the launching process's, not the worker's) continues the sweep
+    if how == "kill":
+        return  # the same command and resume path as after Ctrl-C
+    again = shlex.split(lines[0].split("continue it: ", 1)[1])
+    assert again[:4] == ["python", "-m", "harness", "-m"] and "hydra/launcher=joblib" in again
+    resumed = run_cli(again[3:], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    for job in jobs:
+        summary = json.loads((job / outputs.SUMMARY_FILE).read_text())
+        assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
