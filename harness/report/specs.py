@@ -178,7 +178,7 @@ KEY_LABEL = {"task.V": "V", "task.H": "H", "task.K": "K", "algorithm.eta": "η",
 VALUE_LABEL = {
     "prompts": "Prompt", "interactions": "Interact.", "bag_of_tokens": "Bag of tokens", "sequential": "Sequential",
     "terminal": "Terminal", "copy": "Copy", "flip": "Flip", "reverse_copy": "Rev. copy", "reverse_flip": "Rev. flip",
-    "fig10_diagnostics_tpo_1ep": "1 ep", "mech_surplus_bin0": "[0, .25)", "mech_surplus_bin1": "[.25, .5)",
+    "fig10_diagnostics_tpo_1ep": "1 ep", "beyond_terminal_baselines_kl": "KL β = 0.04", "mech_surplus_bin0": "[0, .25)", "mech_surplus_bin1": "[.25, .5)",
     "mech_surplus_bin2": "[.5, .75)", "mech_surplus_bin3": "[.75, 1]",
     "beyond_relapse": "Muon", "beyond_relapse_skip": "Muon + skip", "beyond_relapse_scale": "Muon + scale",
     "beyond_relapse_adam": "Adam", "beyond_amplification": "σ", "beyond_amplification_floor": "σ floor",
@@ -340,10 +340,13 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                "(docs/reproduction.md §6.12)."),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
           "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
-          rows=algorithms(*BASELINES), stats=(FINAL, TO_5, TO_1),
+          rows=algorithms(*BASELINES) + tuple({"algorithm.name": name, "experiment": "beyond_terminal_baselines_kl"}
+                                              for name in BASELINES[2:]),
+          stats=(FINAL, TO_5, TO_1),
           where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"}, seeds=10, steps=2000,
           note="No paper values: the paper compares none of these baselines. Differences to TPO are paired over "
-               "seeds (same prompts and sampling streams)."),
+               "seeds (same prompts and sampling streams). \"KL β = 0.04\" rows: the baseline with GRPO's KL term "
+               "(preset beyond_terminal_baselines_kl)."),
     Table("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon, terminal reward, "
           "prompt-matched H = 7", "beyond_relapse",
           rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in RELAPSE_VARIANTS),
