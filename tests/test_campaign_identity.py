@@ -81,6 +81,9 @@ def job(queue_cell: dict, offset: int = 0, seeds: int = 2) -> campaign.Job:
 # 1. identity and step budget ---------------------------------------------------------------------------------------
 
 def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_key(tmp_path, capsys):
+    """An exported run of another task.alpha is not counted as done and is refused in one line naming the key.
+    Bug caught: harness/campaign.py:differences — `if rundir.fingerprint(recorded) == rundir.fingerprint(expected):`
+    → `if True:`."""
     fake_run(tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2, layout="results")
     queue = write_queue(tmp_path, cell(0.5))
     assert main(tmp_path, str(queue), "--dry-run") == 2
@@ -98,6 +101,8 @@ def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_
 
 
 def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_it_aside(tmp_path, capsys):
+    """A finished work-folder run of another alpha is refused, never exported; --replace moves it aside, not deleted.
+    Bug caught: harness/campaign.py:finished — `status in DONE and not work_mismatch(job, work)` → `status in DONE`."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2)
     new = job(cell(0.5))
@@ -118,7 +123,9 @@ def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_
 
 def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_one(tmp_path, capsys):
     """steps 40 → 80 with the 40-step run finished in the work folder and exported: refused naming trainer.steps
-    (the old code re-exported the 40-step run at every invocation and never ran the 80-step one)."""
+    (the old code re-exported the 40-step run at every invocation and never ran the 80-step one).
+    Bug caught: harness/campaign.py:exported — `if record["steps"] >= steps:` → `if True:` (the 40-step run counts
+    as done for the 80-step cell)."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell(steps=40)["overrides"], 2)
     campaign.export(job(cell(steps=40)), work, results)
@@ -140,7 +147,9 @@ def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_on
 
 
 def test_a_longer_cell_runs_again_end_to_end(tmp_path):
-    """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it."""
+    """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it.
+    Bug caught: harness/campaign.py:replace_stale — `shutil.move(str(folder), str(destination))` →
+    `shutil.copytree(...)` (the 4-step run stays in the work folder: the replacing campaign is refused again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
     def campaign_cli(steps: int, *extra: str) -> subprocess.CompletedProcess:
@@ -168,6 +177,9 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
 # 2. a report that fails ---------------------------------------------------------------------------------------------
 
 def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """A report that fails is named in one line with its last error line, and the campaign's exit code counts it.
+    Bug caught: harness/campaign.py:run — after exporting a run finished earlier,
+    `failed += len(report(job.preset, results) or ())` → `report(job.preset, results)`."""
     real_run = subprocess.run
 
     def failing(command, **kwargs):
@@ -191,6 +203,9 @@ def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monk
 # 3. export temporaries left by a kill ------------------------------------------------------------------------------
 
 def test_export_temporaries_left_by_a_kill_are_removed_at_start_and_nothing_else(tmp_path, capsys):
+    """At its start a campaign removes the export temporaries a kill left (EXPORT_TMP names only), nothing else.
+    Bug caught: harness/campaign.py:EXPORT_TMP — the exact `^seeds...tmp$` pattern → `re.compile(r".*[.]tmp$")`
+    (notes.tmp goes)."""
     cell_dir = tmp_path / "results" / "runs" / PRESET / "tpo"
     leftovers = [cell_dir / name for name in ("seeds0-1.tmp", "seeds2.123-abcdef12.tmp", "seeds4-5.9-0a1b2c3d.old.tmp")]
     kept = [cell_dir / "notes.tmp", cell_dir / "seeds6-7", tmp_path / "results" / "runs" / PRESET / "seeds0.tmp"]
@@ -208,6 +223,8 @@ def test_export_temporaries_left_by_a_kill_are_removed_at_start_and_nothing_else
 # 4. two campaigns ----------------------------------------------------------------------------------------------------
 
 def test_a_second_campaign_on_the_same_folders_refuses_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
+    """A live campaign's lock on either folder refuses a second campaign in one line; a dead one's lock is taken over.
+    Bug caught: harness/campaign.py:main — `campaign_lock(args.work, args.results)` → `campaign_lock(args.work)`."""
     queue = write_queue(tmp_path, cell(seeds=1))
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -237,6 +254,9 @@ def _export_many(work: str, results: str, count: int) -> None:
 
 
 def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial_folder(tmp_path):
+    """Three processes exporting the same run at once all succeed and leave exactly one complete folder.
+    Bug caught: harness/campaign.py:export — the per-call temporary `f"{target.name}.{stamp}{suffix}.tmp"` →
+    `f"{target.name}{suffix}.tmp"` (concurrent exporters collide on one temporary folder)."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell()["overrides"], 2)
     context = multiprocessing.get_context("fork")
@@ -256,6 +276,9 @@ def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial
 
 @pytest.mark.parametrize("only", ["p1", "P9", "P1,P2"])
 def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only):
+    """An --only name that is not a priority of the queue (case-sensitive) is refused, listing the valid ones.
+    Bug caught: harness/campaign.py:check_only — `{item.strip() for ...}` → `{item.strip().upper() for ...}` (p1
+    accepted as P1)."""
     queue = write_queue(tmp_path, cell())
     with pytest.raises(SystemExit, match=r"^Error: --only .* is not a priority of queue\.yaml; valid choices "
                                          r"\(case-sensitive\): P1$"):
@@ -263,6 +286,9 @@ def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only)
 
 
 def test_an_override_that_does_not_compose_is_refused_naming_the_cell(tmp_path):
+    """A cell whose overrides do not compose is refused before anything runs, in one line naming the cell and the key.
+    Bug caught: harness/campaign.py:_one_line — the joined lines → `text = str(error) or type(error).__name__`
+    (Hydra's multi-line message)."""
     queue = write_queue(tmp_path, cell(), dict(cell(), name="typo", overrides=["algorithm=tpo", "task.alhpa=0.5"]))
     with pytest.raises(SystemExit) as error:
         campaign.main([str(queue), "--dry-run", "--results", str(tmp_path / "results")])
@@ -274,6 +300,9 @@ def test_an_override_that_does_not_compose_is_refused_naming_the_cell(tmp_path):
 # 6. damaged files under results/runs ------------------------------------------------------------------------------
 
 def test_damaged_result_files_are_skipped_with_a_warning_naming_them(tmp_path, capsys):
+    """Damaged summary.json and metrics.csv.gz files under results/runs are skipped, each named in one warning line.
+    Bug caught: harness/campaign.py:_metrics_problem — `except (OSError, EOFError, ValueError)` →
+    `except (OSError, ValueError)` (a cut gzip's EOFError stops the plan)."""
     runs = tmp_path / "results" / "runs"
     empty = runs / PRESET / "tpo" / "seeds0-1"
     fake_run(empty, cell()["overrides"], 2, layout="results")

@@ -69,6 +69,9 @@ def _cell(runs, curves, seeds: int = 2):
 
 @pytest.mark.parametrize("order", [1, -1])
 def test_two_wandb_runs_of_one_seed_are_a_conflict_whatever_the_api_order(order, capsys):
+    """Two W&B runs of one seed make the cell a conflict, never a merge or a pick, whichever the API lists first.
+    Bug caught: harness/report/load.py:load_wandb — `for k, part in enumerate(copies):` →
+    `for k, part in enumerate(copies[:1]):` (the second copy dropped)."""
     config = {**_config(), "trainer": {"steps": 40}}
     fake = [FakeRun({**config, "seed": 0}, 0.9, "first"), FakeRun({**config, "seed": 0}, 0.1, "again"),
             FakeRun({**config, "seed": 1}, 0.5, "other")][::order]
@@ -81,6 +84,8 @@ def test_two_wandb_runs_of_one_seed_are_a_conflict_whatever_the_api_order(order,
 
 
 def test_a_wandb_run_without_a_seed_is_skipped_with_a_warning_naming_it(capsys):
+    """A W&B run whose config has no seed is skipped with one warning naming it.
+    Bug caught: harness/report/load.py:load_wandb — `int(config["seed"])` → `int(config.get("seed", 0))`."""
     config = {**_config(), "trainer": {"steps": 40}}
     fake = [FakeRun({**config, "seed": 0}, 0.2, "good0"), FakeRun({**config, "seed": 1}, 0.2, "good1"),
             FakeRun(dict(config), 0.9, "seedless")]
@@ -100,6 +105,8 @@ def _cut_rows(folder: Path, last: int) -> None:
 
 
 def test_rows_that_stop_short_of_the_summary_make_the_run_damaged_not_a_final_at_step_40(tmp_path, capsys):
+    """A run whose rows stop before its summary's last step is damaged: ignored beside a full run, flagged alone.
+    Bug caught: harness/report/load.py:load_local — `record["status"] = "damaged"` deleted (kept as completed)."""
     full = _run(tmp_path / "cell" / "seeds0-1", offset=0, value=0.1)
     short = _run(tmp_path / "cell" / "seeds2-3", offset=2, value=0.9)
     _cut_rows(short, 9)
@@ -123,6 +130,8 @@ def test_rows_that_stop_short_of_the_summary_make_the_run_damaged_not_a_final_at
 
 
 def test_a_seed_the_summary_lists_but_the_rows_lack_is_flagged(tmp_path, capsys):
+    """A seed the summary lists but the rows lack makes the run damaged, with a warning naming the seed.
+    Bug caught: harness/report/load.py:cross_check — `claimed - rows_seeds` → `rows_seeds - claimed`."""
     run = _run(tmp_path / "seeds0-2", seeds=3)
     lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
     (run / "metrics.csv").write_text("".join(line for line in lines if not line.split(",")[1] == "2"))
@@ -133,6 +142,9 @@ def test_a_seed_the_summary_lists_but_the_rows_lack_is_flagged(tmp_path, capsys)
 
 
 def test_a_metrics_file_whose_last_line_is_cut_off_is_damaged_and_the_half_line_dropped(tmp_path, capsys):
+    """A metrics.csv whose last line is cut off makes the run damaged, and the half line is dropped, not read.
+    Bug caught: harness/report/load.py:_read_metrics — `io.BytesIO(data[:data.rfind(...) + 1])` →
+    `io.BytesIO(data)` (the half line kept)."""
     run = _run(tmp_path / "seeds0-1")
     text = (run / "metrics.csv").read_text()
     (run / "metrics.csv").write_text(text[:-3])  # "39,1,0.5\n" → "39,1,0"
@@ -146,6 +158,9 @@ def test_a_metrics_file_whose_last_line_is_cut_off_is_damaged_and_the_half_line_
 
 @pytest.mark.parametrize("damage", ["summary_cut", "summary_empty", "metrics_gz_cut", "config_bad", "metrics_text"])
 def test_a_damaged_file_is_one_line_naming_it_and_its_run_is_skipped(damage, tmp_path, capsys):
+    """Each kind of damaged file is one warning line naming it, and its run is skipped.
+    Bug caught: harness/report/load.py:_read_metrics — `except (EOFError, OSError, ...)` → `except (OSError, ...)`
+    (a cut gzip's EOFError escapes)."""
     good = _run(tmp_path / "cell" / "seeds0-1")
     bad = _run(tmp_path / "cell" / "seeds2-3", offset=2, gz=True)
     path = {"summary_cut": bad / "summary.json", "summary_empty": bad / "summary.json",
@@ -161,6 +176,8 @@ def test_a_damaged_file_is_one_line_naming_it_and_its_run_is_skipped(damage, tmp
 
 
 def test_the_cli_reports_a_damaged_summary_without_a_traceback(tmp_path, capsys):
+    """The report's CLI reports an invalid summary.json in one warning line, without a traceback.
+    Bug caught: harness/report/load.py:load_local — `except Damaged as error:` → `except OSError as error:`."""
     _run(tmp_path / "runs" / "a")
     (tmp_path / "runs" / "b").mkdir()
     (tmp_path / "runs" / "b" / "summary.json").write_text('{"status": "comp')
@@ -173,6 +190,8 @@ def test_the_cli_reports_a_damaged_summary_without_a_traceback(tmp_path, capsys)
 # 4. overlapping paths and partial exports ----------------------------------------------------------------------------
 
 def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tmp_path, capsys):
+    """Overlapping paths read each run once, and a partial export (a *.tmp folder) is ignored with a warning.
+    Bug caught: harness/report/load.py:find_run_dirs — `resolved = run_dir.resolve()` → `resolved = run_dir`."""
     _run(tmp_path / "runs" / "fig" / "tpo" / "seeds0-1")
     leftover = _run(tmp_path / "runs" / "fig" / "tpo" / "seeds2-3.tmp", offset=2)
     runs, curves = load_runs([tmp_path / "runs", tmp_path / "runs" / "fig" / "tpo",
@@ -187,6 +206,8 @@ def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tm
 
 @pytest.mark.parametrize("count", ["0", "-5", "99"])
 def test_too_few_resamples_are_refused_in_one_line(count, tmp_path, capsys):
+    """--resamples below 100 exits 2 with one line, before an output folder is made.
+    Bug caught: harness/report/__main__.py:main — `if args.resamples < MIN_RESAMPLES:` → `if args.resamples < 1:`."""
     _run(tmp_path / "runs" / "a")
     with pytest.raises(SystemExit) as exit:
         main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--resamples", count])
@@ -203,6 +224,9 @@ def _write(runs: Path, out: Path, **kwargs) -> None:
 
 
 def test_out_refuses_a_folder_with_a_hand_written_readme_and_keeps_every_file(tmp_path):
+    """--out refuses a folder with a hand-written README.md or files no report wrote, and changes nothing there.
+    Bug caught: harness/report/build.py:claim_out — `text.startswith(GENERATED)` →
+    `text.startswith(GENERATED_TITLE)` (the hand-written index starts with "# Results" too)."""
     _run(tmp_path / "runs" / "a")
     out = tmp_path / "copy"
     out.mkdir()
@@ -221,6 +245,9 @@ def test_out_refuses_a_folder_with_a_hand_written_readme_and_keeps_every_file(tm
 
 
 def test_out_results_itself_is_refused_and_the_committed_preset_folders_are_recognised():
+    """--out results/ (the hand-written index) is refused; committed preset folders, written before the marker line
+    existed, are still recognised as generated.
+    Bug caught: harness/report/build.py:claim_out — `if not text.startswith(GENERATED):` → `if MARKER not in text:`."""
     with pytest.raises(SystemExit, match="README.md was not generated"):
         claim_out(ROOT / "results")  # the hand-curated index
     presets = [p.parent for p in (ROOT / "results").glob("*/README.md") if p.parent.name != "paper"]
@@ -231,6 +258,10 @@ def test_out_results_itself_is_refused_and_the_committed_preset_folders_are_reco
 
 
 def test_a_legacy_report_folder_is_regenerated_with_a_marker_and_stale_files_go_only_when_listed(tmp_path):
+    """A report folder without a marker is regenerated with one listing only the report's files; a file goes as stale
+    only when the earlier marker listed it; a README rewritten by hand is never overwritten.
+    Bug caught: harness/report/build.py:write_report — `files = {name for name in now if name in expected or ...}`
+    → `files = set(now) | {"README.md"}` (fig2.png listed as written)."""
     _run(tmp_path / "runs" / "a")
     out = tmp_path / "fig2_tabular_single"
     out.mkdir()
@@ -260,6 +291,9 @@ def test_a_legacy_report_folder_is_regenerated_with_a_marker_and_stale_files_go_
 
 
 def test_a_new_or_empty_out_folder_is_written_and_claimed(tmp_path):
+    """A new (nested) or empty --out folder is written, and a later report claims it as its own.
+    Bug caught: harness/report/build.py:write_report — `out.mkdir(parents=True, exist_ok=True)` →
+    `out.mkdir(exist_ok=True)`."""
     _run(tmp_path / "runs" / "a")
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,9 @@ def kept(folder: Path, files: dict[str, str]) -> bool:
 # --- 1. a fresh start removes only what tpo-bench wrote ------------------------------------------------------------
 
 def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_path):
-    """The reported case: before, exit 0 and draft.tmp, backup.tmp/, wandb/ and the user's .hydra/ were gone."""
+    """The reported case: before, exit 0 and draft.tmp, backup.tmp/, wandb/ and the user's .hydra/ were gone.
+    Bug caught: harness/rundir.py:housekeeping — `if is_own_temporary(entry) or ...` →
+    `if entry.endswith(".tmp") or ...` (the user's draft.tmp and backup.tmp/ removed)."""
     user = tmp_path / "userdir"
     make(user, {**FOREIGN, ".hydra/config.yaml": "mine"})
     before = tree(user)
@@ -62,12 +65,18 @@ def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_
 
 
 def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
+    """A new folder holding only this launch's Hydra log (__main__.log) counts as empty: the run starts there.
+    Bug caught: harness/rundir.py:_launch_files — `names.add(f"{HydraConfig.get().job.name}.log")` →
+    `names.add(HydraConfig.get().job.name)`."""
     result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=new"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "new" / "__main__.log").exists() and (tmp_path / "new" / "summary.json").exists()
 
 
 def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_own(tmp_path):
+    """trainer.overwrite removes only what tpo-bench wrote: entries recorded as foreign and new foreign files stay.
+    Bug caught: harness/rundir.py:housekeeping — `... in RESULT_FILES and entry not in kept` → `... in RESULT_FILES`
+    (the recorded foreign wandb/offline-run-123 is removed)."""
     run_dir = tmp_path / "run"
     make(run_dir, FOREIGN)
     with pytest.raises(ConfigError, match="is not empty and holds no run"):
@@ -95,6 +104,9 @@ def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_o
 
 @pytest.mark.parametrize("entry", ["metrics.csv", ".hydra/config.yaml", "trl/checkpoint-5/x", "identity.json"])
 def test_a_foreign_file_where_a_run_writes_is_refused_even_with_overwrite(tmp_path, entry):
+    """A foreign entry where a run writes its own is refused even with overwrite, in one line, touching nothing.
+    Bug caught: harness/rundir.py:Housekeeping.in_the_way — `entry.split("/")[0] in RESULT_FILES` →
+    `entry in RESULT_FILES` (.hydra/config.yaml no longer in the way)."""
     folder = tmp_path / "folder"
     make(folder, {entry: "mine"})
     before = tree(folder)
@@ -105,6 +117,8 @@ def test_a_foreign_file_where_a_run_writes_is_refused_even_with_overwrite(tmp_pa
 
 
 def test_own_temporaries_are_recognised_by_their_exact_name():
+    """Only ``<file>.<pid>.tmp`` beside a file tpo-bench writes is its temporary; any other *.tmp is foreign.
+    Bug caught: harness/rundir.py:is_own_temporary — `_TEMPORARY.fullmatch(entry)` → `_TEMPORARY.match(entry)`."""
     for name in ("metrics.csv.123.tmp", "checkpoint.pt.1.tmp", "summary.json.99.tmp", ".hydra/config.yaml.5.tmp"):
         assert rundir.is_own_temporary(name), name
     for name in ("draft.tmp", "backup.tmp", "metrics.csv.tmp", "checkpoint.pt.x.tmp", "notes.txt.12.tmp",
@@ -120,6 +134,9 @@ def _killed(run_dir: Path, name: str) -> None:
 
 
 def test_resuming_under_another_experiment_name_keeps_the_runs_own(tmp_path, caplog):
+    """A resume under another experiment_name keeps the run's own name, with a warning naming both.
+    Bug caught: harness/rundir.py:plan_run — `_keep_experiment_name(cfg, run_dir, recorded)` deleted on the resume
+    path."""
     run_dir = tmp_path / "run"
     _killed(run_dir, "fig4_mnist")
     with caplog.at_level(logging.WARNING, logger="harness.rundir"):
@@ -132,6 +149,9 @@ def test_resuming_under_another_experiment_name_keeps_the_runs_own(tmp_path, cap
 
 
 def test_a_run_recorded_before_identity_kept_its_name_keeps_it_from_its_summary(tmp_path):
+    """A run whose identity.json does not record experiment_name keeps the name its summary.json records.
+    Bug caught: harness/rundir.py:_keep_experiment_name — `recorded_experiment_name(run_dir, record)` →
+    `record.get("experiment_name")`."""
     run_dir = tmp_path / "run"
     _killed(run_dir, "fig4_mnist")
     record = json.loads((run_dir / rundir.IDENTITY_FILE).read_text())
@@ -145,6 +165,9 @@ def test_a_run_recorded_before_identity_kept_its_name_keeps_it_from_its_summary(
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "..", "a b", "/abs"])
 def test_an_unsafe_experiment_name_is_refused(tmp_path, name):
+    """An experiment_name that is not one safe folder name is refused before anything is written.
+    Bug caught: harness/run.py:check_experiment_name — `_EXPERIMENT_NAME.fullmatch(name)` →
+    `_EXPERIMENT_NAME.match(name)` (a/b accepted)."""
     with pytest.raises(ConfigError, match=r"experiment_name=.* is not valid; expected .*folder name"):
         run_config([*TABULAR, f"experiment_name='{name}'"], tmp_path / "run")
     assert not (tmp_path / "run" / "summary.json").exists()
@@ -152,10 +175,16 @@ def test_an_unsafe_experiment_name_is_refused(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["fig4_mnist", "v1.2-test", "2nd_try"])
 def test_a_safe_experiment_name_is_accepted(name):
+    """Folder names of letters, digits, _ - and . are accepted as experiment_name.
+    Bug caught: harness/run.py:_EXPERIMENT_NAME — `[A-Za-z0-9_.-]*` → `[A-Za-z0-9_-]*` (v1.2-test refused)."""
     assert build_task(compose_config([*TABULAR, f"experiment_name={name}"])) is not None
 
 
 def test_an_experiment_name_outside_outputs_is_refused_before_hydra_makes_a_folder(tmp_path):
+    """An experiment_name leading out of outputs/ (a single run's, or any value of a -m sweep) exits 2 before Hydra
+    makes a folder.
+    Bug caught: harness/run.py:_check_experiment_name_overrides — `names = list(override.sweep_string_iterator()) if
+    ... else [override.value()]` → `names = [override.value()]` (the sweep is checked as one ChoiceSweep value)."""
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
     for flags, name in (([], "../../x"), (["-m"], "ok,../../x")):
@@ -181,19 +210,30 @@ def _disk_full(monkeypatch, full: dict) -> None:
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypatch):
-    run_config(TABULAR, tmp_path / "full")
-    run_dir = tmp_path / "run"
-    full = {"on": False}
-    _disk_full(monkeypatch, full)
+def _disk_fills_at_step_15(monkeypatch, full: dict) -> tuple[type, Callable]:
+    """``full["on"]`` turns true as TABULAR's task takes step 15, after the checkpoint of step 10 (the disk fills up
+    there); returns the task class and its own ``step``, to put back."""
     task_cls = type(build_task(compose_config(TABULAR)))
     original = task_cls.step
 
     def step(self, at):
-        full["on"] = full["on"] or at == 15  # the disk fills up after the checkpoint of step 10
+        full["on"] = full["on"] or at == 15
         return original(self, at)
 
     monkeypatch.setattr(task_cls, "step", step)
+    return task_cls, original
+
+
+def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypatch):
+    """A full disk fails the run without leaving a temporary (the best-effort failure record does not raise over
+    it); the resume removes a killed process's temporaries (exact names only) and ends as an uninterrupted run.
+    Bug caught: harness/rundir.py:plan_run — `RunStart(..., resume=True, ..., _remove=orphans)` → without
+    `_remove=orphans`."""
+    run_config(TABULAR, tmp_path / "full")
+    run_dir = tmp_path / "run"
+    full = {"on": False}
+    _disk_full(monkeypatch, full)
+    task_cls, original = _disk_fills_at_step_15(monkeypatch, full)
     with pytest.raises(OSError) as error:
         run_config(TABULAR, run_dir)
     assert error.value.errno == errno.ENOSPC
@@ -213,6 +253,8 @@ def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypat
 
 
 def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
+    """A durable write that fails leaves the old file whole and no temporary beside it.
+    Bug caught: harness/outputs.py:atomic_write_text — `except BaseException:` → `except KeyboardInterrupt:`."""
     _disk_full(monkeypatch, {"on": True})
     target = tmp_path / "checkpoint.pt"
     target.write_bytes(b"old")
@@ -224,6 +266,10 @@ def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
 # --- 5. SIGTERM ends in one line ---------------------------------------------------------------------------------
 
 def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
+    """SIGTERM ends a single run with exit 130, one ``Interrupted:`` line and an interrupted summary; resume=auto
+    finishes it.
+    Bug caught: harness/__main__.py:main — the single run's `sys.exit(130)` → `raise` (the interrupt escapes
+    main(): not one line)."""
     args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
             "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
@@ -247,7 +293,9 @@ def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
 @pytest.mark.parametrize("fail", ["metrics", "checkpoint"])
 def test_a_full_disk_raises_its_error_once(tmp_path, monkeypatch, fail):
     """The write that fails (the rows' flush, or the checkpoint just after it) raises; the writer's close on the way
-    out does not raise the same error again over it (no 'During handling of the above exception')."""
+    out does not raise the same error again over it (no 'During handling of the above exception').
+    Bug caught: harness/outputs.py:MetricsWriter.close — `if not self._failed and self.rows != self._durable_rows:`
+    → `if self.rows != self._durable_rows:`."""
     real = outputs.atomic_write_text
 
     def write(path, chunks, durable=True):
@@ -259,14 +307,7 @@ def test_a_full_disk_raises_its_error_once(tmp_path, monkeypatch, fail):
 
     full = {"on": False}
     monkeypatch.setattr(outputs, "atomic_write_text", write)
-    task_cls = type(build_task(compose_config(TABULAR)))
-    original = task_cls.step
-
-    def step(self, at):
-        full["on"] = full["on"] or at == 15  # the disk fills up after the checkpoint of step 10
-        return original(self, at)
-
-    monkeypatch.setattr(task_cls, "step", step)
+    _disk_fills_at_step_15(monkeypatch, full)
     with pytest.raises(OSError) as error:
         run_config(TABULAR, tmp_path / "run")
     assert error.value.errno == errno.ENOSPC
@@ -288,6 +329,9 @@ def _launch_log(path: Path, name: str):
 
 
 def test_a_refused_launch_removes_the_shared_log_only_when_it_alone_wrote_it(tmp_path):
+    """A refused launch removes the shared Hydra log only when no other launch holds it and it holds only its lines.
+    Bug caught: harness/__main__.py:LaunchLog.remove_if_own — `fcntl.LOCK_EX | fcntl.LOCK_NB` →
+    `fcntl.LOCK_SH | fcntl.LOCK_NB`."""
     path = tmp_path / "__main__.log"
     winner, winner_handler, winner_log = _launch_log(path, "test.winner")
     loser, loser_handler, loser_log = _launch_log(path, "test.loser")
@@ -311,7 +355,9 @@ def test_a_refused_launch_removes_the_shared_log_only_when_it_alone_wrote_it(tmp
 
 def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_path):
     """The race: two launches into one new folder, the second refused (it found nothing there when it started, so
-    it cleans up after itself): before, it removed the winner's __main__.log too."""
+    it cleans up after itself): before, it removed the winner's __main__.log too.
+    Bug caught: harness/__main__.py:LaunchLog.remove_if_own — the own-lines check
+    `if self.path.read_text(errors="replace") != "".join(self._lines):` → `if False:`."""
     import fcntl
 
     run_dir = tmp_path / "race"
@@ -331,6 +377,8 @@ def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_pa
 
 @pytest.mark.parametrize("summary", ["{", '{"note": 1}', "[1]"])
 def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, summary):
+    """A run whose summary.json is unreadable or records no status is refused naming that, not as having no summary.
+    Bug caught: harness/rundir.py:_status — `except (OSError, ValueError) as error:` → `except OSError as error:`."""
     run_dir = tmp_path / "run"
     run_config(TABULAR, run_dir)
     (run_dir / "summary.json").write_text(summary)
@@ -344,6 +392,9 @@ def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, s
 
 @pytest.mark.parametrize("resume", ["false", "auto", "true"])
 def test_a_foreign_metrics_csv_is_refused_as_files_tpo_bench_did_not_write(tmp_path, resume):
+    """A metrics.csv tpo-bench did not write is refused as a foreign file, whatever trainer.resume, not as a run.
+    Bug caught: harness/rundir.py:plan_run — `if overwrite or not has_results(run_dir) or not
+    is_run_directory(run_dir):` → `if overwrite or not has_results(run_dir):`."""
     folder = tmp_path / "folder"
     make(folder, {"metrics.csv": "a,b\n1,2\n", "notes.txt": "n"})
     before = tree(folder)
@@ -356,6 +407,10 @@ def test_a_foreign_metrics_csv_is_refused_as_files_tpo_bench_did_not_write(tmp_p
 
 
 def test_an_interrupted_sweep_job_ends_in_one_line_naming_its_folder_and_how_to_resume(tmp_path):
+    """SIGTERM ends a sweep job in one line naming its folder and a command that continues the sweep, and that
+    command does.
+    Bug caught: harness/__main__.py:_sweep_resume_hint — `Path(str(hydra_cfg.sweep.dir)).resolve()` →
+    `Path(str(hydra_cfg.sweep.dir))`."""
     args = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
             "logger=none", "seed_offset=0,100", "hydra.sweep.dir=sweep"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
@@ -385,6 +440,8 @@ def test_an_interrupted_sweep_job_ends_in_one_line_naming_its_folder_and_how_to_
 
 
 def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, monkeypatch):
+    """When a failure cannot be recorded, the log says so instead of pointing at an error.txt that is not there.
+    Bug caught: harness/__main__.py:main — `f"; traceback in ..." if written else` → `... if recorded else`."""
     import harness.__main__ as entry
 
     run_dir = tmp_path / "run"
@@ -411,6 +468,8 @@ def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, 
 
 
 def test_build_task_checks_the_memory_estimate_but_not_on_the_meta_device():
+    """build_task refuses a run over memory_cap_gb, but not on the meta device, which allocates nothing.
+    Bug caught: harness/run.py:build_task — `if device.type != "meta":` → `if cfg.device != "meta":`."""
     import torch
 
     from tasks.base import GB, estimate_memory

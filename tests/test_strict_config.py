@@ -46,6 +46,9 @@ def refused(args: list[str]) -> str:
     (["-m", SINGLE, "algorithm=tpo,grpo", "+task.lrr=0.5"], "task.lrr is not a config key and nothing reads it"),
 ])
 def test_an_added_key_that_nothing_reads_is_refused(args, fragment):
+    """``+key`` and ``++key`` of a key nothing reads are refused in one line, with the node's keys or the nearest name.
+    Bug caught: harness/__main__.py:_check_added — `key.startswith(node + ".") and isinstance(_node(cfg, node),
+    DictConfig)` → `key.startswith(node + ".")` (+task.generator.colour accepted where there is no generator)."""
     assert fragment in refused(args)
 
 
@@ -61,10 +64,15 @@ def test_an_added_key_that_nothing_reads_is_refused(args, fragment):
     [TOKEN, "algorithm=tpo", "++algorithm.eta=0.5"],
 ])
 def test_keys_that_are_read_can_be_added(args):
+    """``+key`` of a key that something reads (optional keys, pass-through nodes, Hydra's own) is accepted.
+    Bug caught: harness/__main__.py:optional_keys — `keys = {"": ("memory_cap_gb",),` → `keys = {"": (),`."""
     check_launch(args)
 
 
 def test_an_unknown_key_no_longer_invites_adding_it():
+    """An unknown key is refused without suggesting ``+key``, unless it is an optional key something reads.
+    Bug caught: harness/__main__.py:_check_key — `... if readable and not line.startswith("~") else ""` →
+    `... if not line.startswith("~") else ""`."""
     message = refused([SINGLE, "task.lrr=3"])
     assert message == ("task.lrr is not a config key (task has: name, arms, batch_size, alpha, steps, "
                        "checkpoint_every, steps_to)")
@@ -75,9 +83,12 @@ def test_an_unknown_key_no_longer_invites_adding_it():
 
 @pytest.mark.parametrize("task", [SINGLE, MULTI, MNIST, TOKEN, "task=gsm8k", "task=knights_knaves"])
 def test_every_optional_key_is_read_somewhere(task):
-    """The declared optional keys are keys the code reads (``.get("key"``, a dataclass field)."""
+    """The declared optional keys are keys the code reads (``.get("key"``, a dataclass field), searched outside
+    harness/__main__.py, where they are declared (its own quoted names would match every key).
+    Bug caught: harness/rundir.py — `cfg.trainer.get("overwrite", ...)` → `get("replace", ...)`."""
+    declared = ROOT / "harness" / "__main__.py"
     sources = "\n".join(path.read_text() for folder in ("harness", "tasks", "algorithms")
-                        for path in (ROOT / folder).rglob("*.py"))
+                        for path in (ROOT / folder).rglob("*.py") if path != declared)
     for node, keys in optional_keys(compose_config([task])).items():
         for key in keys:
             assert re.search(rf"""["']{key}["']|\b{key}: """, sources), f"{node}.{key} is read nowhere"
@@ -86,6 +97,8 @@ def test_every_optional_key_is_read_somewhere(task):
 
 
 def test_a_refused_add_exits_2_before_any_folder(tmp_path):
+    """A refused ``+key`` on the command line exits 2 with one ``Error:`` line, before any folder is made.
+    Bug caught: harness/__main__.py:refuse_bad_launch — `sys.exit(2)` → `raise` (a traceback, exit 1)."""
     result = run_cli([SINGLE, "+task.lrr=0.5", "logger=none"], tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -96,6 +109,8 @@ def test_a_refused_add_exits_2_before_any_folder(tmp_path):
 
 # ---- 2. seed ids fit an int64 -----------------------------------------------------------------------------------
 def test_seed_offset_beyond_int64_is_refused_in_one_line():
+    """A launch whose seed ids leave int64 (an LLM run's: NumPy's 32-bit seed) is refused in one line; the edges run.
+    Bug caught: harness/__main__.py:_check_values — `check_seed_ids(..., llm=llm)` → `check_seed_ids(...)`."""
     message = refused([SINGLE, f"seed_offset={SEED_ID_MAX}"])
     assert message.startswith(f"seed_offset={SEED_ID_MAX} is not valid with seeds=1; expected an integer in [0, "
                               f"{SEED_ID_MAX - 1}]")
@@ -108,6 +123,9 @@ def test_seed_offset_beyond_int64_is_refused_in_one_line():
 
 
 def test_check_seed_ids():
+    """check_seed_ids accepts exactly the offsets whose seed ids and their end fit an int64 (an LLM's: 32 bits).
+    Bug caught: algorithms/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
+    `high = SEED_ID_MAX - seeds + 1`."""
     check_seed_ids(1, SEED_ID_MAX - 1)
     for seeds, offset in ((1, SEED_ID_MAX), (2, SEED_ID_MAX - 1), (SEED_ID_MAX + 1, 0), (1, -1)):
         with pytest.raises(ConfigError, match=r"is not valid"):
@@ -118,6 +136,9 @@ def test_check_seed_ids():
 
 
 def test_the_largest_valid_seed_offset_runs():
+    """The largest valid seed_offset builds and steps with finite metrics.
+    Bug caught: algorithms/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
+    `high = SEED_ID_MAX - seeds - 1`."""
     task = build_task(compose_config([SINGLE, "seeds=2", f"seed_offset={SEED_ID_MAX - 2}", "task.arms=5",
                                       "task.batch_size=3"]))
     assert task.seeds.tolist() == [SEED_ID_MAX - 2, SEED_ID_MAX - 1]
@@ -130,6 +151,9 @@ def test_the_largest_valid_seed_offset_runs():
     [SINGLE, "algorithm=tpo"], [SINGLE, "algorithm=group_pg"], [SINGLE, "algorithm=dg"], [MULTI, "algorithm=tpo"],
     [TOKEN, "algorithm=tpo_token"]])
 def test_a_vanishing_eta_is_refused(overrides):
+    """An η below 1e-6, where the algorithms' float32 overflows, is refused before any work.
+    Bug caught: algorithms/registry.py:HYPERPARAMETERS — `"eta": dict(low=1e-6)` →
+    `"eta": dict(low=0, low_open=True)`."""
     with pytest.raises(ConfigError, match=re.escape("algorithm.eta=1e-300 is not valid; expected a number >= 1e-06")):
         build_task(compose_config([*overrides, "algorithm.eta=1e-300"]))
 
@@ -139,6 +163,9 @@ def test_a_vanishing_eta_is_refused(overrides):
     [MULTI, "algorithm=dg"], [*TINY_TOKEN, "algorithm=tpo"], [*TINY_TOKEN, "algorithm=group_pg"],
     [*TINY_TOKEN, "algorithm=tpo_token"], [*TINY_TOKEN, "algorithm=dg"]])
 def test_the_smallest_valid_eta_trains_finite(overrides):
+    """At η = 1e-6 every algorithm's loss and metrics stay finite for a few steps.
+    Bug caught: algorithms/functional.py:softmax — `e = (x - x.amax(-1, keepdim=True)).exp()` → `e = x.exp()`
+    (tabular_multi/tpo: NaN)."""
     task = build_task(compose_config([*overrides, "algorithm.eta=1e-6", "seeds=2"]))
     for step in range(3):
         out = task.step(step)
@@ -149,7 +176,8 @@ def test_the_smallest_valid_eta_trains_finite(overrides):
 
 
 def test_mnist_mechanism_eta_bound():
-    """TPO's mechanism closed form overflows below MECHANISM_ETA_MIN (after the training work: refused up front)."""
+    """TPO's mechanism closed form overflows below MECHANISM_ETA_MIN (after the training work: refused up front).
+    Bug caught: algorithms/mechanism.py:TPO_ETA_MIN — `math.ceil(...) / 1e4` → `math.floor(...) / 1e4`."""
     probs, labels = torch.softmax(torch.randn(1, 64, 10) * 4, -1), torch.arange(64) % 10
     stats = mechanism.mechanism_per_example(probs, labels, "tpo", MECHANISM_ETA_MIN)
     assert all(torch.isfinite(value.float()).all() for value in stats.values())
@@ -161,6 +189,8 @@ def test_mnist_mechanism_eta_bound():
 
 
 def test_the_eta_bound_is_documented_in_the_range_table():
+    """The η bound stays in the range table beside the float32 reasoning that justifies it.
+    Bug caught: algorithms/registry.py:HYPERPARAMETERS — `"eta": dict(low=1e-6)` → `"eta": dict(low=1e-8)`."""
     text = (ROOT / "algorithms" / "registry.py").read_text()
     assert '"eta": dict(low=1e-6)' in text and "float32" in text and "log-softmax" in text
 
@@ -176,12 +206,16 @@ def test_the_eta_bound_is_documented_in_the_range_table():
     (["-m", TOKEN, "task.K=8,100000"], "task.K=100000"),  # every job of a sweep
 ])
 def test_a_run_too_large_for_the_cap_is_refused_in_one_line(args, sizes):
+    """A launch whose memory estimate exceeds memory_cap_gb (any job of a sweep) is refused in one line naming sizes.
+    Bug caught: tasks/base.py:check_memory — `estimate[0] <= cap_bytes` → `estimate[0] / GB <= cap_bytes`."""
     message = refused([*args, "+memory_cap_gb=24"])
     assert re.match(r"task=\w+ needs about [0-9.e+]+ GB \(", message), message
     assert sizes in message and "over memory_cap_gb=24 GB; lower these sizes, or raise the cap with" in message
 
 
 def test_the_cap_is_configurable():
+    """memory_cap_gb is auto by default and takes null or a number of GB > 0; 0 is refused as a value.
+    Bug caught: tasks/base.py:check_memory — `cap > 0` → `cap >= 0` (0 read as a cap, not refused as a value)."""
     too_big = [TOKEN, "task.K=100000"]
     refused(too_big)  # auto: this machine's memory
     check_launch([*too_big, "+memory_cap_gb=null"])  # no check
@@ -193,6 +227,8 @@ def test_the_cap_is_configurable():
 
 
 def test_a_refused_size_exits_2_before_any_folder(tmp_path):
+    """A size over the cap on the command line exits 2 with one ``Error:`` line, before any folder is made.
+    Bug caught: harness/__main__.py:refuse_bad_launch — `sys.exit(2)` → `sys.exit(1)`."""
     result = run_cli([SINGLE, "task.arms=1000000000", "+memory_cap_gb=24", "logger=none"], tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -206,7 +242,8 @@ PRESETS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_fits_a_24_gb_machine(preset):
     """Each job of each preset's sweep (its largest values too), composed as ``-m`` composes it, estimated under 24 GB
-    (check_launch composes every job and checks its estimate against the cap)."""
+    (check_launch composes every job and checks its estimate against the cap).
+    Bug caught: harness/__main__.py:_check_values — `check_memory(cfg)` deleted (the launch checks no estimate)."""
     check_launch(["-m", f"experiment={preset}", "+memory_cap_gb=24"])
     cfg = compose_config([f"experiment={preset}"])
     if cfg.task.name in ("tabular_single", "tabular_multi", "mnist_bandit", "token_reversal"):
@@ -216,7 +253,9 @@ def test_every_preset_fits_a_24_gb_machine(preset):
 
 
 def test_the_largest_preset_jobs_are_estimated_under_24_gb():
-    """The sweeps' largest values, explicitly: fig12's K = 64 at B = 256, 30 seeds; fig6's interaction matching."""
+    """The sweeps' largest values, explicitly: fig12's K = 64 at B = 256, 30 seeds; fig6's interaction matching.
+    Bug caught: tasks/base.py:_token_reversal — `together = min(_size(chunk) or seeds, seeds)` → `together = seeds`
+    (fig12 at K = 64: 101 GB)."""
     for overrides in (["experiment=fig12_k_sweep", "task.K=64", "algorithm=tpo"],
                       ["experiment=table3_terminal", "task.H=10", "task.match=interactions", "algorithm=ppo"],
                       ["experiment=fig6_variations", "task.match=interactions", "algorithm=ppo"],
@@ -230,7 +269,9 @@ def test_the_largest_preset_jobs_are_estimated_under_24_gb():
 
 
 def test_the_estimate_bounds_a_measured_step():
-    """An upper bound: a tabular step at a size where the (seeds, batch, arms) sampling table dominates."""
+    """An upper bound: a tabular step at a size where the (seeds, batch, arms) sampling table dominates.
+    Bug caught: tasks/base.py:_tabular_single — `16 * FLOAT * arms + batch * arms + ...` →
+    `16 * FLOAT * arms + ...` (the sampling table left out)."""
     cfg = compose_config([SINGLE, "task.arms=20000", "task.batch_size=500", "seeds=2"])
     need, _ = estimate_memory(cfg)
     assert need >= 2 * 500 * 20000  # the bool comparison table of the inverse-CDF sampling
