@@ -54,6 +54,7 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     below_half = [_first(row < half, steps) for row in errors]
     late = errors[:, steps >= steps[len(steps) // 2]]
     late_mean = [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
+    run_mean = [float(row.mean()) if np.isfinite(row).all() else None for row in errors]  # None: it diverged
     events = [relapse_events(steps, row, solved, relapse) for row in errors]
     post_solve = [_post_solve_share(row, solved, relapse) for row in errors]
     relapsed = [seed["relapses"] > 0 for seed in events]
@@ -74,6 +75,7 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "final_per_seed": [float(v) for v in errors[:, -1]],
         "relapses_per_seed": [seed["relapses"] if seed["solved"] else None for seed in events],
         "late_mean_per_seed": late_mean,  # None: diverged before the late phase
+        "run_mean_per_seed": run_mean,  # the area under the seed's curve over its logged episodes
         "stuck_late": int(sum(mean is None or mean > half for mean in late_mean)),  # diverged before it: stuck
         "post_solve_relapse_share_per_seed": post_solve,  # None: never solved
         **locks,

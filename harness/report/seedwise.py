@@ -1,0 +1,275 @@
+"""Seed-wise tables the report's paper tables do not print, from the committed runs, for hand-written conclusions.
+
+A report table gives each cell's final error and steps to a threshold. A ``conclusions.md`` also quotes other
+per-seed statistics: paired differences over other windows of the run, per-seed first crossings, solved and
+relapsed seeds. This prints them in markdown from the same cells, seeds and runs as the report's tables
+(``Report.resolve`` under the preset of the first path's runs) with its statistics (``stats``: percentile bootstrap
+over seeds from ``default_rng(--seed)``; a difference resampled over the seeds both sides have), so that a table
+quoting them names its command in ``<!-- computed by: python -m harness.report.seedwise ... -->``
+(``harness.report.quotes``). The first of ``--algorithms`` is the reference of every difference.
+
+* ``paired``: per method and window (final error; mean error over the run, the area under the curve per episode;
+  mean error over the second half, the late phase of ``dynamics``), the value with its interval, then each
+  method − the reference, paired. ``--paper`` adds the paper's Fig 1b seeds, paired the same way: the reference
+  repository's per-seed curves (``assets/token_reversal_sparse_reward_results.npz``) or
+  ``results/paper/fig1b_seed_dynamics.json``, which ``python -m harness.report.dynamics`` writes from them.
+* ``perseed``: per method, the seeds whose own curve gets below ``--threshold`` and the median seed's first episode
+  below it (a seed that never does counts as later than any).
+* ``methods``: per method, final error, its paired difference to the reference, steps to ``--threshold`` (seed
+  mean), seeds solved and, of those, relapsed (the report's thresholds, ``specs.SOLVED`` and ``RELAPSED``), and
+  the mean error over the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.report import stats
+from harness.report.load import load_runs, warn
+from harness.report.paper import parse_cell
+from harness.report.specs import FINAL, MEAN, RELAPSED, SOLVED, Stat, algorithm_rank, label
+from harness.report.tables import Report, fmt
+
+METRIC = "error"
+MINUS = "\u2212"
+
+
+def second_half(matrix: stats.SeedMatrix) -> stats.SeedMatrix:
+    """The logged steps from the middle one on: the late phase of ``dynamics.seed_dynamics``."""
+    late = matrix.steps >= matrix.steps[len(matrix.steps) // 2]
+    return stats.SeedMatrix(matrix.seeds, matrix.steps[late], matrix.values[:, late])
+
+
+@dataclass(frozen=True)
+class Window:
+    """A part of each seed's curve (``select``) and the statistic over seeds that reads it."""
+
+    label: str
+    stat: Stat
+    select: Callable[[stats.SeedMatrix], stats.SeedMatrix] = lambda matrix: matrix
+
+
+WINDOWS = {"final": Window("final error", FINAL), "run": Window("mean error over the run", MEAN),
+           "second-half": Window("mean error, second half", MEAN, second_half)}
+# the per-seed fields of fig1b_seed_dynamics.json, by window
+PAPER_PER_SEED = {"final": "final_per_seed", "run": "run_mean_per_seed", "second-half": "late_mean_per_seed"}
+
+
+@dataclass
+class Cell:
+    """One method's seeds: its error matrix (None when the report has no usable runs for it) and the report's status
+    of the cell (ok, partial, missing, failed, conflict)."""
+
+    algorithm: str
+    matrix: stats.SeedMatrix | None
+    status: str
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4,7`` → [0, 1, 2, 3, 4, 7]."""
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
+
+
+def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list[int] | None,
+               preset: str | None) -> list[Cell]:
+    """Each algorithm's cell (``where``'s keys and the algorithm), resolved as the report's tables resolve it,
+    restricted to ``seeds`` when given; no ``algorithms``: every one with runs, in the paper's order."""
+    runs, curves = load_runs(paths, metrics=[METRIC])
+    if runs.empty:
+        raise SystemExit(f"no runs under {', '.join(map(str, paths))}")
+    if preset is None:
+        own = {experiment for run_dir, experiment in zip(runs.run_dir, runs.experiment)
+               if Path(run_dir).is_relative_to(paths[0])}
+        if len(own) != 1:
+            raise SystemExit(f"{paths[0]}: runs of {len(own)} presets ({', '.join(sorted(own))}); give --preset")
+        preset = own.pop()
+    report = Report(runs, curves)
+    key = parse_cell(where.replace(",", " "))
+    algorithms = algorithms or sorted(set(report.matching(preset, key).algorithm), key=algorithm_rank)
+    budget = report.budget(preset)
+    cells = []
+    for algorithm in algorithms:
+        resolved = report.resolve(preset, {**key, "algorithm.name": algorithm}, budget)
+        matrix = report.matrix(resolved, METRIC) if resolved.usable else None
+        if matrix is not None and seeds is not None:
+            keep = np.isin(matrix.seeds, seeds)
+            matrix = stats.SeedMatrix(matrix.seeds[keep], matrix.steps, matrix.values[keep])
+        if resolved.status != "ok" or resolved.flags:
+            warn(f"{label({'algorithm.name': algorithm})}: {'; '.join([resolved.status, *resolved.flags])}")
+        cells.append(Cell(algorithm, matrix, resolved.status))
+    return cells
+
+
+def number(stat: Stat, value: float, signed: bool = False) -> str:
+    """``tables.fmt`` with a typographic minus, and a plus on a positive difference."""
+    text = fmt(stat, value).replace("-", MINUS)
+    return f"+{text}" if signed and value > 0 else text
+
+
+def with_interval(stat: Stat, value: float, low: float, high: float, signed: bool = False) -> str:
+    return f"{number(stat, value, signed)} [{number(stat, low)}, {number(stat, high)}]"
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+Side = dict[str, dict[str, stats.SeedMatrix | None]]  # algorithm → window → its seeds' values there
+
+
+def windowed(cells: list[Cell], windows: list[str]) -> Side:
+    return {cell.algorithm: {name: None if cell.matrix is None else WINDOWS[name].select(cell.matrix)
+                             for name in windows} for cell in cells}
+
+
+def paper_side(path: Path, algorithms: list[str], windows: list[str]) -> Side:
+    """The paper's seeds (ids 0, 1, ...) per window: from its per-seed curves (``.npz``) or the per-seed values
+    ``fig1b_seed_dynamics.json`` holds (None for a window it lacks)."""
+    if path.suffix == ".npz":
+        data = np.load(path)
+        cells = []
+        for algorithm in algorithms:
+            errors = data[f"{algorithm}_errors"].astype(float)
+            cells.append(Cell(algorithm, stats.SeedMatrix(np.arange(len(errors)), data["episodes"], errors), "ok"))
+        return windowed(cells, windows)
+    per_seed = json.loads(path.read_text())
+
+    def column(algorithm: str, window: str) -> stats.SeedMatrix | None:
+        if window not in PAPER_PER_SEED:
+            return None
+        values = np.array(per_seed[algorithm][PAPER_PER_SEED[window]], dtype=float)  # None (diverged) → NaN
+        return stats.SeedMatrix(np.arange(len(values)), np.zeros(1, dtype=int), values[:, None])
+
+    return {algorithm: {name: column(algorithm, name) for name in windows} for algorithm in algorithms}
+
+
+def paired_tables(sides: dict[str, Side], windows: list[str], resamples: int, seed: int) -> str:
+    """Per method and window its value [interval]; then each method − the side's first, paired over the seeds both
+    have. One row per method and side (``sides``: row-label suffix → side)."""
+    header = [WINDOWS[name].label for name in windows]
+    values, differences = [], []
+    for suffix, side in sides.items():
+        reference = side[next(iter(side))]
+        for algorithm, matrices in side.items():
+            row = label({"algorithm.name": algorithm}) + suffix
+            summaries = {name: None if matrices[name] is None else
+                         stats.summarize(WINDOWS[name].stat, matrices[name], resamples, seed) for name in windows}
+            values.append([row, str(max((s.seeds for s in summaries.values() if s), default=0)),
+                           *("n/a" if s is None else with_interval(WINDOWS[name].stat, s.value, s.low, s.high)
+                             for name, s in summaries.items())])
+            if matrices is reference:
+                continue
+            pairs = {name: None if matrices[name] is None or reference[name] is None else
+                     stats.paired(WINDOWS[name].stat, matrices[name], reference[name], resamples, seed)
+                     for name in windows}
+            differences.append([row, str(max((p.seeds for p in pairs.values() if p), default=0)),
+                                *("n/a" if p is None else with_interval(WINDOWS[name].stat, p.diff, p.low, p.high,
+                                                                        signed=True)
+                                  for name, p in pairs.items())])
+    reference_label = label({"algorithm.name": next(iter(next(iter(sides.values()))))})
+    return "\n\n".join([markdown(["", "seeds", *header], values),
+                         markdown([f"X {MINUS} {reference_label}, paired", "seeds", *header], differences)])
+
+
+def perseed_table(cells: list[Cell], threshold: float) -> str:
+    """Per method: seeds, the seeds whose own curve gets below ``threshold``, the median seed's first episode
+    below it (``never`` counts as later than any episode, as ``stats.first_below`` gives it)."""
+    stat = Stat("steps_to", threshold=threshold)
+    rows = []
+    for cell in cells:
+        if cell.matrix is None:
+            rows.append([label({"algorithm.name": cell.algorithm}), "0", cell.status, cell.status])
+            continue
+        first = stats.per_seed(stat, cell.matrix)
+        median = np.median(first)
+        rows.append([label({"algorithm.name": cell.algorithm}), str(len(first)),
+                     f"{int(np.isfinite(first).sum())}/{len(first)}",
+                     "never" if np.isinf(median) else fmt(stat, median)])
+    threshold_text = f"{100 * threshold:g}%"
+    return markdown(["", "seeds", f"seeds that reach {threshold_text}",
+                     f"per-seed median (first episode below {threshold_text})"], rows)
+
+
+def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int) -> str:
+    """Per method: final error [interval], paired Δ to the first method [interval], steps to ``threshold`` of the
+    seed mean, seeds solved and relapsed at the report's thresholds, and the mean error over the run."""
+    steps_to = Stat("steps_to", threshold=threshold)
+    reference = cells[0]
+    rows = []
+    for cell in cells:
+        name = label({"algorithm.name": cell.algorithm})
+        if cell.matrix is None:
+            rows.append([name, "0", *[cell.status] * 6])
+            continue
+        final = stats.summarize(FINAL, cell.matrix, resamples, seed)
+        if cell is reference or reference.matrix is None:
+            delta = "–"
+        else:
+            paired = stats.paired(FINAL, cell.matrix, reference.matrix, resamples, seed)
+            delta = with_interval(FINAL, paired.diff, paired.low, paired.high, signed=True)
+        reached = stats.point(steps_to, cell.matrix)
+        solved = int(stats.per_seed(SOLVED, cell.matrix).sum())
+        relapsed = int(stats.per_seed(RELAPSED, cell.matrix).sum())  # a seed that never solved never relapses
+        rows.append([name, str(len(cell.matrix.seeds)), with_interval(FINAL, final.value, final.low, final.high),
+                     delta, "never" if np.isinf(reached) else fmt(steps_to, reached),
+                     f"{solved}/{len(cell.matrix.seeds)}", str(relapsed) if solved else "–",
+                     number(MEAN, stats.point(MEAN, cell.matrix))])
+    return markdown(["", "seeds", "final error % [95% CI]",
+                     f"Δ to {label({'algorithm.name': reference.algorithm})} [95% CI]",
+                     f"steps to {100 * threshold:g}%", f"seeds solved (< {100 * SOLVED.threshold:g}%)",
+                     f"of those, relapsed (> {100 * RELAPSED.relapse_above:g}%)", "mean error over the run"], rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.seedwise", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("paths", nargs="+", type=Path, help="run folders (e.g. under results/runs); the first one's "
+                                                           "preset resolves the cells")
+    common.add_argument("--algorithms", type=lambda text: text.split(","), default=[],
+                        help="comma list, the reference first (default: every one with runs, in the paper's order)")
+    common.add_argument("--where", default="", help="the cells' other config keys: task.H=7,task.match=prompts")
+    common.add_argument("--seeds", type=parse_seeds, default=None, help="only these seed ids: 0-4 or 0,2,5-9")
+    common.add_argument("--preset", default=None, help="resolve the cells as this preset's tables do (default: the "
+                                                       "preset of the first path's runs)")
+    common.add_argument("--resamples", type=int, default=stats.RESAMPLES, help="bootstrap resamples")
+    common.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed")
+    commands = parser.add_subparsers(dest="command", required=True)
+    paired = commands.add_parser("paired", parents=[common], help="windows of the run, each paired to the reference")
+    paired.add_argument("--windows", type=lambda text: text.split(","), default=list(WINDOWS),
+                        help=f"comma list of {', '.join(WINDOWS)}")
+    paired.add_argument("--paper", type=Path, default=None,
+                        help="the paper's Fig 1b seeds: the reference repository's per-seed curves (.npz) or "
+                             "results/paper/fig1b_seed_dynamics.json")
+    for name, text in (("perseed", "per-seed first episodes below a threshold"),
+                       ("methods", "final error, Δ, steps to a threshold, solved and relapsed seeds, run mean")):
+        commands.add_parser(name, parents=[common], help=text).add_argument(
+            "--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
+    args = parser.parse_args(argv)
+    if args.command == "paired" and set(args.windows) - set(WINDOWS):
+        parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
+    cells = load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset)
+    if args.command == "paired":
+        sides = {"": windowed(cells, args.windows)}
+        if args.paper is not None:
+            sides[", paper"] = paper_side(args.paper, [cell.algorithm for cell in cells], args.windows)
+        print(paired_tables(sides, args.windows, args.resamples, args.seed))
+    elif args.command == "perseed":
+        print(perseed_table(cells, args.threshold))
+    else:
+        print(methods_table(cells, args.threshold, args.resamples, args.seed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""``python -m harness.report.seedwise`` on synthetic runs whose answers are known in closed form."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from harness.report import seedwise
+from harness.report.dynamics import seed_dynamics
+from harness.report.synthetic import make_config, write_run
+
+EXPERIMENT = "seedwise_synthetic"  # no preset of that name: the cells take the largest run's budget
+
+
+def _write(root, algorithm: str, errors: np.ndarray) -> None:
+    seeds, steps = errors.shape
+    write_run(root / algorithm, make_config(EXPERIMENT, "token_reversal", algorithm, seeds, steps),
+              {"error": errors})
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    """Markdown rows by label; a later table's rows replace an earlier one's of the same label."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and not line.startswith("|---") and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _run(capsys, *argv) -> dict[str, list[str]]:
+    seedwise.main([str(arg) for arg in argv])
+    return _rows(capsys.readouterr().out)
+
+
+def test_a_constant_shift_on_every_seed_is_a_paired_point_and_the_windows_average_as_defined(tmp_path, capsys):
+    """GRPO = TPO + 0.01·t on every seed, TPO spread widely over seeds: the unpaired intervals are wide, the paired
+    ones a point. Over t = 0..9 the shift averages 4.5 points over the run, 7.0 over the second half (t = 5..9)
+    and is 9.0 at the end. Bug caught: ``second_half`` keeping the steps after the middle one only (``>`` for
+    ``>=``: 7.5)."""
+    spread = np.linspace(0.1, 0.8, 6)[:, None]
+    tpo = np.repeat(spread, 10, axis=1)
+    _write(tmp_path, "tpo", tpo)
+    _write(tmp_path, "grpo", tpo + 0.01 * np.arange(10))
+    rows = _run(capsys, "paired", tmp_path, "--algorithms", "tpo,grpo", "--resamples", "500")
+    assert rows["GRPO"] == ["6", "+9.0 [9.0, 9.0]", "+4.5 [4.5, 4.5]", "+7.0 [7.0, 7.0]"]
+    assert rows["TPO"][1].startswith("45.0 [")  # the seed mean, with an interval of nonzero width
+    assert rows["TPO"][1] != "45.0 [45.0, 45.0]"
+
+
+def test_the_difference_is_the_method_minus_the_first_listed(tmp_path, capsys):
+    """Three seeds where DG is 0.2 below TPO everywhere: DG − TPO = −20.0, whichever order the runs load in.
+    Bug caught: ``stats.paired`` called with the reference first (TPO − DG: +20.0)."""
+    tpo = np.tile([[0.9], [0.6], [0.3]], 5)
+    _write(tmp_path, "tpo", tpo)
+    _write(tmp_path, "dg", tpo - 0.2)
+    rows = _run(capsys, "paired", tmp_path, "--algorithms", "tpo,dg", "--windows", "final", "--resamples", "300")
+    assert rows["DG"] == ["3", "\u221220.0 [\u221220.0, \u221220.0]"]
+
+
+def test_the_per_seed_median_counts_a_seed_that_never_gets_there_as_the_latest(tmp_path, capsys):
+    """Seeds below 1% first at episodes 2, 4 and 6, and two never (one touches exactly 1%, not below): 3/5 seeds
+    reach it and the median seed's first episode is 6, not 4 (the median of those that reach it). Bug caught:
+    ``np.median(first[np.isfinite(first)])`` in ``perseed_table``."""
+    errors = np.full((5, 8), 0.5)
+    for seed, first in enumerate((2, 4, 6)):
+        errors[seed, first:] = 0.0
+    errors[3, 5:] = 0.01
+    _write(tmp_path, "tpo_token", errors)
+    rows = _run(capsys, "perseed", tmp_path, "--threshold", "0.01")
+    assert rows["TPO_token"] == ["5", "3/5", "6"]
+
+
+def test_methods_counts_solved_and_relapsed_seeds_and_reads_the_seed_mean_for_steps_to(tmp_path, capsys):
+    """TPO: seed 0 solves (< 2%) at step 1 and relapses (0.31 > 20%), seed 1 solves at step 2 and stays; the seed
+    mean first gets below 5% at step 3 (neither seed's own first step). CISPO never solves: "–" relapsed. TPO's
+    run mean by hand: (1 + 0.01 + 0.31 + 0 + 1 + 0.5 + 0.01 + 0) / 8 = 35.375%, shown 35.4.
+    Bug caught: the relapsed count read from ``SOLVED`` instead of ``RELAPSED`` (2 for TPO)."""
+    _write(tmp_path, "tpo", np.array([[1.0, 0.01, 0.31, 0.0], [1.0, 0.5, 0.01, 0.0]]))
+    _write(tmp_path, "cispo", np.ones((2, 4)))
+    rows = _run(capsys, "methods", tmp_path, "--algorithms", "tpo,cispo", "--threshold", "0.05",
+                "--resamples", "200")
+    assert rows["TPO"] == ["2", "0.0 [0.0, 0.0]", "–", "3", "2/2", "1", "35.4"]
+    assert rows["CISPO"] == ["2", "100.0 [100.0, 100.0]", "+100.0 [100.0, 100.0]", "never", "0/2", "–", "100.0"]
+
+
+def test_seeds_restricts_every_method_to_those_ids_before_pairing(tmp_path, capsys):
+    """Four seeds; GRPO − TPO is +10 on seeds 0-1 and +50 on seeds 2-3: over ``--seeds 0-1`` it is +10.0 exactly.
+    Bug caught: ``load_cells`` ignoring ``--seeds`` (+30.0 over all four)."""
+    tpo = np.zeros((4, 3))
+    _write(tmp_path, "tpo", tpo)
+    _write(tmp_path, "grpo", tpo + np.array([[0.1], [0.1], [0.5], [0.5]]))
+    rows = _run(capsys, "methods", tmp_path, "--algorithms", "tpo,grpo", "--seeds", "0-1", "--threshold", "0.05",
+                "--resamples", "200")
+    assert rows["GRPO"][:2] == ["2", "10.0 [10.0, 10.0]"] and rows["GRPO"][2] == "+10.0 [10.0, 10.0]"
+
+
+def test_the_papers_seeds_from_curves_and_from_the_dynamics_json_agree(tmp_path, capsys):
+    """The same per-seed curves as an ``.npz`` and as ``fig1b_seed_dynamics.json`` (``dynamics``' per-seed finals,
+    run means and late-phase means) give the same rows, window by window. Bug caught: ``paper_side`` not selecting
+    the window from the npz curves (its second half = the run mean)."""
+    rng = np.random.default_rng(1)
+    curves = {name: rng.uniform(0.0, 1.0, size=(5, 10)) for name in ("tpo", "grpo")}
+    np.savez(tmp_path / "paper.npz", episodes=np.arange(10), **{f"{k}_errors": v for k, v in curves.items()})
+    (tmp_path / "paper.json").write_text(json.dumps({k: seed_dynamics(v, np.arange(10), episodes=())
+                                                     for k, v in curves.items()}))
+    runs = tmp_path / "runs"
+    for name, errors in curves.items():
+        _write(runs, name, errors)
+    argv = ("paired", runs, "--algorithms", "tpo,grpo", "--resamples", "300", "--paper")
+    from_curves, from_json = _run(capsys, *argv, tmp_path / "paper.npz"), _run(capsys, *argv, tmp_path / "paper.json")
+    for row in ("TPO, paper", "GRPO, paper"):
+        assert from_json[row] == from_curves[row] and len(set(from_json[row][1:4])) == 3
+    assert from_curves["GRPO"] == from_curves["GRPO, paper"]  # ours are the same curves, paired the same way
