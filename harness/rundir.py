@@ -21,15 +21,16 @@ What a fresh start (``trainer.overwrite=true`` too) removes is only what tpo-ben
   in any folder; a resume removes these too (a write cut short, by a full disk say, leaves none, but a killed
   process can), since the lock shows no other process writes there;
 - in a *run directory* (an ``identity.json`` of tpo-bench, or a run of older versions recognised by the content of
-  its ``summary.json``, ``checkpoint.pt`` or ``metrics.csv``): the entries of ``RESULT_FILES``, but what its
-  ``identity.json`` records as ``foreign`` (the entries that were in the folder before the run started, such as
-  someone's notes or their own ``wandb/offline-run-*``, are listed there and stay).
+  its ``summary.json``, ``checkpoint.pt`` or ``metrics.csv``): the entries of ``RESULT_FILES`` (in ``.hydra/`` only
+  ``HYDRA_FILES``; in ``wandb/`` only its seeds' W&B run folders, named by their run ids, with W&B's own files of
+  the folder), but what its ``identity.json`` records as ``foreign`` (the entries that were in the folder before
+  the run started, such as someone's notes or their own ``wandb/offline-run-*``, are listed there and stay).
 
 Anything else is foreign and stays: a name ending in ``.tmp`` that is not one of those temporaries, a folder the
 run did not create. A folder that is not a run directory and holds foreign entries is refused (one line) unless
 ``trainer.overwrite=true``; then the run starts there and keeps them. A foreign entry where a run writes its own
-(``metrics.csv``, ``identity.json``, ..., anything in ``.hydra/`` or ``trl/``) is refused even then, and whatever
-``trainer.resume`` says (named as files tpo-bench did not write, not as a run); one in
+(``metrics.csv``, ``identity.json``, ..., ``.hydra/config.yaml``, anything in ``trl/``) is refused even then, and
+whatever ``trainer.resume`` says (named as files tpo-bench did not write, not as a run); one in
 ``wandb/`` is not (W&B names its folders per run). The files this launch's Hydra made (its ``<job>.log``; a
 sweep's ``multirun.yaml`` and records) and the lock count as nothing.
 
@@ -65,6 +66,8 @@ HYDRA_DIR = ".hydra"  # the launch that started the run: config.yaml (as compose
 RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
 WANDB_DIR = "wandb"
 RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, WANDB_DIR, HYDRA_DIR)  # cleared by a fresh start
+HYDRA_FILES = (f"{HYDRA_DIR}/config.yaml", f"{HYDRA_DIR}/overrides.yaml")  # what a fresh start writes there
+WANDB_FILES = ("latest-run", "debug.log", "debug-internal.log")  # W&B's own files of a folder its runs write into
 SHARED_DIRS = (HYDRA_DIR, WANDB_DIR, TRL_DIR)  # folders a run writes into: their entries are looked at one by one
 # the files tpo-bench writes whole (outputs.atomic_write_text), whose temporaries it recognises by name
 WRITTEN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, outputs.SUMMARY_FILE, outputs.ERROR_FILE,
@@ -217,23 +220,47 @@ class Housekeeping:
 
     @property
     def in_the_way(self) -> list[str]:
-        """Foreign entries where a run writes its own: a project file's name, anything in ``.hydra/`` or ``trl/``
+        """Foreign entries where a run writes its own: a project file's name, ``HYDRA_FILES``, anything in ``trl/``
         (W&B names its folders per run: a foreign entry in ``wandb/`` is no clash)."""
-        return [entry for entry in self.foreign
-                if entry.split("/")[0] in RESULT_FILES and not entry.startswith(f"{WANDB_DIR}/")]
+        return [entry for entry in self.foreign if entry in HYDRA_FILES
+                or entry.split("/")[0] in RESULT_FILES and entry.split("/")[0] not in (WANDB_DIR, HYDRA_DIR)]
+
+
+def wandb_run_id(run_dir: Path, uid: str, seed: int) -> str:
+    """The W&B run id of one seed of the run in ``run_dir`` (``uid``: its identity's, new at every fresh start)."""
+    return hashlib.sha1(f"{run_dir.resolve()}|{uid}|{seed}".encode()).hexdigest()[:16]
+
+
+def _own_wandb_entries(run_dir: Path, record: dict[str, Any]) -> set[str]:
+    """The entries of ``wandb/`` the run recorded in ``record`` wrote: its seeds' run folders (``*-<run id>``) and,
+    when it has one there, W&B's files of the folder (``latest-run``, ``debug*.log``), which its runs rewrote."""
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    seeds, offset = config.get("seeds"), config.get("seed_offset", 0)
+    uid = record.get("uid", record.get("fingerprint"))  # as plan_run reads it: runs recorded before uids had none
+    if not (isinstance(seeds, int) and isinstance(offset, int) and isinstance(uid, str)):
+        return set()
+    ids = {wandb_run_id(run_dir, uid, seed) for seed in range(offset, offset + seeds)}
+    folders = {f"{WANDB_DIR}/{path.name}" for path in (run_dir / WANDB_DIR).glob("*run-*")
+               if path.name.rsplit("-", 1)[-1] in ids}
+    return folders | ({f"{WANDB_DIR}/{name}" for name in WANDB_FILES} if folders else set())
 
 
 def housekeeping(run_dir: Path) -> Housekeeping:
     """Sort what ``run_dir`` holds into what tpo-bench wrote and what it did not (module docstring); reads only."""
     run = is_run_directory(run_dir)
-    recorded = (_read_identity(run_dir) or {}).get("foreign") if run else None
+    record = (_read_identity(run_dir) or {}) if run else {}
+    recorded = record.get("foreign")
     kept = {entry for entry in recorded if isinstance(entry, str)} if isinstance(recorded, list) else set()
+    own_wandb = _own_wandb_entries(run_dir, record) if record else set()
     launch = _launch_files()
     ours, foreign = [], []
     for entry in _entries(run_dir):
         if entry in launch:
             continue
-        if is_own_temporary(entry) or (run and entry.split("/")[0] in RESULT_FILES and entry not in kept):
+        top = entry.split("/")[0]
+        written = (entry in own_wandb if top == WANDB_DIR and record else  # a run recorded before ids: all of it
+                   entry in HYDRA_FILES if top == HYDRA_DIR else top in RESULT_FILES)
+        if is_own_temporary(entry) or (run and written and entry not in kept):
             ours.append(entry)
         else:
             foreign.append(entry)

@@ -6,7 +6,6 @@ costs little per step; any W&B failure is reported once and training continues w
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import netrc
 import os
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness.rundir import wandb_run_id
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class WandbTracker:
         runs = []
         try:
             for seed in self.seeds:
-                run_id = hashlib.sha1(f"{self.run_dir.resolve()}|{self.run_uid}|{seed}".encode()).hexdigest()[:16]
+                run_id = wandb_run_id(self.run_dir, self.run_uid, seed)
                 runs.append(wandb.init(
                     **self.settings, name=f"{self.name}/seed{seed}", id=run_id, resume="allow",
                     dir=str(self.run_dir), config={**self.config, "seed": seed}, reinit="create_new",

@@ -74,9 +74,9 @@ def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
 
 
 def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_own(tmp_path):
-    """trainer.overwrite removes only what tpo-bench wrote: entries recorded as foreign and new foreign files stay.
-    Bug caught: harness/rundir.py:housekeeping — `... in RESULT_FILES and entry not in kept` → `... in RESULT_FILES`
-    (the recorded foreign wandb/offline-run-123 is removed)."""
+    """trainer.overwrite removes only what tpo-bench wrote: entries recorded as foreign and new foreign files stay,
+    in wandb/ and .hydra/ too. Bug caught: harness/rundir.py:housekeeping — `... and entry not in kept` dropped (the
+    recorded foreign wandb/offline-run-123 is removed); also `entry in own_wandb` → `True` (wandb/mynotes.txt goes)."""
     run_dir = tmp_path / "run"
     make(run_dir, FOREIGN)
     with pytest.raises(ConfigError, match="is not empty and holds no run"):
@@ -85,19 +85,26 @@ def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_o
     run_config([*TABULAR, "trainer.overwrite=true"], run_dir)
     record = json.loads((run_dir / rundir.IDENTITY_FILE).read_text())
     assert record["foreign"] == ["backup.tmp", "draft.tmp", "notes.txt", "wandb/offline-run-123"]
-    # a run's own leftovers (an earlier run's wandb folder, a temporary of a killed process) go; new foreign files stay
-    make(run_dir, {"wandb/offline-run-ours/run.wandb": "o", "metrics.csv.4242.tmp": "", ".hydra/config.yaml.7.tmp": "",
-                   "later.txt": "l", "metrics.csv.tmp": "not ours", "checkpoint.pt.1.2.tmp": "not ours"})
+    # a run's own leftovers (its seeds' W&B run folders, named by their ids, and W&B's files of the folder; a
+    # temporary of a killed process) go; foreign files added since stay, in wandb/ and .hydra/ too
+    own = rundir.wandb_run_id(run_dir, record["uid"], 1)
+    added = {"later.txt": "l", "metrics.csv.tmp": "not ours", "checkpoint.pt.1.2.tmp": "not ours",
+             "wandb/offline-run-20261203_000000-abc/run-abc.wandb": "theirs", "wandb/mynotes.txt": "m",
+             ".hydra/mynotes.txt": "h"}
+    make(run_dir, {f"wandb/offline-run-20261203_000000-{own}/run.wandb": "o", "wandb/debug.log": "o",
+                   "metrics.csv.4242.tmp": "", ".hydra/config.yaml.7.tmp": "", **added})
     run_config([*TABULAR, "algorithm.eta=2", "trainer.overwrite=true"], run_dir)
-    assert kept(run_dir, {**FOREIGN, "later.txt": "l", "metrics.csv.tmp": "not ours",
-                          "checkpoint.pt.1.2.tmp": "not ours"})
-    for gone in ("wandb/offline-run-ours", "metrics.csv.4242.tmp", ".hydra/config.yaml.7.tmp"):
+    assert kept(run_dir, {**FOREIGN, **added})
+    for gone in (f"wandb/offline-run-20261203_000000-{own}", "wandb/debug.log", "metrics.csv.4242.tmp",
+                 ".hydra/config.yaml.7.tmp"):
         assert not (run_dir / gone).exists(), gone
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
-    # a run started in an empty folder owns its wandb/ folder: overwrite removes it whole
+    # a run started in an empty folder owns the W&B folders of its seeds: overwrite removes them, and wandb/ if empty
     clean = tmp_path / "clean"
     run_config(TABULAR, clean)
-    make(clean, {"wandb/offline-run-1/run.wandb": "o"})
+    uid = json.loads((clean / rundir.IDENTITY_FILE).read_text())["uid"]
+    make(clean, {f"wandb/run-20261203_000000-{rundir.wandb_run_id(clean, uid, seed)}/run.wandb": "o"
+                 for seed in (0, 1)})
     run_config([*TABULAR, "trainer.overwrite=true"], clean)
     assert not (clean / "wandb").exists()
 
