@@ -42,6 +42,8 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun:  # a job that SLURM requeued (preempted, or at its time limit) continues its run
+        sweep.continue_if_requeued(cfg)
     launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
     had_results = rundir.has_results(run_dir)
     try:
@@ -609,8 +611,8 @@ def launch(argv: list[str]) -> None:
         main()
     except KeyboardInterrupt:  # only a sweep's launching process gets here: a job's own interrupt ends in main()
         if not stop.stopped:
-            print("Interrupted before a run of this process or its workers was training; to continue, re-run: "
-                  f"{shlex.join(['python', '-m', 'harness', *argv])}", file=sys.stderr)
+            print("Interrupted while no run of this process or its workers was training (jobs on a cluster go on); "
+                  f"to continue, re-run: {shlex.join(['python', '-m', 'harness', *argv])}", file=sys.stderr)
         sys.exit(130)
 
 

@@ -9,12 +9,15 @@ job: harness/__main__.py's one line, exit 2; another composition error: Hydra's,
 ``LaunchFolders`` (a Hydra callback too) notes, before Hydra makes a launch's run or sweep folder, which folders
 of its path do not exist yet: a single run refused before any work, or a sweep stopped before its first job,
 removes those of them it left empty (``remove_new_folders``), and nothing that existed before the launch.
+
+A sweep job that SLURM runs again continues the run it started (``continue_if_requeued``).
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import shutil
 import sys
@@ -26,6 +29,7 @@ from omegaconf import DictConfig
 
 RECORDS_ENV = "TPO_BENCH_SWEEP_RECORDS"  # inherited by the jobs, in this process or a launcher's workers
 RECORDS_DIR = ".tpo-bench-jobs"
+log = logging.getLogger(__name__)
 
 
 def record_job(number: int, run_dir: Path, status: str, error: str | None) -> None:
@@ -34,6 +38,20 @@ def record_job(number: int, run_dir: Path, status: str, error: str | None) -> No
     if folder:
         payload = {"job": number, "dir": str(run_dir), "status": status, "error": error}
         Path(folder, f"{number}.json").write_text(json.dumps(payload) + "\n")
+
+
+def continue_if_requeued(cfg: DictConfig) -> None:
+    """A sweep job that SLURM runs again (``SLURM_RESTART_COUNT``) continues the run it started, from its last
+    checkpoint (or from the start if it has none): its command, the same as the first time, would refuse that run.
+
+    The SLURM launcher's jobs are requeued by submitit at SLURM's USR2 (``--signal``, ``signal_delay_s`` before the
+    time limit; up to ``max_num_timeout`` times, conf/hydra/launcher/), or by SLURM itself at a preemption. The run
+    is interrupted wherever it is and resumes from its last checkpoint, so it repeats the steps since then and ends
+    with the numbers of an uninterrupted run."""
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if restarts:
+        log.info("SLURM runs this job again (restart %d): trainer.resume=auto continues its run", restarts)
+        cfg.trainer.resume, cfg.trainer.overwrite = "auto", False
 
 
 _new_folders: dict[str, list[Path]] = {}  # "run" / "sweep": the launch folder and its parents it creates, deepest first
