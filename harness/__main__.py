@@ -7,13 +7,23 @@ conf/hydra/help/harness.yaml, its groups listed from conf/ (``config_groups_help
 
 from __future__ import annotations
 
-from harness import process
+import signal
+import sys
+
+if __name__ == "__main__":  # Ctrl-C or a kill while the modules load (seconds): nothing is written yet
+    def _stopped_while_loading(signum, frame) -> None:
+        print("Interrupted before the run started", file=sys.stderr)
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, _stopped_while_loading)  # ``launch`` installs the handlers of a started launch
+    signal.signal(signal.SIGTERM, _stopped_while_loading)
+
+from harness import process  # noqa: E402
 
 process.tune_memory()  # before torch allocates anything
 
 import logging  # noqa: E402
 import shlex  # noqa: E402
-import sys  # noqa: E402
 import textwrap  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -52,9 +62,13 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
             print(f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}", file=sys.stderr)
             sys.exit(130)
-        print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
-              "again if it has none)" if rundir.started(run_dir) else "Interrupted before the run started",
-              file=sys.stderr)
+        if rundir.started(run_dir):
+            print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
+                  "again if it has none)", file=sys.stderr)
+        else:
+            print("Interrupted before the run started", file=sys.stderr)
+            if not had_results:  # as a refused launch: the folder it made goes
+                _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
         sys.exit(130)
     except Exception as error:
         refused = isinstance(error, REFUSED)

@@ -69,3 +69,24 @@ def test_a_stopped_joblib_sweep_stops_its_jobs_at_their_checkpoints_and_continue
     for job in jobs:
         summary = json.loads((job / outputs.SUMMARY_FILE).read_text())
         assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
+
+
+def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp_path):
+    """Ctrl-C while the modules load, or while the task is being built (MNIST loads its data), ends in one line and
+    exit 130; the new run folder Hydra made goes. Bug caught: harness/__main__.py:main — the ``_remove_launch_files``
+    call of the interrupted-before-start branch dropped (the folder stays with an empty ``__main__.log``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    command = [sys.executable, "-m", "harness", "experiment=fig4_mnist", "algorithm=tpo", "seeds=1",
+               "trainer.steps=5", "logger=none", "hydra.run.dir=run"]
+    for wait_for in (None, tmp_path / "run" / "__main__.log"):
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        deadline = time.time() + (0.3 if wait_for is None else 120)
+        while time.time() < deadline and (wait_for is None or not wait_for.exists()):
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 130, stderr
+        assert [line for line in stderr.splitlines() if "[INFO]" not in line] == [
+            "Interrupted before the run started"], stderr
+        assert not (tmp_path / "run").exists()
