@@ -1,4 +1,5 @@
 """``python -m harness.campaign [QUEUE] [--jobs N] [--dry-run] [--only P1,P2]``: run a queue of paper cells to the end.
+``python -m harness.campaign [QUEUE] --launcher slurm [--partition P] [--max-jobs N]``: the same, as SLURM jobs.
 
 A queue (``conf/campaign/<QUEUE>.yaml``, default ``paper``) lists cells in priority order: a preset, the overrides
 that pick one point of its sweep, how many seeds, and the measured CPU cost per seed-episode. Each cell's seeds are
@@ -16,9 +17,22 @@ after H hours; ``--finish-within H`` starts only runs expected to end within H h
 allocation with a hard end, where a run cut off loses its work folder): each run's time is its cell's measured cost
 plus a margin (``MARGIN``), for the episodes its checkpoint has left, and a run that does not fit is skipped for a
 later one that does; with ``--dry-run`` it prints that plan. Ctrl-C or SIGTERM stops the runs, each at its last
-checkpoint. Seeds already in
+checkpoint (SLURM jobs go on, below). Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
+
+On a SLURM cluster, ``--launcher slurm`` (from a login node; the work folder on a file system the nodes share)
+submits each run as a SLURM job of the same command, through submitit (its log in ``<work>/.submitit/<job id>/``),
+``--max-jobs`` (default 50) queued or running at once, on ``--partition`` (default: the cluster's); the runner
+exports and reports the finished runs as a local one does. A cell may ask for ``cpus`` (default 1), ``mem_gb`` (4),
+``time_min`` (default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or
+1: one GPU per job). Each job is recorded in ``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id,
+submit time, command) as it is submitted. The jobs outlive the runner: Ctrl-C or SIGTERM stops the runner only,
+saying so, and the same command re-attaches to each recorded job that squeue still lists with that command; a
+recorded job that ended is judged by its run folder as a local run is (exported, else submitted again: it resumes
+from its checkpoint). A run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not
+re-attached is refused in one line (``REFUSED``), never submitted to twice. ``--dry-run --launcher slurm`` prints
+each job's resources and whether it is re-attached or to be submitted.
 
 Nothing is trusted that was not checked. Every cell's overrides are composed before anything runs (a typo is
 refused in one line naming the cell), and ``--only`` names must be priorities of the queue (case-sensitive). A run
@@ -49,8 +63,10 @@ import errno
 import functools
 import gzip
 import json
+import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -75,6 +91,16 @@ BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run'
 LOCK_FILE = ".campaign.lock"
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
+RUN_ENV = {"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher
+CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "cpus", "mem_gb", "time_min", "gpus")
+MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
+TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
+MIN_TIME_MIN = 10  # at its limit loses the episodes since its last checkpoint; at least this (start-up, imports)
+MAX_JOBS = 50  # --max-jobs: SLURM jobs queued or running at once
+SUBMITIT = ".submitit"  # under --work: submitit's folder per SLURM job (its pickles and log)
+SLURM_RECORD = ".slurm.json"  # beside a run folder: the SLURM job that runs it (job id, submit time, command)
+ENDED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+         "TIMEOUT")  # SLURM states of a job that no longer runs (squeue lists them a while); PREEMPTED may requeue
 
 
 @dataclass(frozen=True)
@@ -127,7 +153,30 @@ def load_queue(name: str) -> dict:
         if (cell["preset"], cell["name"]) in seen:
             raise SystemExit(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; list each cell once")
         seen.add((cell["preset"], cell["name"]))
+        check_resources(cell, where)
     return queue
+
+
+def check_resources(cell: dict, where: str) -> None:
+    """SystemExit (one line naming the key and its valid values) for a cell key that is not a valid one, or a SLURM
+    resource (``cpus``, ``mem_gb``, ``time_min``, ``gpus``) of the wrong type or range: a typo would otherwise be
+    ignored, or refused by sbatch only after the jobs before it were submitted."""
+    unknown = [key for key in cell if key not in CELL_KEYS]
+    if unknown:
+        raise SystemExit(f"Error: {where} has an unknown key {unknown[0]!r}; valid keys: {', '.join(CELL_KEYS)}")
+
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    for key, valid, expected in (
+            ("cpus", lambda v: integer(v) and v >= 1, "an integer >= 1 (CPUs per job, default 1)"),
+            ("mem_gb", lambda v: (integer(v) or isinstance(v, float)) and 0 < v < math.inf,
+             f"a number > 0 (GB of memory per job, default {MEM_GB})"),
+            ("time_min", lambda v: integer(v) and v >= 1,
+             "an integer >= 1 (minutes per job; default: the cell's cost for the job's episodes, with a margin)"),
+            ("gpus", lambda v: integer(v) and v in (0, 1), "0 or 1 (a GPU cell's jobs get one GPU each; default 0)")):
+        if key in cell and not valid(cell[key]):
+            raise SystemExit(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
 
 
 class CellError(Exception):
@@ -637,15 +686,286 @@ def fit_plan(jobs: list[Job], parallel: int, seconds: float, work: Path) -> list
     return started
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a launched run's command ended; ``run`` judges the run by this and its summary.json."""
+
+    clean: bool  # its command exited 0
+    how: str  # for the FAILED line: "exit 1", "SLURM job 12: <its last error line>"
+    log: Path  # what the run printed
+
+
+class LocalLauncher:
+    """Runs each job as a process of this machine, pinned to a core of its own (the last cores first, leaving core 0
+    to interactive work when there are fewer runs than cores). The runs end with the runner: stopping it SIGTERMs
+    them (each writes its summary, "interrupted", and keeps its checkpoint)."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
+        self.env = {**os.environ, **RUN_ENV}
+
+    def attach(self, jobs: list[Job]) -> dict[Job, subprocess.Popen]:
+        return {}  # no run outlives the runner that started it
+
+    def start(self, job: Job, slot: int) -> subprocess.Popen:
+        job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
+        core = self.cores[slot % len(self.cores)] if self.cores else None
+        with open(job.work_dir(self.work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
+            process = subprocess.Popen(job.command(self.work), cwd=ROOT, env=self.env, stdout=log,
+                                       stderr=subprocess.STDOUT, preexec_fn=(
+                                           lambda c=core: os.sched_setaffinity(0, {c})) if core is not None else None)
+        print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
+        return process
+
+    def poll(self, process: subprocess.Popen, job: Job) -> Ended | None:
+        if process.poll() is None:
+            return None
+        return Ended(process.returncode == 0, f"exit {process.returncode}", job.work_dir(self.work).with_suffix(".log"))
+
+    def stop(self, processes: list[subprocess.Popen]) -> None:
+        alive = [process for process in processes if process.poll() is None]
+        for process in alive:  # stopped or failed: no run goes on alone, holding its lock
+            process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
+        for process in alive:
+            process.wait(timeout=120)
+
+
+class SlurmError(Exception):
+    """squeue could not say which jobs are queued or running (one line: what it said)."""
+
+
+def slurm_active_jobs() -> dict[str, str]:
+    """{job id: state} of this user's SLURM jobs that are queued or running; SlurmError when squeue cannot say."""
+    try:
+        done = subprocess.run(["squeue", "--noheader", f"--user={os.getuid()}", "--format=%i|%T"],
+                              check=False, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SlurmError(f"squeue: {_one_line(error)}") from None
+    if done.returncode != 0:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        raise SlurmError(said[-1] if said else f"squeue exited {done.returncode}")
+    states = dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
+    return {job_id: state for job_id, state in states.items() if state not in ENDED}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a SLURM job of a cell asks for."""
+
+    cpus: int
+    mem_gb: float
+    time_min: int
+    gpus: int
+
+    def __str__(self) -> str:
+        return f"cpus {self.cpus}, mem {self.mem_gb:g} GB, time {self.time_min} min, gpus {self.gpus}"
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back for the block (delivered at its end): a job submitted is a job recorded, or a
+    runner started again would submit it a second time."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@dataclass(frozen=True)
+class SlurmRun:
+    """A SLURM job running a campaign job's command, and submitit's files of it."""
+
+    job_id: str
+    log: Path
+    result: Path  # submitit's pickle of how the command ended; absent if the job was killed
+
+
+class SlurmLauncher:
+    """Runs each job as a SLURM job, through submitit: a ``CommandFunction`` of exactly ``Job.command``, with the
+    resources of its cell. The jobs outlive the runner: each submission is recorded beside its run folder
+    (``<run folder>.slurm.json``: job id, submit time, command), and a runner started again re-attaches to a recorded
+    job that squeue still lists with the same command. A recorded job that ended is judged by its run folder, as a
+    local run is. A run folder claimed by another recorded job that still runs, or by a live ``run.lock``, is not
+    submitted to."""
+
+    poll_s = 5.0  # between two squeue calls
+
+    def __init__(self, work: Path, cells: list[dict], partition: str | None = None,
+                 active_jobs: Callable[[], dict[str, str]] | None = None):
+        self.work, self.partition = work, partition
+        self.cells = {(cell["preset"], cell["name"]): cell for cell in cells}
+        self.active_jobs = active_jobs or slurm_active_jobs
+        self._active: dict[str, str] = {}
+        self._asked = -math.inf
+        self._warned: set[str] = set()
+
+    def resources(self, job: Job) -> Resources:
+        """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
+        cell = self.cells.get((job.preset, job.cell), {})
+        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * job.cpu_hours))
+        return Resources(cell.get("cpus", 1), cell.get("mem_gb", MEM_GB), cell.get("time_min", minutes),
+                         cell.get("gpus", 0))
+
+    def record_path(self, job: Job) -> Path:
+        return job.work_dir(self.work).with_suffix(SLURM_RECORD)
+
+    def record(self, job: Job) -> dict | None:
+        try:
+            record = json.loads(self.record_path(job).read_text())
+        except (OSError, ValueError):
+            return None  # none yet (it is written whole, by a rename)
+        return record if isinstance(record, dict) and isinstance(record.get("job_id"), str) else None
+
+    def active(self) -> dict[str, str]:
+        """squeue's answer, asked at most every ``poll_s`` seconds; SlurmError when it cannot say."""
+        if time.time() - self._asked >= self.poll_s:
+            self._active, self._asked = self.active_jobs(), time.time()
+        return self._active
+
+    def running(self, job: Job) -> tuple[str, str | None] | None:
+        """(SLURM job id, its state: None while squeue cannot say) of the recorded job of ``job``'s run folder when
+        it may still run, else None."""
+        record = self.record(job)
+        if record is None:
+            return None
+        try:
+            state = self.active().get(record["job_id"])
+        except SlurmError:
+            return record["job_id"], None
+        return (record["job_id"], state) if state else None
+
+    def claim(self, job: Job) -> str | None:
+        """Why ``job``'s run folder is not ours to submit to (a recorded job that may still run, of another command
+        or not re-attached; a live run.lock), or None."""
+        from harness import rundir
+
+        running = self.running(job)
+        if running:
+            job_id, state = running
+            return (f"SLURM job {job_id} ({state}) runs it" if state else
+                    f"squeue cannot say whether its SLURM job {job_id} still runs")
+        lock = job.work_dir(self.work) / rundir.LOCK_FILE
+        holder = rundir._lock_holder(lock)
+        if holder:
+            return (f"process {holder} holds its {rundir.LOCK_FILE} (a lock left by a crash on another host: delete "
+                    f"{lock})")
+        return None
+
+    def attach(self, jobs: list[Job]) -> dict[Job, SlurmRun]:
+        """The jobs whose recorded SLURM job is still queued or running the job's command; SystemExit (one line)
+        when squeue cannot say, since submitting then could run a job twice."""
+        try:
+            self._active, self._asked = self.active_jobs(), time.time()
+        except SlurmError as error:
+            raise SystemExit(f"Error: cannot tell which recorded SLURM jobs still run ({error}); nothing was "
+                             "submitted: run the same command again once squeue answers") from None
+        attached = {}
+        for job in jobs:
+            record = self.record(job)
+            state = self._active.get(record["job_id"]) if record else None
+            if state and record.get("command") == job.command(self.work):
+                attached[job] = self._run(record["job_id"])
+                print(f"{time.strftime('%H:%M:%S')} attach {job.preset}/{job.cell}/{job.name} → SLURM job "
+                      f"{record['job_id']} ({state}), submitted {record.get('submitted')}", flush=True)
+        return attached
+
+    def _run(self, job_id: str) -> SlurmRun:
+        import submitit
+
+        paths = submitit.SlurmJob(self.work / SUBMITIT / "%j", job_id).paths
+        return SlurmRun(job_id, paths.stdout, paths.result_pickle)
+
+    def start(self, job: Job, slot: int) -> SlurmRun | None:
+        """Submit the job (None, with a REFUSED line, when its run folder is claimed: ``claim``)."""
+        import submitit
+
+        claim = self.claim(job)
+        if claim:
+            print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not submitted, "
+                  f"{_shown(job.work_dir(self.work))} is claimed: {claim}", flush=True)
+            return None
+        resources, earlier = self.resources(job), self.record(job)
+        executor = submitit.AutoExecutor(folder=self.work / SUBMITIT / "%j", cluster="slurm")
+        executor.update_parameters(
+            name=f"{job.preset}/{job.cell}/{job.name}", timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
+            cpus_per_task=resources.cpus, mem_gb=resources.mem_gb, slurm_stderr_to_stdout=True,
+            slurm_setup=[f"export {name}={shlex.quote(value)}" for name, value in RUN_ENV.items()],
+            **({"gpus_per_node": resources.gpus} if resources.gpus else {}),
+            **({"slurm_partition": self.partition} if self.partition else {}))
+        command = job.command(self.work)
+        job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
+        with signals_held():
+            submitted = executor.submit(submitit.helpers.CommandFunction(command, cwd=str(ROOT)))
+            path = self.record_path(job)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"job_id": submitted.job_id, "submitted": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                       "command": command}, indent=1) + "\n")
+            os.replace(tmp, path)
+        self._active[submitted.job_id] = "PENDING"  # until squeue is asked again
+        resumes = (job.work_dir(self.work) / "checkpoint.pt").exists()
+        print(f"{time.strftime('%H:%M:%S')} submit {job.preset}/{job.cell}/{job.name} → SLURM job {submitted.job_id} "
+              f"({resources})" + (f"; its SLURM job {earlier['job_id']} ended before the run did"
+                                  + (": it resumes from its checkpoint" if resumes else "") if earlier else ""),
+              flush=True)
+        return self._run(submitted.job_id)
+
+    def poll(self, run: SlurmRun, job: Job) -> Ended | None:
+        from submitit.core.utils import FailedJobError, pickle_load
+
+        try:
+            if run.job_id in self.active():
+                return None
+        except SlurmError as error:  # the controller busy or restarting: asked again at the next poll
+            if str(error) not in self._warned:
+                self._warned.add(str(error))
+                print(f"{time.strftime('%H:%M:%S')} squeue failed, SLURM jobs assumed still running: {error}",
+                      flush=True)
+            return None
+        try:
+            outcome, value = pickle_load(run.result)
+        except (OSError, EOFError, ValueError):  # no result: the job was killed
+            return Ended(False, f"SLURM job {run.job_id} ended without a result (cancelled, out of time or memory, "
+                                "or its node failed)", run.log)
+        if outcome == "success":
+            return Ended(True, f"SLURM job {run.job_id}", run.log)
+        said = [line.strip() for line in str(value).splitlines() if line.strip()]  # a traceback: the run's stderr last
+        last = said[-1].removeprefix(f"{FailedJobError.__module__}.{FailedJobError.__name__}: ") if said else outcome
+        return Ended(False, f"SLURM job {run.job_id}: {last}", run.log)
+
+    def stop(self, runs: list[SlurmRun]) -> None:
+        if runs:
+            print(f"{time.strftime('%H:%M:%S')} stopped: {len(runs)} SLURM jobs go on "
+                  f"({', '.join(run.job_id for run in runs)}); the same command re-attaches to them", flush=True)
+
+    def describe(self, job: Job) -> str:
+        """``--dry-run``'s word on a job to run: its resources, and whether a recorded job is re-attached or claims
+        its folder, or it is to be submitted."""
+        resources, record = self.resources(job), self.record(job)
+        try:
+            state = self.active().get(record["job_id"]) if record else None
+        except SlurmError as error:
+            return f"{resources}; SLURM job {record['job_id']}: state unknown ({error})"
+        if state and record.get("command") == job.command(self.work):
+            return f"{resources}; SLURM job {record['job_id']} ({state}): re-attach"
+        claim = self.claim(job)
+        if claim:
+            return f"{resources}; refused: {claim}"
+        return f"{resources}; to submit" + (f" again (SLURM job {record['job_id']} ended)" if record else "")
+
+
 def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
-        finish_within: float | None = None, costs: Callable[[], dict[tuple[str, str], float]] | None = None) -> int:
-    """Run ``jobs`` ``parallel`` at a time, each pinned to its own core (the last cores first, leaving core 0 to
-    interactive work when ``parallel`` is below the core count), starting none after ``hours`` and none expected
-    to end after ``finish_within`` hours, with the pending jobs' costs renewed from ``costs`` (preset, cell) after
-    each finished run; returns the number of failed jobs and failed reports. A job whose work folder holds a run
-    of another configuration (``work_mismatch``) is refused in one line and counts as failed (``main`` refuses
-    those before calling this; a run this starts is checked by its own launch, ``harness.rundir``)."""
-    cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
+        finish_within: float | None = None, costs: Callable[[], dict[tuple[str, str], float]] | None = None,
+        launcher: LocalLauncher | SlurmLauncher | None = None) -> int:
+    """Run ``jobs`` ``parallel`` at a time through ``launcher`` (default: ``LocalLauncher``), starting none after
+    ``hours`` and none expected to end after ``finish_within`` hours, with the pending jobs' costs renewed from
+    ``costs`` (preset, cell) after each finished run; returns the number of failed jobs and failed reports. Jobs
+    the launcher still runs from an earlier runner (SLURM) are re-attached, not started again. A job whose work
+    folder holds a run of another configuration (``work_mismatch``) is refused in one line and counts as failed
+    (``main`` refuses those before calling this; a run this starts is checked by its own launch,
+    ``harness.rundir``)."""
+    launcher = launcher or LocalLauncher(work)
     deadline = None if hours is None else time.time() + 3600 * hours
     end = None if finish_within is None else time.time() + 3600 * finish_within
     failed, refused = 0, []
@@ -661,13 +981,15 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
         export(job, work, results)
         failed += len(report(job.preset, results) or ())
         print(f"exported {job.preset}/{job.cell}/{job.name}, finished earlier → {job.result_dir(results)}", flush=True)
-    pending, running = [job for job in jobs if not finished(job, work)], {}
+    pending = [job for job in jobs if not finished(job, work)]
+    attached = launcher.attach(pending)
+    running = {slot: (handle, job) for slot, (job, handle) in enumerate(attached.items())}
+    pending = [job for job in pending if job not in attached]
 
     def stop(signum, frame):
         raise SystemExit(130)  # the ``finally`` below stops the runs
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     skipped: set[tuple[str, str, str]] = set()
 
     def fits(job: Job) -> bool:  # --finish-within; checked again whenever a slot frees (costs may have fallen)
@@ -689,25 +1011,23 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
             while free and (job := next((job for job in pending if fits(job)), None)):
                 pending.remove(job)
                 slot = free.pop(0)
-                job.work_dir(work).mkdir(parents=True, exist_ok=True)
-                core = cores[slot % len(cores)] if cores else None
-                with open(job.work_dir(work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
-                    process = subprocess.Popen(job.command(work), cwd=ROOT, env=env, stdout=log,
-                                               stderr=subprocess.STDOUT, preexec_fn=(
-                                                   lambda c=core: os.sched_setaffinity(0, {c}))
-                                               if core is not None else None)
-                running[slot] = (process, job)
-                print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
+                handle = launcher.start(job, slot)
+                if handle is None:  # refused, in a line of the launcher's
+                    failed += 1
+                    free.insert(0, slot)
+                    continue
+                running[slot] = (handle, job)
             if not running and free and pending:  # nothing left that fits in the time left
                 break
             time.sleep(1)
-            for slot, (process, job) in list(running.items()):
-                if process.poll() is None:
+            for slot, (handle, job) in list(running.items()):
+                ended = launcher.poll(handle, job)
+                if ended is None:
                     continue
                 del running[slot]
                 summary = job.work_dir(work) / "summary.json"
                 status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
-                if process.returncode == 0 and status in DONE:
+                if ended.clean and status in DONE:
                     export(job, work, results)
                     failed += len(report(job.preset, results) or ())
                     print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
@@ -721,14 +1041,10 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                         pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
                 else:
                     failed += 1
-                    print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} (exit "
-                          f"{process.returncode}, {status}); log: {job.work_dir(work).with_suffix('.log')}", flush=True)
+                    print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} ({ended.how}, "
+                          f"{status}); log: {ended.log}", flush=True)
     finally:
-        alive = [process for process, _ in running.values() if process.poll() is None]
-        for process in alive:  # stopped or failed: no run goes on alone, holding its lock
-            process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
-        for process in alive:
-            process.wait(timeout=120)
+        launcher.stop([handle for handle, _ in running.values()])  # local runs stopped; SLURM jobs go on
         for signum, handler in previous.items():  # the caller's own handlers again (a runner used in-process)
             if handler is not None:  # None: set outside Python, cannot be put back from here
                 signal.signal(signum, handler)
@@ -752,11 +1068,27 @@ def main(argv: list[str] | None = None) -> None:
                         help="start no run after this many hours (running ones finish); 0: only export finished runs")
     parser.add_argument("--finish-within", type=float, default=None, metavar="HOURS",
                         help="start only runs expected to end within this many hours (a hard session end)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="where runs run: local (--jobs at a time on this machine) or slurm (a SLURM job each)")
+    parser.add_argument("--partition", default=None, help="--launcher slurm: the partition (default: the cluster's)")
+    parser.add_argument("--max-jobs", type=int, default=None,
+                        help=f"--launcher slurm: SLURM jobs queued or running at once (default {MAX_JOBS})")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
     args = parser.parse_args(argv)
+    args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
+    if args.launcher == "local" and (args.partition is not None or args.max_jobs is not None):
+        parser.error(f"{'--partition' if args.partition is not None else '--max-jobs'} is for --launcher slurm")
+    if args.max_jobs is not None and args.max_jobs < 1:
+        parser.error(f"--max-jobs={args.max_jobs} is not valid; expected a positive integer")
+    args.max_jobs = args.max_jobs or MAX_JOBS
+    if args.launcher == "slurm" and not args.dry_run:
+        missing = [name for name in ("sbatch", "squeue", "srun") if shutil.which(name) is None]
+        if missing:
+            raise SystemExit(f"Error: --launcher slurm: {', '.join(missing)} not found on PATH; run the campaign "
+                             "where SLURM's commands are (a login node), or without --launcher slurm")
     for flag, value in (("--hours", args.hours), ("--finish-within", args.finish_within)):
         if value is not None and not value >= 0:  # NaN too
             parser.error(f"{flag}={value} is not valid; expected a number >= 0")
@@ -789,7 +1121,10 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             print(f"replaced {_shown(folder)} (another configuration than {cell}: {'; '.join(changes)}) → "
                   f"{_shown(aside)}", flush=True)
         return campaign(queue, argparse.Namespace(**{**vars(args), "replace": False}), only)  # once
-    fits = None if args.finish_within is None else set(fit_plan(todo, args.jobs, 3600 * args.finish_within,
+    slurm = args.launcher == "slurm"
+    launcher = SlurmLauncher(args.work, queue["cells"], args.partition) if slurm else LocalLauncher(args.work)
+    parallel, at = (args.max_jobs, f"--max-jobs {args.max_jobs}") if slurm else (args.jobs, f"--jobs {args.jobs}")
+    fits = None if args.finish_within is None else set(fit_plan(todo, parallel, 3600 * args.finish_within,
                                                                  args.work))
     preset_width = max((len(job.preset) for job, _ in planned), default=0)
     cell_width = max((len(job.cell) for job, _ in planned), default=0)
@@ -803,16 +1138,18 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             state = "resumable" + state[len("to run"):]
         if fits is not None and job in todo:
             state += "" if job in fits else f"; does not fit in {args.finish_within:g} h"
+        if slurm and state.startswith(("to run", "resumable")):
+            state += f"; {launcher.describe(job)}"
         name = "" if state.startswith("done") else job.name
         print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
               f"{job.cpu_hours:6.2f} CPU-h  {state}")
     hours = sum(job.cpu_hours for job in todo)
-    print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / args.jobs:.1f} h at --jobs {args.jobs}")
+    print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / parallel:.1f} h at {at}")
     if factor:
         print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "
               "measured on both, any queue's); cells measured only elsewhere are scaled by that")
     if fits is not None:
-        print(f"{len(fits)} of them fit in {args.finish_within:g} h at --jobs {args.jobs} "
+        print(f"{len(fits)} of them fit in {args.finish_within:g} h at {at} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
     if stale:
         for folder, cell, changes in stale:
@@ -826,7 +1163,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     def costs() -> dict[tuple[str, str], float]:  # after each finished run: the cells' costs as measured by now
         return {(job.preset, job.cell): job.cost for job, _ in plan(queue, args.results, only, cpu_model())[0]}
 
-    return 1 if run(todo, args.jobs, args.work, args.results, args.hours, args.finish_within, costs) else 0
+    return 1 if run(todo, parallel, args.work, args.results, args.hours, args.finish_within, costs, launcher) else 0
 
 
 if __name__ == "__main__":

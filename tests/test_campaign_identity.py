@@ -147,8 +147,10 @@ def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_on
 
 
 def test_a_longer_cell_runs_again_end_to_end(tmp_path):
-    """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it.
-    Bug caught: harness/campaign.py:replace_stale — `shutil.move(str(folder), str(destination))` →
+    """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it;
+    ``--work``/``--results`` relative to the caller's folder, as the runs see them too. Bug caught:
+    harness/campaign.py:main — the ``.resolve()`` of ``args.work`` dropped (the runs, started in the repository
+    root, write elsewhere: FAILED, no summary). Also: harness/campaign.py:replace_stale — `shutil.move(str(folder), str(destination))` →
     `shutil.copytree(...)` (the 4-step run stays in the work folder: the replacing campaign is refused again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
@@ -156,7 +158,7 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
         queue = write_queue(tmp_path, dict(cell(steps=steps, seeds=1), overrides=[
             "algorithm=tpo", f"trainer.steps={steps}", "task.contexts=4", "task.arms=3"]))
         return subprocess.run([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "1", "--work",
-                               str(tmp_path / "work"), "--results", str(tmp_path / "results"), *extra],
+                               "work", "--results", "results", *extra],  # relative to the caller's folder
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
     summary = tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0" / "summary.json"

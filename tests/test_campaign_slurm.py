@@ -1,0 +1,270 @@
+"""The campaign on SLURM (``--launcher slurm``): each seed range a SLURM job of exactly the local command, recorded
+beside its run folder; a runner stopped and started again re-attaches to its jobs that still run instead of
+submitting them twice, and exports each run once, to the numbers of a local campaign. The end-to-end test runs on
+the one-node test cluster (tests/slurm_cluster.py); the others fake squeue and need no SLURM."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from harness import campaign, rundir
+
+pytest_plugins = ["slurm_cluster"]
+
+CELLS = [  # two presets, tiny; the second with resources of its own
+    {"priority": "P1", "preset": "fig2_tabular_single", "name": "tpo", "seeds": 2, "cost": 0.001,
+     "overrides": ["algorithm=tpo", "trainer.steps=150"]},
+    {"priority": "P1", "preset": "fig3_tabular_multi", "name": "tpo", "seeds": 2, "cost": 0.001, "cpus": 2,
+     "time_min": 7, "overrides": ["algorithm=tpo", "trainer.steps=100"]},
+]
+
+
+def write_queue(tmp_path: Path, cells: list[dict], chunk: int = 2) -> Path:
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump({"chunk": chunk, "cells": cells}))
+    return path
+
+
+def jobs_of(cells: list[dict], chunk: int = 2) -> list[campaign.Job]:
+    return [job for job, _ in campaign.plan({"chunk": chunk, "cells": cells}, Path("/nonexistent"))[0]]
+
+
+def record(launcher: campaign.SlurmLauncher, job: campaign.Job, job_id: str, command: list[str] | None = None):
+    """The record of ``job_id`` submitted for ``job`` (its own command unless ``command``)."""
+    job.work_dir(launcher.work).mkdir(parents=True, exist_ok=True)
+    launcher.record_path(job).write_text(json.dumps({"job_id": job_id, "submitted": "2024-01-01 00:00:00",
+                                                     "command": command or job.command(launcher.work)}))
+
+
+def no_submission(*args, **kwargs):
+    raise AssertionError("submitted")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cpus": 0}, "cells[1].cpus=0 is not valid; expected an integer >= 1 (CPUs per job, default 1)"),
+    ({"mem_gb": "4G"}, "cells[1].mem_gb='4G' is not valid; expected a number > 0 (GB of memory per job, default 4)"),
+    ({"time_min": 1.5}, "cells[1].time_min=1.5 is not valid; expected an integer >= 1 (minutes per job; default: "),
+    ({"gpus": 2}, "cells[1].gpus=2 is not valid; expected 0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
+    ({"gpu": 1}, ("cells[1] has an unknown key 'gpu'; valid keys: priority, preset, name, seeds, cost, overrides, "
+                  "cpus, mem_gb, time_min, gpus")),
+], ids=["cpus", "mem_gb", "time_min", "gpus", "unknown key"])
+def test_a_cell_with_bad_resources_is_refused_naming_the_key_and_its_valid_values(tmp_path, change, message):
+    """Refused in one line before anything runs, not by sbatch after the jobs before it were submitted (nor, a
+    misspelt key, ignored).
+
+    Bug caught: ``check_resources`` with ``v in (0, 1)`` dropped from the gpus check (two GPUs per job asked)."""
+    path = write_queue(tmp_path, [CELLS[0], {**CELLS[1], **change}])
+    with pytest.raises(SystemExit, match="^Error: " + re.escape(f"queue.yaml: {message}")) as refused:
+        campaign.main([str(path), "--dry-run", "--launcher", "slurm", "--work", str(tmp_path / "work"),
+                       "--results", str(tmp_path / "results")])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_restarted_runner_reattaches_only_to_recorded_jobs_squeue_lists_with_their_command(tmp_path, capsys):
+    """Of four jobs: one recorded and still running its command is re-attached; one whose recorded job ended is
+    left to submit (its run folder decides: export or resume); one whose recorded job runs another command (the
+    cell's configuration changed) is not re-attached but claims its folder; one never submitted is left to submit.
+
+    Bug caught: ``attach`` testing ``record`` instead of ``state`` (an ended job re-attached: its run never resumes)."""
+    cells = [dict(CELLS[0], name=name) for name in ("running", "ended", "other", "new")]
+    running, ended, other, new = jobs_of(cells)
+    launcher = campaign.SlurmLauncher(tmp_path / "work", cells,
+                                      active_jobs=lambda: {"11": "RUNNING", "13": "PENDING", "99": "RUNNING"})
+    record(launcher, running, "11")
+    record(launcher, ended, "12")
+    record(launcher, other, "13", command=[*other.command(launcher.work), "task.alpha=0.5"])
+    attached = launcher.attach([running, ended, other, new])
+    assert list(attached) == [running] and attached[running].job_id == "11"
+    assert attached[running].log == tmp_path / "work" / ".submitit" / "11" / "11_0_log.out"
+    assert "attach fig2_tabular_single/running/seeds0-1 → SLURM job 11 (RUNNING), submitted 2024-01-01 00:00:00" \
+        in capsys.readouterr().out
+    assert [launcher.claim(job) for job in (ended, other, new)] == [None, "SLURM job 13 (PENDING) runs it", None]
+
+
+def test_squeue_failing_at_the_start_submits_nothing_and_says_so_in_one_line(tmp_path, monkeypatch):
+    """Without squeue's answer a recorded job may still run: submitting could run it twice.
+
+    Bug caught: ``attach`` catching ``OSError`` instead of ``SlurmError`` (squeue's failure escapes as a traceback)."""
+    import submitit
+
+    def squeue_down():
+        raise campaign.SlurmError("slurm_load_jobs error: Unable to contact slurm controller")
+
+    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    launcher = campaign.SlurmLauncher(tmp_path / "work", CELLS, active_jobs=squeue_down)
+    with pytest.raises(SystemExit, match=r"^Error: cannot tell which recorded SLURM jobs still run \(slurm_load_jobs "
+                                         r"error: Unable to contact slurm controller\); nothing was submitted: run the "
+                                         r"same command again once squeue answers$"):
+        campaign.run(jobs_of(CELLS), 2, launcher.work, tmp_path / "results", launcher=launcher)
+
+
+class FakeLauncher:
+    """Jobs already running at the start (re-attached) and jobs started: each ends, completed, when polled."""
+
+    def __init__(self, work: Path, attached: set[str]):
+        self.work, self.attached, self.started, self.stopped = work, attached, [], []
+
+    def attach(self, jobs):
+        return {job: job.cell for job in jobs if job.cell in self.attached}
+
+    def start(self, job, slot):
+        self.started.append(job.cell)
+        return job.cell
+
+    def poll(self, handle, job):
+        folder = job.work_dir(self.work)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"status": "completed"}))
+        return campaign.Ended(True, "exit 0", folder / "log")
+
+    def stop(self, handles):
+        self.stopped.append(handles)
+
+
+def test_the_runner_polls_reattached_jobs_and_starts_only_the_others(tmp_path, monkeypatch):
+    """The shared loop with a fake launcher: the re-attached job is exported when it ends, never started again.
+
+    Bug caught: ``run`` without ``pending = [job for job in pending if job not in attached]`` (started twice)."""
+    exported = []
+    monkeypatch.setattr(campaign, "export", lambda job, work, results: exported.append(job.cell))
+    monkeypatch.setattr(campaign, "report", lambda preset, results: [])
+    monkeypatch.setattr(campaign.time, "sleep", lambda _: None)
+    cells = [dict(CELLS[0], name=name) for name in ("a", "b", "c")]
+    launcher = FakeLauncher(tmp_path / "work", {"b"})
+    assert campaign.run(jobs_of(cells), 2, tmp_path / "work", tmp_path / "results", launcher=launcher) == 0
+    assert launcher.started == ["a", "c"] and sorted(exported) == ["a", "b", "c"] and launcher.stopped == [[]]
+
+
+def test_a_claimed_run_folder_is_refused_in_one_line_and_not_submitted(tmp_path, monkeypatch, capsys):
+    """A run folder whose run.lock a live process holds (a local campaign, a run started by hand), or whose
+    recorded SLURM job squeue still lists, is not submitted to: one REFUSED line each, counted as failed.
+
+    Bug caught: ``claim`` reading ``holder = None`` instead of the run.lock's holder."""
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    cells = [dict(CELLS[0], name=name) for name in ("locked", "queued")]
+    locked, queued = jobs_of(cells)
+    launcher = campaign.SlurmLauncher(tmp_path / "work", cells, active_jobs=lambda: {"7": "PENDING"})
+    locked.work_dir(launcher.work).mkdir(parents=True)
+    (locked.work_dir(launcher.work) / rundir.LOCK_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    record(launcher, queued, "7", command=["python", "-m", "harness", "another command"])
+    assert launcher.attach([locked, queued]) == {}
+    assert campaign.run([locked, queued], 2, launcher.work, tmp_path / "results", launcher=launcher) == 2
+    lock = locked.work_dir(launcher.work) / rundir.LOCK_FILE
+    by_lock = (f"REFUSED fig2_tabular_single/locked/seeds0-1: not submitted, {lock.parent.resolve()} is claimed: "
+               f"process {os.getpid()} on {socket.gethostname()} holds its run.lock (a lock left by a crash on another "
+               f"host: delete {lock})")
+    by_job = (f"REFUSED fig2_tabular_single/queued/seeds0-1: not submitted, {queued.work_dir(launcher.work).resolve()} "
+              "is claimed: SLURM job 7 (PENDING) runs it")
+    assert [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()] == [by_lock, by_job]
+
+
+def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattached_or_submitted(tmp_path,
+                                                                                                monkeypatch, capsys):
+    """Each job to run with its cpus, memory, time limit (given, or its cell's cost × seeds × steps × 2, at least
+    10 min) and GPUs, and what the run would do with it; nothing is submitted.
+
+    Bug caught: ``resources`` without ``TIME_MARGIN`` (a time limit of the bare estimate: a slower node cuts it off)."""
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {"21": "RUNNING"})
+    cells = [dict(CELLS[0], name="slow", cost=12.0), dict(CELLS[1], mem_gb=8, gpus=1)]  # 12 s × 150: 0.5 h a seed
+    attached = jobs_of(cells, chunk=1)[2]
+    record(campaign.SlurmLauncher(tmp_path / "work", cells), attached, "21")
+    path = write_queue(tmp_path, cells, chunk=1)
+    with pytest.raises(SystemExit) as exit_:
+        campaign.main([str(path), "--dry-run", "--launcher", "slurm", "--max-jobs", "3", "--work",
+                       str(tmp_path / "work"), "--results", str(tmp_path / "results")])
+    assert exit_.value.code == 0
+    plan = [line.split("CPU-h  ", 1)[1] for line in capsys.readouterr().out.splitlines() if "CPU-h  " in line]
+    assert plan == [
+        "to run (cost estimated); cpus 1, mem 4 GB, time 60 min, gpus 0; to submit",
+        "to run (cost estimated); cpus 1, mem 4 GB, time 60 min, gpus 0; to submit",
+        "to run (cost estimated); cpus 2, mem 8 GB, time 7 min, gpus 1; SLURM job 21 (RUNNING): re-attach",
+        "to run (cost estimated); cpus 2, mem 8 GB, time 7 min, gpus 1; to submit"]
+    assert not (tmp_path / "results").exists()
+
+
+def exported_runs(results: Path) -> dict[str, tuple[str, dict]]:
+    """Each exported run: its metrics, decompressed, and its summary's final numbers."""
+    return {str(folder.relative_to(results)): (
+        gzip.decompress((folder / "metrics.csv.gz").read_bytes()).decode(),
+        {key: json.loads((folder / "summary.json").read_text())[key] for key in ("status", "seeds", "final")})
+        for folder in sorted(path.parent for path in (results / "runs").rglob("summary.json"))}
+
+
+def wait_for(condition, process: subprocess.Popen, output: Path, what: str, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert process.poll() is None, f"the runner ended before {what}: {output.read_text()}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s: {output.read_text()}"
+        time.sleep(0.1)
+    return found
+
+
+def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the_numbers_of_a_local_one(
+        slurm_cluster, tmp_path):
+    """Two presets, one SLURM job at a time. The runner is stopped (SIGTERM) once it has submitted the first job,
+    suspended meanwhile so that it still runs whatever the machine's load: the job goes on and the runner says so
+    in one line. The same command started again re-attaches to it (no second submission), exports it when it ends
+    and submits the other. Each job was submitted once (SLURM's own list of jobs, the records agree), with its
+    cell's resources; each run was exported once, byte-identical to the same queue run locally.
+
+    Bug caught: ``run`` with ``attached = {}`` (the still-running job is refused as claimed, never exported)."""
+    path = write_queue(tmp_path, CELLS)
+    env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+    def runner(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+        output = tmp_path / f"{name}.out"
+        with open(output, "a") as stdout:
+            return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(path), *args, "--work",
+                                     str(tmp_path / name / "work"), "--results", str(tmp_path / name / "results")],
+                                    cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
+
+    local, local_output = runner("local", "--jobs", "2")  # the reference, meanwhile
+    slurm_args = ("--launcher", "slurm", "--partition", slurm_cluster.partition, "--max-jobs", "1")
+    first, output = runner("slurm", *slurm_args)
+    work = tmp_path / "slurm" / "work"
+    recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), first, output, "submission")
+    job_id = json.loads(recorded[0].read_text())["job_id"]
+    wait_for(lambda: job_id in slurm_cluster.run("squeue", "--noheader", "--states=RUNNING", "--format=%i").split(),
+             first, output, f"SLURM job {job_id} running")
+    slurm_cluster.run("scontrol", "suspend", job_id)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 130, output.read_text()
+    assert f"stopped: 1 SLURM jobs go on ({job_id}); the same command re-attaches to them" in output.read_text()
+    assert job_id in slurm_cluster.jobs()
+
+    again, _ = runner("slurm", *slurm_args)
+    wait_for(lambda: f"→ SLURM job {job_id} (SUSPENDED)" in output.read_text(), again, output, "re-attach")
+    slurm_cluster.run("scontrol", "resume", job_id)
+    assert again.wait(timeout=240) == 0, output.read_text()
+    assert local.wait(timeout=240) == 0, local_output.read_text()
+
+    submitted = [line.split("|") for line in slurm_cluster.run(
+        "squeue", "--noheader", "--states=all", "--format=%i|%j|%C|%l").split() if "/tpo/" in line]
+    records = {json.loads(path.read_text())["job_id"] for path in work.rglob("*.slurm.json")}
+    assert sorted((name, cpus, limit) for _, name, cpus, limit in submitted) == [
+        ("fig2_tabular_single/tpo/seeds0-1", "1", "10:00"), ("fig3_tabular_multi/tpo/seeds0-1", "2", "7:00")]
+    assert {job for job, *_ in submitted} == records
+    text = output.read_text()
+    for run in ("fig2_tabular_single/tpo/seeds0-1", "fig3_tabular_multi/tpo/seeds0-1"):
+        assert len(re.findall(rf"(?:done  |exported ){run}\b", text)) == 1, text
+    runs = exported_runs(tmp_path / "slurm" / "results")
+    assert list(runs) == ["runs/fig2_tabular_single/tpo/seeds0-1", "runs/fig3_tabular_multi/tpo/seeds0-1"]
+    assert runs == exported_runs(tmp_path / "local" / "results")
