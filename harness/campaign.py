@@ -26,8 +26,11 @@ submits each run as a SLURM job of the same command, through submitit (its log i
 ``--max-jobs`` (default 50) queued or running at once, on ``--partition`` (default: the cluster's); the runner
 exports and reports the finished runs as a local one does. A cell may ask for ``cpus`` (default 1), ``mem_gb`` (4),
 ``time_min`` (default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or
-1: one GPU per job). Each job is recorded in ``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id,
-submit time, command) as it is submitted. The jobs outlive the runner: Ctrl-C or SIGTERM stops the runner only,
+1: one GPU per job). A *GPU cell* (``gpus: 1`` with the override ``device=cuda``, the two together) runs its seeds
+batched on the GPU, ``chunk`` seeds per job (a cell's own ``chunk`` overrides the queue's: all its seeds in one job),
+and gives its projected ``gpu_hours`` (all seeds), its jobs' time limit; a local campaign leaves GPU cells to
+``--launcher slurm`` unless this machine has a GPU. Each job is recorded in
+``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id, submit time, command) as it is submitted. The jobs outlive the runner: Ctrl-C or SIGTERM stops the runner only,
 saying so, and the same command re-attaches to each recorded job that squeue still lists with that command; a
 recorded job that ended is judged by its run folder as a local run is (exported, else submitted again: it resumes
 from its checkpoint). A run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not
@@ -92,7 +95,9 @@ LOCK_FILE = ".campaign.lock"
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
 RUN_ENV = {"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher
-CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "cpus", "mem_gb", "time_min", "gpus")
+CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
+             "gpu_hours")
+GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
 MIN_TIME_MIN = 10  # at its limit loses the episodes since its last checkpoint; at least this (start-up, imports)
@@ -174,9 +179,18 @@ def check_resources(cell: dict, where: str) -> None:
              f"a number > 0 (GB of memory per job, default {MEM_GB})"),
             ("time_min", lambda v: integer(v) and v >= 1,
              "an integer >= 1 (minutes per job; default: the cell's cost for the job's episodes, with a margin)"),
-            ("gpus", lambda v: integer(v) and v in (0, 1), "0 or 1 (a GPU cell's jobs get one GPU each; default 0)")):
+            ("gpus", lambda v: integer(v) and v in (0, 1), "0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
+            ("chunk", lambda v: integer(v) and v >= 1, "an integer >= 1 (seeds per job; default: the queue's chunk)"),
+            ("gpu_hours", lambda v: (integer(v) or isinstance(v, float)) and 0 < v < math.inf,
+             "a number > 0 (the cell's projected GPU-hours, all its seeds)")):
         if key in cell and not valid(cell[key]):
             raise SystemExit(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
+    gpu, on_cuda = cell.get("gpus", 0) == 1, GPU_OVERRIDE in (cell.get("overrides") or ())
+    if gpu != on_cuda:  # the GPU a job asks for and the device its run uses go together
+        raise SystemExit(f"Error: {where} has gpus: {cell.get('gpus', 0)} but "
+                         f"{'no' if gpu else 'the'} override {GPU_OVERRIDE}; a GPU cell has both, a CPU cell neither")
+    if "gpu_hours" in cell and not gpu:
+        raise SystemExit(f"Error: {where}.gpu_hours is for a GPU cell (gpus: 1, {GPU_OVERRIDE})")
 
 
 class CellError(Exception):
@@ -427,8 +441,6 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
 
     Only runs of the cell's configuration count (``exported``); the others, of the cells ``only`` selects, are
     appended to ``stale`` as (folder, cell, differing keys)."""
-    chunk = int(queue.get("chunk", 5))
-
     def rates(spent: dict[str, tuple[float, int]]) -> tuple[float | None, float | None]:  # (this CPU, the others)
         return (_rate(spent, lambda model: bool(cpu_model) and model == cpu_model),
                 _rate(spent, lambda model: not cpu_model or model != cpu_model))
@@ -470,6 +482,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
                              len(finished), steps, cost), f"done: seeds {_ranges(sorted(finished))}"))
+        chunk = int(cell.get("chunk", queue.get("chunk", 5)))  # a GPU cell batches all its seeds in one job
         for start in range(0, seeds, chunk):  # runs of chunk-aligned seed ranges: stable names, any seed done skipped
             block = [seed for seed in range(start, min(start + chunk, seeds)) if seed not in finished]
             for offset, count in _contiguous(block):
@@ -804,7 +817,8 @@ class SlurmLauncher:
     def resources(self, job: Job) -> Resources:
         """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
         cell = self.cells.get((job.preset, job.cell), {})
-        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * job.cpu_hours))
+        gpu_hours = launcher_gpu_hours(list(self.cells.values()), job)  # a GPU cell's time is its GPU-hours
+        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * (job.cpu_hours if gpu_hours is None else gpu_hours)))
         return Resources(cell.get("cpus", 1), cell.get("mem_gb", MEM_GB), cell.get("time_min", minutes),
                          cell.get("gpus", 0))
 
@@ -1104,6 +1118,18 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def launcher_gpu_hours(cells: list[dict], job: Job) -> float | None:
+    """The job's share of its cell's projected ``gpu_hours`` (by seeds); None when the cell gives none."""
+    cell = next((c for c in cells if (c["preset"], c["name"]) == (job.preset, job.cell)), {})
+    return float(cell["gpu_hours"]) * job.seeds / int(cell["seeds"]) if "gpu_hours" in cell else None
+
+
 def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> int:
     """Plan, print, refuse or replace runs of another configuration, then run (``main``'s body); the exit code."""
     from tasks.models.linear import cpu_model
@@ -1112,6 +1138,10 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     planned, factor = plan(queue, args.results, only, cpu_model(), stale)
     if args.breadth:
         planned = breadth_first(planned, int(queue.get("chunk", 5)))
+    slurm = args.launcher == "slurm"
+    if not slurm and not _cuda_here():  # a GPU cell's runs would fail here: they wait for a cluster or a GPU
+        planned = [(job, "GPU cell: for --launcher slurm (no GPU here)" if GPU_OVERRIDE in job.overrides
+                    and state.startswith("to run") else state) for job, state in planned]
     todo = [job for job, state in planned if state.startswith("to run")]
     stale += [(job.work_dir(args.work), f"{job.preset}/{job.cell}", changes) for job in todo
               if (changes := work_mismatch(job, args.work))]
@@ -1121,7 +1151,6 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             print(f"replaced {_shown(folder)} (another configuration than {cell}: {'; '.join(changes)}) → "
                   f"{_shown(aside)}", flush=True)
         return campaign(queue, argparse.Namespace(**{**vars(args), "replace": False}), only)  # once
-    slurm = args.launcher == "slurm"
     launcher = SlurmLauncher(args.work, queue["cells"], args.partition) if slurm else LocalLauncher(args.work)
     parallel, at = (args.max_jobs, f"--max-jobs {args.max_jobs}") if slurm else (args.jobs, f"--jobs {args.jobs}")
     fits = None if args.finish_within is None else set(fit_plan(todo, parallel, 3600 * args.finish_within,
@@ -1141,10 +1170,16 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
         if slurm and state.startswith(("to run", "resumable")):
             state += f"; {launcher.describe(job)}"
         name = "" if state.startswith("done") else job.name
+        gpu_hours = launcher_gpu_hours(queue["cells"], job)
+        cost = f"{job.cpu_hours:6.2f} CPU-h" if gpu_hours is None else f"{gpu_hours:6.2f} GPU-h"
         print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
-              f"{job.cpu_hours:6.2f} CPU-h  {state}")
-    hours = sum(job.cpu_hours for job in todo)
+              f"{cost}  {state}")
+    hours = sum(job.cpu_hours for job in todo if GPU_OVERRIDE not in job.overrides)
+    gpu_jobs = [job for job, state in planned if GPU_OVERRIDE in job.overrides and not state.startswith("done")]
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / parallel:.1f} h at {at}")
+    if gpu_jobs:
+        gpu_hours = sum(launcher_gpu_hours(queue["cells"], job) or 0.0 for job in gpu_jobs)
+        print(f"GPU jobs to go: {len(gpu_jobs)}, {gpu_hours:.1f} GPU-hours projected (cells' gpu_hours), one GPU each")
     if factor:
         print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "
               "measured on both, any queue's); cells measured only elsewhere are scaled by that")

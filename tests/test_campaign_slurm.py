@@ -59,8 +59,14 @@ def no_submission(*args, **kwargs):
     ({"time_min": 1.5}, "cells[1].time_min=1.5 is not valid; expected an integer >= 1 (minutes per job; default: "),
     ({"gpus": 2}, "cells[1].gpus=2 is not valid; expected 0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
     ({"gpu": 1}, ("cells[1] has an unknown key 'gpu'; valid keys: priority, preset, name, seeds, cost, overrides, "
-                  "cpus, mem_gb, time_min, gpus")),
-], ids=["cpus", "mem_gb", "time_min", "gpus", "unknown key"])
+                  "chunk, cpus, mem_gb, time_min, gpus, gpu_hours")),
+    ({"chunk": 0}, "cells[1].chunk=0 is not valid; expected an integer >= 1 (seeds per job; default: the queue's chunk)"),
+    ({"gpus": 1}, "cells[1] has gpus: 1 but no override device=cuda; a GPU cell has both, a CPU cell neither"),
+    ({"overrides": [*CELLS[1]["overrides"], "device=cuda"]},
+     "cells[1] has gpus: 0 but the override device=cuda; a GPU cell has both, a CPU cell neither"),
+    ({"gpu_hours": 2}, "cells[1].gpu_hours is for a GPU cell (gpus: 1, device=cuda)"),
+], ids=["cpus", "mem_gb", "time_min", "gpus", "unknown key", "chunk", "gpu without cuda", "cuda without gpu",
+        "gpu_hours on a cpu cell"])
 def test_a_cell_with_bad_resources_is_refused_naming_the_key_and_its_valid_values(tmp_path, change, message):
     """Refused in one line before anything runs, not by sbatch after the jobs before it were submitted (nor, a
     misspelt key, ignored).
@@ -183,7 +189,8 @@ def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattache
 
     monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
     monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {"21": "RUNNING"})
-    cells = [dict(CELLS[0], name="slow", cost=12.0), dict(CELLS[1], mem_gb=8, gpus=1)]  # 12 s × 150: 0.5 h a seed
+    cells = [dict(CELLS[0], name="slow", cost=12.0),  # 12 s × 150: 0.5 h a seed
+             dict(CELLS[1], mem_gb=8, gpus=1, overrides=[*CELLS[1]["overrides"], "device=cuda"])]
     attached = jobs_of(cells, chunk=1)[2]
     record(campaign.SlurmLauncher(tmp_path / "work", cells), attached, "21")
     path = write_queue(tmp_path, cells, chunk=1)
@@ -268,3 +275,38 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
     runs = exported_runs(tmp_path / "slurm" / "results")
     assert list(runs) == ["runs/fig2_tabular_single/tpo/seeds0-1", "runs/fig3_tabular_multi/tpo/seeds0-1"]
     assert runs == exported_runs(tmp_path / "local" / "results")
+
+
+def test_a_gpu_cell_batches_its_seeds_in_one_job_waits_for_a_cluster_here_and_asks_its_gpu_hours(tmp_path,
+                                                                                               monkeypatch, capsys):
+    """A GPU cell (``gpus: 1``, ``device=cuda``) with its own ``chunk`` is one job of all its seeds; a local
+    campaign on a machine without a GPU leaves it to the cluster (not run, not counted in the CPU-hours to go); on
+    SLURM its time limit is its projected GPU-hours × the margin.
+
+    Bug caught: ``plan`` reading ``queue.get("chunk", 5)`` instead of the cell's ``chunk`` (three jobs of 2 seeds)."""
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {})
+    monkeypatch.setattr(campaign, "_cuda_here", lambda: False)
+    gpu = dict({key: value for key, value in CELLS[1].items() if key != "time_min"}, name="gpu", seeds=6, chunk=6,
+               gpus=1, gpu_hours=1.5, overrides=[*CELLS[1]["overrides"], "device=cuda"])
+    path = write_queue(tmp_path, [CELLS[0], gpu], chunk=2)
+    assert [(job.cell, job.name) for job in jobs_of([CELLS[0], gpu])] == [("tpo", "seeds0-1"), ("gpu", "seeds0-5")]
+
+    def dry_run(*launcher: str) -> list[str]:
+        with pytest.raises(SystemExit) as exit_:
+            campaign.main([str(path), "--dry-run", *launcher, "--work", str(tmp_path / "work"), "--results",
+                           str(tmp_path / "results")])
+        assert exit_.value.code == 0
+        return capsys.readouterr().out.splitlines()
+
+    local = dry_run()
+    assert [line.split("-h  ", 1)[1] for line in local if "-h  " in line] == [
+        "to run (cost estimated)", "GPU cell: for --launcher slurm (no GPU here)"]
+    assert "  1.50 GPU-h  GPU cell" in [line for line in local if "seeds0-5" in line][0]
+    assert "1 runs to go" in "\n".join(local)
+    slurm = dry_run("--launcher", "slurm")
+    assert [line for line in slurm if "seeds0-5" in line][0].endswith("cpus 2, mem 4 GB, time 180 min, gpus 1; "
+                                                                       "to submit")
+    assert "GPU jobs to go: 1, 1.5 GPU-hours projected (cells' gpu_hours), one GPU each" in slurm
