@@ -48,14 +48,18 @@ refuse it otherwise). An exported run of fewer steps is not counted and its seed
 beside full ones). Any other mismatch, in results/runs or in the work folder, is refused in one line naming the
 differing keys, and nothing starts: ``--replace`` moves every such run aside, to
 ``<work>/.replaced/<time>/{results,work}/...`` (nothing is deleted), and runs the cells' seeds again. A damaged run
-under results/runs (an unreadable summary.json or metrics file) is skipped with a one-line warning naming it.
+under results/runs (an unreadable summary.json, metrics file or record of its configuration) is skipped with a
+one-line warning naming it. A cell with a value its run would refuse at its start (it composes, but its task or
+algorithm rejects it: ``build_task`` on PyTorch's ``meta`` device says so) is refused in one line before anything
+runs, by ``--dry-run`` too.
 
 One campaign at a time per folder: a campaign holds ``<work>/.campaign.lock`` and ``<results>/.campaign.lock``
 (pid and host; a lock whose process is gone is taken over) and a second one refuses in one line (``--dry-run``
 reads only and takes no lock). At its start a campaign removes the export temporaries that campaigns cut short
 left behind (``results/runs/<preset>/<cell>/seeds<a>-<b>[.<pid>-<id>][.old].tmp``). An export is written to a
 folder of its own and renamed into place. A report that fails is named in one line (``REPORT FAILED``) and the
-campaign exits non-zero at its end, as it does for a failed run.
+campaign exits non-zero at its end, as it does for a failed run; its folder is listed in
+``<results>/.stale-reports.json`` and the next campaign regenerates it first.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measure
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # every run's, see Job.command
 BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run's identity: seed ranges merge
 LOCK_FILE = ".campaign.lock"
+STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
 RUN_ENV = {"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher
@@ -210,6 +215,22 @@ def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
         raise CellError(_one_line(error)) from None
 
 
+@functools.cache
+def cell_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
+    """Why a run of the cell would be refused at its start (a value its task or algorithm rejects, such as
+    ``task.alpha=abc``: it composes, but ``build_task`` checks it), in one line; None when it would start. Built on
+    PyTorch's ``meta`` device: nothing is allocated."""
+    import torch
+
+    from harness.run import build_task, compose_config
+
+    try:
+        build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))
+    except Exception as error:  # noqa: BLE001 - the harness's ConfigError, or what a task raises: one line
+        return _one_line(error)
+    return None
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
     cause = error.__cause__ or error.__context__
@@ -278,6 +299,31 @@ def recorded_identity(folder: Path) -> dict | None:
                 return rundir.identity(OmegaConf.load(folder / name))
             except Exception:  # noqa: BLE001 - damaged or unresolvable: not a configuration to trust
                 return None
+    return None
+
+
+def damaged_record(folder: Path) -> tuple[str, str] | None:
+    """(file, what is wrong) when the run's record of its configuration is damaged: an ``identity.json`` that is not
+    tpo-bench's JSON record, or (runs older than it) a ``config.yaml`` that does not load as a whole configuration
+    (a file cut short may still parse, as fewer keys); None when it is readable or absent."""
+    from harness import rundir
+
+    path = folder / rundir.IDENTITY_FILE
+    if path.exists():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            return rundir.IDENTITY_FILE, f"unreadable ({type(error).__name__})"
+        return None if isinstance(record, dict) and isinstance(record.get("config"), dict) else (
+            rundir.IDENTITY_FILE, "not a run's identity record")
+    for name in ("config.yaml", ".hydra/config.yaml"):
+        if (folder / name).is_file():
+            try:
+                config = OmegaConf.load(folder / name)
+            except Exception as error:  # noqa: BLE001 - YAML and OmegaConf raise many kinds
+                return name, f"unreadable ({type(error).__name__})"
+            missing = [key for key in ("task", "algorithm", "seeds", "trainer") if key not in config]
+            return (name, f"not a whole configuration (no {', '.join(missing)})") if missing else None
     return None
 
 
@@ -404,6 +450,10 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
         if record is None or record.get("status") not in DONE:
             continue
         if expected is not None:
+            damage = damaged_record(summary.parent)
+            if damage:
+                _warn(summary.parent / damage[0], damage[1])
+                continue
             changes = differences(recorded_identity(summary.parent), expected, _exported_ignores())
             if not changes and record["steps"] > steps:
                 changes = [f"trainer.steps: {record['steps']} → {steps}"]
@@ -640,9 +690,36 @@ def report(preset: str, results: Path) -> list[str]:
             last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "no message")
             print(f"{time.strftime('%H:%M:%S')} REPORT FAILED {target} (for {preset}; exit {code}): {last}; "
                   f"{_shown(results / target)} is not up to date: python -m harness.report "
-                  f"{' '.join(command[3:])}", flush=True)
+                  f"{' '.join(command[3:])}; the next campaign tries again", flush=True)
             failed.append(target)
+    _note_stale_reports(results, add=failed, done=[target for target in targets if target not in failed])
     return failed
+
+
+def _note_stale_reports(results: Path, add: list[str] = (), done: list[str] = ()) -> list[str]:
+    """The report folders a failed report left out of date (``<results>/STALE_REPORTS``, kept across campaigns):
+    ``add`` joins them, ``done`` (regenerated) leaves them; returns those left."""
+    path = results / STALE_REPORTS
+    try:
+        stale = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError):
+        stale = []
+    stale = sorted({name for name in stale if isinstance(name, str)} - set(done) | set(add))
+    if stale:
+        results.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stale) + "\n")
+    else:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def retry_stale_reports(results: Path) -> int:
+    """Regenerate the report folders a failed report left out of date (at a campaign's start, holding its lock);
+    the number that fail again."""
+    stale = _note_stale_reports(results)
+    for target in stale:
+        print(f"{time.strftime('%H:%M:%S')} report {target} again: it failed before", flush=True)
+    return sum(len(report(target, results)) for target in stale)
 
 
 def _shown(path: Path) -> str:
@@ -1114,7 +1191,8 @@ def main(argv: list[str] | None = None) -> None:
     with campaign_lock(args.work, args.results):
         for folder in clean_exports(args.results):
             print(f"removed {_shown(folder)}, an export cut short", flush=True)
-        code = campaign(queue, args, only)
+        failed_reports = retry_stale_reports(args.results)
+        code = campaign(queue, args, only) or (1 if failed_reports else 0)
     sys.exit(code)
 
 
@@ -1191,6 +1269,13 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             print(f"Error: {_shown(folder)} holds a run of another configuration than the cell {cell} "
                   f"({'; '.join(changes)}); it is not counted: --replace moves it to "
                   f"{_shown(args.work / REPLACED)}/ and runs its seeds again", file=sys.stderr, flush=True)
+        return 2
+    cells_to_run = {(job.preset, job.cell): job for job in todo if GPU_OVERRIDE not in job.overrides or _cuda_here()}
+    refused = [(cell, why) for cell, job in cells_to_run.items() if (why := cell_refusal(job.preset, job.overrides))]
+    for (preset, name), why in refused:  # before any run starts: its jobs would each be refused at their start
+        print(f"Error: cell {preset}/{name} would be refused at its start: {why}; fix its overrides",
+              file=sys.stderr, flush=True)
+    if refused:
         return 2
     if args.dry_run or not todo:  # costs: as ``plan`` says
         return 0

@@ -326,3 +326,63 @@ def test_damaged_result_files_are_skipped_with_a_warning_naming_them(tmp_path, c
     assert any(f"{truncated / 'metrics.csv.gz'}: unreadable (EOFError" in line for line in warnings), warnings
     assert any(f"{elsewhere / 'summary.json'}: unreadable" in line for line in warnings), warnings
     assert all(line.startswith("warning: skipped ") for line in warnings)
+
+
+def test_a_damaged_record_of_a_runs_configuration_is_skipped_with_a_warning_not_called_another_configuration(
+        tmp_path, capsys):
+    """An exported run whose identity.json is cut short (or, a run older than it, whose config.yaml is cut short
+    and still parses, as fewer keys) is a damaged file, named in one warning and not counted; it is no run of
+    another configuration (which blocks the whole queue until --replace). Bug caught:
+    harness/campaign.py:exported — the ``damaged_record`` check dropped."""
+    runs = tmp_path / "results" / "runs" / PRESET / "tpo"
+    cut = runs / "seeds0-1"
+    fake_run(cut, cell()["overrides"], 2, layout="results")
+    (cut / "identity.json").write_text((cut / "identity.json").read_text()[:50])
+    old = runs / "seeds2-3"
+    fake_run(old, cell()["overrides"], 2, offset=2, layout="results")
+    (old / "identity.json").unlink()
+    (old / "config.yaml").write_text("".join((old / "config.yaml").read_text().splitlines(True)[:2]))  # parses
+    queue = write_queue(tmp_path, cell(seeds=4))
+    assert main(tmp_path, str(queue), "--dry-run") == 0
+    captured = capsys.readouterr()
+    warnings = captured.err.splitlines()
+    assert any(f"{cut / 'identity.json'}: unreadable (JSONDecodeError)" in line for line in warnings), warnings
+    assert any(f"{old / 'config.yaml'}: not a whole configuration" in line for line in warnings), warnings
+    assert "another configuration" not in captured.err and "2 runs to go" in captured.out
+
+
+def test_a_value_the_run_would_refuse_is_refused_before_anything_runs_dry_run_too(tmp_path, capsys):
+    """A cell whose overrides compose but hold a value its task refuses (``task.alpha=abc``) is named in one line
+    before any run starts, by --dry-run too; nothing is created. Bug caught: harness/campaign.py:campaign — the
+    ``cell_refusal`` check dropped (every job of the cell starts and fails, leaving empty work folders)."""
+    queue = write_queue(tmp_path, dict(cell(), overrides=["algorithm=tpo", "task.alpha=abc", "trainer.steps=4"]))
+    for extra in (("--dry-run",), ()):
+        assert main(tmp_path, str(queue), *extra) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"Error: cell {PRESET}/tpo would be refused at its start: task.alpha='abc' is not "
+                                "valid") and "\n" not in error, error
+    assert not (tmp_path / "work" / PRESET).exists()
+
+
+def test_a_report_that_failed_is_regenerated_by_the_next_campaign(tmp_path, monkeypatch, capsys):
+    """A failed report leaves its folder listed as out of date; the next campaign regenerates it before anything
+    else, and a success clears the list. Bug caught: harness/campaign.py:main — the ``retry_stale_reports`` call
+    dropped (the next campaign says 0 runs to go, exits 0, and the folder stays out of date)."""
+    real_run, calls = subprocess.run, []
+
+    def report_fails_once(command, **kwargs):
+        if command[1:3] == ["-m", "harness.report"]:
+            calls.append(command)
+            return subprocess.CompletedProcess(command, 1 if len(calls) == 1 else 0, stdout=None,
+                                               stderr="OSError: [Errno 28] No space left on device\n")
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(campaign.subprocess, "run", report_fails_once)
+    results = tmp_path / "results"
+    assert campaign.report(PRESET, results) == [PRESET]
+    assert json.loads((results / campaign.STALE_REPORTS).read_text()) == [PRESET]
+    queue = write_queue(tmp_path, cell(seeds=2))
+    fake_run(results / "runs" / PRESET / "tpo" / "seeds0-1", cell()["overrides"], 2, layout="results")
+    assert main(tmp_path, str(queue)) == 0
+    assert f"report {PRESET} again: it failed before" in capsys.readouterr().out and len(calls) == 2
+    assert not (results / campaign.STALE_REPORTS).exists()
