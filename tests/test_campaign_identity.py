@@ -150,8 +150,8 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
     """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it;
     ``--work``/``--results`` relative to the caller's folder, as the runs see them too. Bug caught:
     harness/campaign.py:main — the ``.resolve()`` of ``args.work`` dropped (the runs, started in the repository
-    root, write elsewhere: FAILED, no summary). Also: harness/campaign.py:replace_stale — `shutil.move(str(folder), str(destination))` →
-    `shutil.copytree(...)` (the 4-step run stays in the work folder: the replacing campaign is refused again)."""
+    root, write elsewhere: FAILED, no summary). Also: harness/campaign.py:replace_stale —
+    `shutil.move(str(folder), str(destination))` → `shutil.copytree(...)` (the 4-step run stays in the work folder: the replacing campaign is refused again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
     def campaign_cli(steps: int, *extra: str) -> subprocess.CompletedProcess:

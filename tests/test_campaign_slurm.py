@@ -60,7 +60,8 @@ def no_submission(*args, **kwargs):
     ({"gpus": 2}, "cells[1].gpus=2 is not valid; expected 0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
     ({"gpu": 1}, ("cells[1] has an unknown key 'gpu'; valid keys: priority, preset, name, seeds, cost, overrides, "
                   "chunk, cpus, mem_gb, time_min, gpus, gpu_hours")),
-    ({"chunk": 0}, "cells[1].chunk=0 is not valid; expected an integer >= 1 (seeds per job; default: the queue's chunk)"),
+    ({"chunk": 0},
+     "cells[1].chunk=0 is not valid; expected an integer >= 1 (seeds per job; default: the queue's chunk)"),
     ({"gpus": 1}, "cells[1] has gpus: 1 but no override device=cuda; a GPU cell has both, a CPU cell neither"),
     ({"overrides": [*CELLS[1]["overrides"], "device=cuda"]},
      "cells[1] has gpus: 0 but the override device=cuda; a GPU cell has both, a CPU cell neither"),
