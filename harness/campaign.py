@@ -31,9 +31,9 @@ batched on the GPU, ``chunk`` seeds per job (a cell's own ``chunk`` overrides th
 and gives its projected ``gpu_hours`` (all seeds), its jobs' time limit; a local campaign leaves GPU cells to
 ``--launcher slurm`` unless this machine has a GPU. Each job is recorded in
 ``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id, submit time, command) as it is submitted. The jobs
-outlive the runner: Ctrl-C or SIGTERM stops the runner only, saying so, and the same command re-attaches to each recorded job that squeue still lists with that command; a
-recorded job that ended is judged by its run folder as a local run is (exported, else submitted again: it resumes
-from its checkpoint). A run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not
+outlive the runner: Ctrl-C or SIGTERM stops the runner only, saying so, and the same command re-attaches to each
+recorded job that squeue still lists with that command; a recorded job that ended is judged by its run folder as
+a local run is (exported, else submitted again: it resumes from its checkpoint). A run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not
 re-attached is refused in one line (``REFUSED``), never submitted to twice. ``--dry-run --launcher slurm`` prints
 each job's resources and whether it is re-attached or to be submitted.
 

@@ -151,7 +151,8 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
     ``--work``/``--results`` relative to the caller's folder, as the runs see them too. Bug caught:
     harness/campaign.py:main — the ``.resolve()`` of ``args.work`` dropped (the runs, started in the repository
     root, write elsewhere: FAILED, no summary). Also: harness/campaign.py:replace_stale —
-    `shutil.move(str(folder), str(destination))` → `shutil.copytree(...)` (the 4-step run stays in the work folder: the replacing campaign is refused again)."""
+    `shutil.move(str(folder), str(destination))` → `shutil.copytree(...)` (the 4-step run stays in the work folder:
+    the replacing campaign is refused again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
     def campaign_cli(steps: int, *extra: str) -> subprocess.CompletedProcess:
