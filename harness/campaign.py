@@ -21,21 +21,21 @@ checkpoint (SLURM jobs go on, below). Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
 
-On a SLURM cluster, ``--launcher slurm`` (from a login node; the work folder on a file system the nodes share)
-submits each run as a SLURM job of the same command, through submitit (its log in ``<work>/.submitit/<job id>/``),
-``--max-jobs`` (default 50) queued or running at once, on ``--partition`` (default: the cluster's); the runner
-exports and reports the finished runs as a local one does. A cell may ask for ``cpus`` (default 1), ``mem_gb`` (4),
-``time_min`` (default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or
-1: one GPU per job). A *GPU cell* (``gpus: 1`` with the override ``device=cuda``, the two together) runs its seeds
-batched on the GPU, ``chunk`` seeds per job (a cell's own ``chunk`` overrides the queue's: all its seeds in one job),
-and gives its projected ``gpu_hours`` (all seeds), its jobs' time limit; a local campaign leaves GPU cells to
-``--launcher slurm`` unless this machine has a GPU. Each job is recorded in
-``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id, submit time, command) as it is submitted. The jobs
-outlive the runner: Ctrl-C or SIGTERM stops the runner only, saying so, and the same command re-attaches to each
-recorded job that squeue still lists with that command; a recorded job that ended is judged by its run folder as
-a local run is (exported, else submitted again: it resumes from its checkpoint). A run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not
-re-attached is refused in one line (``REFUSED``), never submitted to twice. ``--dry-run --launcher slurm`` prints
-each job's resources and whether it is re-attached or to be submitted.
+On a SLURM cluster, ``--launcher slurm`` (from a login node; the work folder on a file system the nodes share) submits
+each run as a SLURM job of the same command, through submitit (its log in ``<work>/.submitit/<job id>/``),
+``--max-jobs`` (default 50) queued or running at once, on ``--partition`` (default: the cluster's); the runner exports
+and reports the finished runs as a local one does. A cell may ask for ``cpus`` (default 1), ``mem_gb`` (4), ``time_min``
+(default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or 1: one GPU per job). A
+*GPU cell* (``gpus: 1`` with the override ``device=cuda``, the two together) runs its seeds batched on the GPU,
+``chunk`` seeds per job (a cell's own ``chunk`` overrides the queue's: all its seeds in one job), and gives its
+projected ``gpu_hours`` (all seeds), its jobs' time limit; a local campaign leaves GPU cells to ``--launcher slurm``
+unless this machine has a GPU. Each job is recorded in ``<work>/<preset>/<cell>/seeds<a>-<b>.slurm.json`` (job id,
+submit time, command) as it is submitted. The jobs outlive the runner: Ctrl-C or SIGTERM stops the runner only, saying
+so, and the same command re-attaches to each recorded job that squeue still lists with that command; a recorded job that
+ended is judged by its run folder as a local run is (exported, else submitted again: it resumes from its checkpoint). A
+run folder claimed by a live ``run.lock`` or by a recorded job squeue lists that is not re-attached is refused in one
+line (``REFUSED``), never submitted to twice. ``--dry-run --launcher slurm`` prints each job's resources and whether it
+is re-attached or to be submitted.
 
 Nothing is trusted that was not checked. Every cell's overrides are composed before anything runs (a typo is
 refused in one line naming the cell), and ``--only`` names must be priorities of the queue (case-sensitive). A run
