@@ -85,7 +85,7 @@ LLM_SEED_MAX = 2**32 - 1  # an LLM run's seed goes to transformers.set_seed, who
 
 def check_seed_ids(seeds: Any, seed_offset: Any, llm: bool = False) -> None:
     """Raise a ConfigError naming ``seed_offset`` and its range unless the seed ids seed_offset .. seed_offset +
-    seeds − 1 and their end (harness/run.py's torch.arange) fit an int64 (an LLM run: NumPy's 32-bit seed). Values
+    seeds − 1 and their end (harness/config.py's torch.arange) fit an int64 (an LLM run: NumPy's 32-bit seed). Values
     that are not integers are left to the callers' own checks (``check_positive_int``)."""
     if not all(isinstance(value, int) and not isinstance(value, bool) for value in (seeds, seed_offset)) or seeds < 1:
         return

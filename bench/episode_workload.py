@@ -18,7 +18,7 @@ import time
 import torch
 
 from harness import process
-from harness.run import build_task, compose_config
+from harness.config import build_task, compose_config
 
 process.tune_memory()  # as python -m harness does (harness.process)
 

@@ -63,7 +63,9 @@ def main() -> None:
     data_dir = args.data_dir.resolve() if args.data_dir else None  # None: task.data_dir=null, the shipped copy
 
     from harness import process
-    from harness.run import compose_config, train
+    from harness.config import compose_config
+
+    from harness.run import train
 
     process.tune_memory()
 

@@ -17,7 +17,7 @@ import torch
 from omegaconf import open_dict
 
 from harness import process
-from harness.run import build_task, compose_config
+from harness.config import build_task, compose_config
 
 process.tune_memory()  # as python -m harness does (harness.process)
 

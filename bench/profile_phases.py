@@ -35,7 +35,9 @@ from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness import process
-from harness.run import build_task, compose_config, train
+from harness.config import build_task, compose_config
+
+from harness.run import train
 
 process.tune_memory()  # as python -m harness does (harness.process)
 from tasks.models import linear

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from harness import process  # noqa: E402
-from harness.run import build_task, compose_config  # noqa: E402
+from harness.config import build_task, compose_config  # noqa: E402
 
 process.tune_memory()  # as python -m harness does (harness.process)
 from profile_phases import PhaseTimer  # noqa: E402

@@ -34,7 +34,8 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness import interrupts, outputs, rundir, sweep  # noqa: E402
-from harness.run import CONFIG_DIR, train  # noqa: E402
+from harness.config import CONFIG_DIR  # noqa: E402
+from harness.run import train  # noqa: E402
 from algorithms.checks import ConfigError, did_you_mean  # noqa: E402
 
 log = logging.getLogger("harness")
@@ -268,7 +269,7 @@ def check_launch(argv: list[str]) -> None:
     the command line (it would run one of its jobs silently). What this leaves out Hydra reports itself."""
     from hydra._internal.utils import get_args_parser
 
-    from harness.run import check_experiment_overrides
+    from harness.config import check_experiment_overrides
 
     if any(arg.split("=", 1)[0] in _OTHER_CONFIG_FLAGS or arg.startswith("hydra.searchpath") for arg in argv):
         return
@@ -358,14 +359,14 @@ def check_launch(argv: list[str]) -> None:
 def _check_values(job: list, cfg: DictConfig) -> None:
     """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices) that would fail
     only once the run allocates: seed ids beyond int64 (``check_seed_ids``), a run whose memory estimate exceeds
-    ``memory_cap_gb`` (tasks/base.py ``check_memory``). Other values are checked where they are read."""
+    ``memory_cap_gb`` (tasks/memory.py ``check_memory``). Other values are checked where they are read."""
     import copy
 
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms.checks import check_seed_ids
-    from tasks.base import check_memory
+    from tasks.memory import check_memory
 
     cfg = copy.deepcopy(cfg)
     try:
@@ -485,7 +486,7 @@ PASS_THROUGH = ("task.generator", "model.chat_template_kwargs")  # handed on as 
 
 def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
     """Config node ("" for the top level) → the optional keys read there, for the task that ``cfg`` composes."""
-    keys = {"": ("memory_cap_gb",),  # tasks/base.py check_memory (auto)
+    keys = {"": ("memory_cap_gb",),  # tasks/memory.py check_memory (auto)
             "trainer": ("overwrite",),  # harness/rundir.py
             "logger": ("init_timeout",),  # harness/tracking.py
             "algorithm": ("epochs", *_hyperparameters(cfg))}  # algorithms/registry.py build

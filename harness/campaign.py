@@ -207,7 +207,7 @@ def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
     """The identity (``harness.rundir.identity``) of the cell's runs as ``Job.command`` composes them; CellError
     when the overrides do not compose or resolve."""
     from harness import rundir
-    from harness.run import compose_config
+    from harness.config import compose_config
 
     try:
         return rundir.identity(compose_config([f"experiment={preset}", *overrides, *FIXED]))
@@ -222,7 +222,7 @@ def cell_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
     PyTorch's ``meta`` device: nothing is allocated."""
     import torch
 
-    from harness.run import build_task, compose_config
+    from harness.config import build_task, compose_config
 
     try:
         build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))

@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import open_dict
 
-from harness.run import compose_config as harness_compose
+from harness.config import compose_config as harness_compose
 from harness.run import train
 
 ROOT = Path(__file__).resolve().parent.parent

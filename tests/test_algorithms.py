@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -281,19 +282,22 @@ def test_no_algorithm_id_appears_in_tasks_or_trainers():
     assert not offenders, offenders
 
 
-def test_no_import_cycle_between_modules():
-    """The import graph of the project's modules (imports at module level) has no cycle."""
+FLOORS = ("algorithms", "tasks", "harness", "bench")  # each imports only from its own floor and the ones before
+
+
+def import_graph(root: Path, packages=FLOORS) -> dict[str, set[str]]:
+    """Module → the project's modules it imports, at module level or inside a function (a lazy import is still a
+    dependency: it only hides a loop until the function runs)."""
     import ast
 
     modules = {}
-    for package in ("algorithms", "tasks", "harness"):
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            modules[name] = path
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            modules[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = path
     graph = {}
     for name, path in modules.items():
         edges = set()
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.walk(ast.parse(path.read_text())):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -302,20 +306,47 @@ def test_no_import_cycle_between_modules():
                            for a in node.names]
             edges |= {t for t in targets if t in modules and t != name}
         graph[name] = edges
+    return graph
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first repeated at the end), or None."""
     state: dict[str, int] = {}
 
     def visit(node, trail):
         state[node] = 1
-        for nxt in graph[node]:
+        for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " → ".join([*trail, node, nxt]))
-            if nxt not in state:
-                visit(nxt, [*trail, node])
+                return [*trail, node, nxt]
+            if nxt not in state and (found := visit(nxt, [*trail, node])):
+                return found
         state[node] = 2
+        return None
 
-    for node in graph:
-        if node not in state:
-            visit(node, [])
+    return next((found for node in sorted(graph) if node not in state and (found := visit(node, []))), None)
+
+
+def test_no_import_cycle_and_no_import_up_a_floor():
+    """The project's import graph, lazy imports included, has no cycle, and no module imports from a floor above
+    its own (algorithms → tasks → harness → bench)."""
+    graph = import_graph(ROOT)
+    assert import_cycle(graph) is None, "import cycle: " + " → ".join(import_cycle(graph))
+    up = [f"{a} → {b}" for a, targets in graph.items() for b in targets
+          if FLOORS.index(b.split(".")[0]) > FLOORS.index(a.split(".")[0])]
+    assert not up, up
+
+
+def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
+    """A loop closed by a function-level import is a cycle. Bug caught: ``import_graph`` walking only the module's
+    top-level statements (``ast.parse(...).body`` for ``ast.walk``): the lazy import below goes unseen."""
+    package = tmp_path / "algorithms"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from algorithms import b\n")
+    (package / "b.py").write_text("def later():\n    from algorithms.a import x\n    return x\n")
+    assert import_cycle(import_graph(tmp_path, ("algorithms",))) == ["algorithms.a", "algorithms.b", "algorithms.a"]
+    (package / "b.py").write_text("def later():\n    return 1\n")
+    assert import_cycle(import_graph(tmp_path, ("algorithms",))) is None
 
 
 def test_compose_builds_every_algorithm():

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from harness import campaign, rundir
-from harness.run import compose_config
+from harness.config import compose_config
 
 PRESET = "fig3_tabular_multi"
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # as Job.command adds them

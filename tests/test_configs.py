@@ -9,8 +9,8 @@ import yaml
 
 from algorithms import ALGORITHMS
 from conftest import CONF, compose_config, run_config
-from harness.run import build_task
-from harness.run import compose_config as harness_compose
+from harness.config import build_task
+from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task
 from algorithms.checks import ConfigError
 

@@ -21,7 +21,7 @@ from harness.outputs import relapse_events
 from harness.report import stats
 from harness.report.load import read_config
 from harness.report.specs import RELAPSED, RELAPSES, SOLVED, Stat
-from harness.run import build_task
+from harness.config import build_task
 from tasks import token_reversal as tr
 from tasks.models import optim, transformer
 

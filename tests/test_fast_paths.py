@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_leaves
 from algorithms import functional
 from conftest import compose_config
 from tasks import rng
-from harness.run import build_task
+from harness.config import build_task
 from tasks import TASKS, get_task
 from tasks import token_reversal as tr
 from tasks.models import transformer

@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
 from harness import outputs
-from harness.run import build_task
+from harness.config import build_task
 from algorithms.checks import ConfigError
 from tasks.base import StepOutput
 

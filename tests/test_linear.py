@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import compose_config
-from harness.run import build_task
+from harness.config import build_task
 from algorithms.checks import ConfigError
 from tasks.models import linear
 

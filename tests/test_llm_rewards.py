@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import compose_config
-from harness.run import build_task
+from harness.config import build_task
 from tasks.llm import answers
 from tasks.llm.answers import (MAX_JSON_DEPTH, NUMBER, SCAN_LIMIT, final_number, gsm8k_reference, last_json_object,
                                parse_number, tagged_answer)

@@ -12,7 +12,7 @@ import torch
 
 from conftest import compose_config
 from tasks import rng
-from harness.run import build_task
+from harness.config import build_task
 from tasks.models.mlp import mlp_forward
 
 

@@ -110,7 +110,7 @@ def test_a_run_recorded_before_a_key_left_its_identity_still_resumes(tmp_path, m
 
 
 def run_config_task():
-    from harness.run import build_task
+    from harness.config import build_task
 
     return build_task(compose_config(TABULAR))
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
 from harness import outputs, rundir
-from harness.run import build_task
+from harness.config import build_task
 from algorithms.checks import ConfigError
 
 TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
@@ -173,7 +173,7 @@ def test_a_run_recorded_before_identity_kept_its_name_keeps_it_from_its_summary(
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "..", "a b", "/abs"])
 def test_an_unsafe_experiment_name_is_refused(tmp_path, name):
     """An experiment_name that is not one safe folder name is refused before anything is written.
-    Bug caught: harness/run.py:check_experiment_name — `_EXPERIMENT_NAME.fullmatch(name)` →
+    Bug caught: harness/config.py:check_experiment_name — `_EXPERIMENT_NAME.fullmatch(name)` →
     `_EXPERIMENT_NAME.match(name)` (a/b accepted)."""
     with pytest.raises(ConfigError, match=r"experiment_name=.* is not valid; expected .*folder name"):
         run_config([*TABULAR, f"experiment_name='{name}'"], tmp_path / "run")
@@ -183,14 +183,14 @@ def test_an_unsafe_experiment_name_is_refused(tmp_path, name):
 @pytest.mark.parametrize("name", ["fig4_mnist", "v1.2-test", "2nd_try"])
 def test_a_safe_experiment_name_is_accepted(name):
     """Folder names of letters, digits, _ - and . are accepted as experiment_name.
-    Bug caught: harness/run.py:_EXPERIMENT_NAME — `[A-Za-z0-9_.-]*` → `[A-Za-z0-9_-]*` (v1.2-test refused)."""
+    Bug caught: harness/config.py:_EXPERIMENT_NAME — `[A-Za-z0-9_.-]*` → `[A-Za-z0-9_-]*` (v1.2-test refused)."""
     assert build_task(compose_config([*TABULAR, f"experiment_name={name}"])) is not None
 
 
 def test_an_experiment_name_outside_outputs_is_refused_before_hydra_makes_a_folder(tmp_path):
     """An experiment_name leading out of outputs/ (a single run's, or any value of a -m sweep) exits 2 before Hydra
     makes a folder.
-    Bug caught: harness/run.py:_check_experiment_name_overrides — `names = list(override.sweep_string_iterator()) if
+    Bug caught: harness/config.py:_check_experiment_name_overrides — `names = list(override.sweep_string_iterator()) if
     ... else [override.value()]` → `names = [override.value()]` (the sweep is checked as one ChoiceSweep value)."""
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
@@ -476,10 +476,10 @@ def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, 
 
 def test_build_task_checks_the_memory_estimate_but_not_on_the_meta_device():
     """build_task refuses a run over memory_cap_gb, but not on the meta device, which allocates nothing.
-    Bug caught: harness/run.py:build_task — `if device.type != "meta":` → `if cfg.device != "meta":`."""
+    Bug caught: harness/config.py:build_task — `if device.type != "meta":` → `if cfg.device != "meta":`."""
     import torch
 
-    from tasks.base import GB, estimate_memory
+    from tasks.memory import GB, estimate_memory
 
     overrides = ["task=tabular_multi", "seeds=50"]
     need = estimate_memory(compose_config(overrides))[0]

@@ -13,8 +13,8 @@ from algorithms import mechanism
 from algorithms.checks import SEED_ID_MAX, ConfigError, check_seed_ids
 from conftest import CONF, ROOT, compose_config, run_cli
 from harness.__main__ import PASS_THROUGH, check_launch, optional_keys
-from harness.run import build_task
-from tasks.base import GB, check_memory, estimate_memory, machine_memory
+from harness.config import build_task
+from tasks.memory import GB, check_memory, estimate_memory, machine_memory
 from tasks.mnist_bandit import MECHANISM_ETA_MIN
 
 SINGLE, MULTI, TOKEN, MNIST = "task=tabular_single", "task=tabular_multi", "task=token_reversal", "task=mnist_bandit"
@@ -207,7 +207,7 @@ def test_the_eta_bound_is_documented_in_the_range_table():
 ])
 def test_a_run_too_large_for_the_cap_is_refused_in_one_line(args, sizes):
     """A launch whose memory estimate exceeds memory_cap_gb (any job of a sweep) is refused in one line naming sizes.
-    Bug caught: tasks/base.py:check_memory — `estimate[0] <= cap_bytes` → `estimate[0] / GB <= cap_bytes`."""
+    Bug caught: tasks/memory.py:check_memory — `estimate[0] <= cap_bytes` → `estimate[0] / GB <= cap_bytes`."""
     message = refused([*args, "+memory_cap_gb=24"])
     assert re.match(r"task=\w+ needs about [0-9.e+]+ GB \(", message), message
     assert sizes in message and "over memory_cap_gb=24 GB; lower these sizes, or raise the cap with" in message
@@ -215,7 +215,7 @@ def test_a_run_too_large_for_the_cap_is_refused_in_one_line(args, sizes):
 
 def test_the_cap_is_configurable():
     """memory_cap_gb is auto by default and takes null or a number of GB > 0; 0 is refused as a value.
-    Bug caught: tasks/base.py:check_memory — `cap > 0` → `cap >= 0` (0 read as a cap, not refused as a value)."""
+    Bug caught: tasks/memory.py:check_memory — `cap > 0` → `cap >= 0` (0 read as a cap, not refused as a value)."""
     too_big = [TOKEN, "task.K=100000"]
     refused(too_big)  # auto: this machine's memory
     check_launch([*too_big, "+memory_cap_gb=null"])  # no check
@@ -254,7 +254,7 @@ def test_every_preset_fits_a_24_gb_machine(preset):
 
 def test_the_largest_preset_jobs_are_estimated_under_24_gb():
     """The sweeps' largest values, explicitly: fig12's K = 64 at B = 256, 30 seeds; fig6's interaction matching.
-    Bug caught: tasks/base.py:_token_reversal — `together = min(_size(chunk) or seeds, seeds)` → `together = seeds`
+    Bug caught: tasks/memory.py:_token_reversal — `together = min(_size(chunk) or seeds, seeds)` → `together = seeds`
     (fig12 at K = 64: 101 GB)."""
     for overrides in (["experiment=fig12_k_sweep", "task.K=64", "algorithm=tpo"],
                       ["experiment=table3_terminal", "task.H=10", "task.match=interactions", "algorithm=ppo"],
@@ -270,7 +270,7 @@ def test_the_largest_preset_jobs_are_estimated_under_24_gb():
 
 def test_the_estimate_bounds_a_measured_step():
     """An upper bound: a tabular step at a size where the (seeds, batch, arms) sampling table dominates.
-    Bug caught: tasks/base.py:_tabular_single — `16 * FLOAT * arms + batch * arms + ...` →
+    Bug caught: tasks/memory.py:_tabular_single — `16 * FLOAT * arms + batch * arms + ...` →
     `16 * FLOAT * arms + ...` (the sampling table left out)."""
     cfg = compose_config([SINGLE, "task.arms=20000", "task.batch_size=500", "seeds=2"])
     need, _ = estimate_memory(cfg)

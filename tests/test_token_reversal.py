@@ -11,7 +11,7 @@ import torch
 from algorithms import ALGORITHMS
 from conftest import compose_config, run_config, run_killed_at
 from tasks import rng
-from harness.run import build_task
+from harness.config import build_task
 from tasks import token_reversal as tr
 from algorithms.checks import ConfigError
 from tasks.models import transformer

@@ -11,8 +11,8 @@ import yaml
 from algorithms import ALGORITHMS
 from algorithms.registry import HYPERPARAMETERS, check_hyperparameters
 from conftest import CONF, compose_config, run_cli
-from harness.run import build_task, experiment_presets
-from harness.run import compose_config as harness_compose
+from harness.config import build_task, experiment_presets
+from harness.config import compose_config as harness_compose
 from algorithms.checks import ConfigError
 
 TOKEN, MNIST = "task=token_reversal", "task=mnist_bandit"
@@ -20,7 +20,7 @@ SINGLE, MULTI = "task=tabular_single", "task=tabular_multi"
 
 # (overrides, expected message fragment): the fragment is "<key>=<value> is not valid" unless noted
 BAD_VALUES = [
-    # top level and trainer (harness/run.py build_task)
+    # top level and trainer (harness/config.py build_task)
     (["seeds=0"], "seeds=0 is not valid"),
     (["seed_offset=-1"], "seed_offset=-1 is not valid"),
     (["trainer.steps=0"], "trainer.steps=0 is not valid"),

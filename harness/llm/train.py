@@ -27,7 +27,7 @@ from algorithms import ALGORITHMS
 from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.run import set_threads
+from harness.config import set_threads
 from harness.session import Session
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
@@ -209,7 +209,7 @@ def validate_llm(cfg: DictConfig) -> tuple[Any, int, int]:
     """(task, epochs, world size) of a validated configuration; every ConfigError comes from here."""
     from accelerate import PartialState
 
-    from harness.run import build_task
+    from harness.config import build_task
 
     task = build_task(cfg)
     world_size = PartialState().num_processes

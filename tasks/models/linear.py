@@ -88,7 +88,7 @@ def onednn_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-_backend = auto_backend()  # what cpu_matmul=auto picks; runs set it from their configuration (harness.run)
+_backend = auto_backend()  # what cpu_matmul=auto picks; runs set it from their configuration (harness.config)
 
 
 def _use_onednn(x: torch.Tensor, out_features: int) -> bool:

@@ -1,0 +1,164 @@
+"""A run's configuration: composed as ``python -m harness`` composes it, validated, and built into its task.
+
+Both trainers start here (the batched-task loop in harness/run.py, the TRL trainer in harness/llm/train.py), so
+neither imports the other's module."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+import algorithms
+from algorithms.checks import (
+    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
+    did_you_mean)
+from harness.tracking import check_logger_config
+from tasks import get_task
+from tasks.base import Task
+from tasks.memory import check_memory
+from tasks.models import linear
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+EXPERIMENT_NAME_RULE = ("a non-empty name that is one folder name: letters, digits, _ - . only (no path separators, "
+                        "no spaces), not starting with '.'")
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def check_experiment_name(name) -> str:
+    """``experiment_name`` names the run's folders (``outputs/<experiment_name>/...``, ``multirun/<name>/...``)
+    and its W&B group: one safe folder name, so that no name writes outside ``outputs/``; ConfigError otherwise."""
+    if not isinstance(name, str) or not _EXPERIMENT_NAME.fullmatch(name):
+        raise ConfigError(f"experiment_name={name!r} is not valid; expected {EXPERIMENT_NAME_RULE}")
+    return name
+
+
+def _check_experiment_name_overrides(parsed: list) -> None:
+    """Every value an ``experiment_name=`` override sets (each of a sweep's) passes ``check_experiment_name``; run
+    before Hydra makes the folders the name is part of."""
+    for override in parsed:
+        if override.key_or_group != "experiment_name" or override.is_delete():
+            continue
+        try:
+            names = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        except Exception:  # noqa: BLE001 - an interval or range sweep: numbers, not names
+            raise ConfigError(f"{override.input_line} is not valid; expected {EXPERIMENT_NAME_RULE}") from None
+        for name in names:
+            check_experiment_name(str(name) if isinstance(name, (int, float)) and not isinstance(name, bool) else name)
+
+
+def experiment_presets() -> list[str]:
+    """The experiment presets, ``conf/experiment/<name>.yaml``."""
+    return sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+def check_experiment_overrides(overrides: list[str]) -> None:
+    """Raise a ConfigError naming the preset and listing the valid ones if an ``experiment=`` override names no
+    ``conf/experiment/*.yaml``: every value of a sweep (``experiment=a,b``, ``choice(...)``, ``glob(...)``) is
+    checked, so that a sweep fails before Hydra launches its first job. ``+experiment=`` and ``++experiment=`` are
+    refused too (conf/config.yaml's defaults already have the experiment slot), and so is ``experiment=null``
+    (no preset: leave the override out, or ``~experiment``). An override Hydra cannot parse is left to Hydra.
+    ``experiment_name=`` values are checked too (``check_experiment_name``): the name is a folder of the run's path."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
+        return
+    _check_experiment_name_overrides(parsed)
+    presets = experiment_presets()
+    valid = f"valid choices (conf/experiment/*.yaml): {', '.join(presets)}"
+    for override in parsed:
+        if override.key_or_group != "experiment" or override.is_delete():
+            continue
+        value = override.value()
+        if override.is_add() or override.is_force_add():
+            choice = override.input_line.lstrip("+").split("=", 1)[-1]
+            raise ConfigError(f"{override.input_line} is not valid: conf/config.yaml already has the experiment "
+                              f"slot; write experiment={choice}; {valid}")
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            if not value.filter(presets):
+                raise ConfigError(f"{override.input_line} matches no experiment preset; {valid}")
+            continue
+        try:
+            names = list(override.sweep_string_iterator()) if override.is_sweep_override() else (
+                value if isinstance(value, list) else [value])
+        except Exception:  # noqa: BLE001 - an interval sweep: not a list of names
+            raise ConfigError(f"{override.input_line} is not valid; {valid}") from None
+        for name in names:
+            if name is None or name == "null":
+                raise ConfigError(f"experiment=null is not valid: for no preset leave experiment= out (or write "
+                                  f"~experiment); {valid}")
+            if name not in presets:
+                near = did_you_mean(name, presets)
+                hint = f"did you mean {near}? " if near else ""
+                raise ConfigError(f"experiment={name!r} is not valid; {hint}{valid}")
+
+
+def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config exactly as ``python -m harness <overrides>`` composes it, for scripts, benches and tests; an unknown
+    experiment preset raises a ConfigError (``check_experiment_overrides``)."""
+    check_experiment_overrides(overrides)
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
+    """Validate the composition and construct the task; every error here comes before any training work.
+
+    ``device`` overrides ``cfg.device`` without its checks: the tests build tasks on PyTorch's ``meta`` device,
+    where any tensor made on the host fails, to check on a CPU-only machine that the GPU path makes every tensor on
+    the task's device. The memory estimate (tasks/memory.py ``check_memory``, as ``python -m harness`` checks it before
+    launching) refuses a run over ``memory_cap_gb`` here too; on the ``meta`` device, which allocates nothing, it is
+    not checked."""
+    algorithm = algorithms.build(cfg.algorithm)  # its hyperparameters checked and typed
+    task_cls = get_task(cfg.task.name)
+    rollout = algorithm.rollout_for(task_cls.rollouts)
+    if rollout is None or not task_cls.supports(type(algorithm)):
+        needs = ", ".join(shape.value for shape in algorithm.rollouts)
+        raise ConfigError(f"algorithm={algorithm.id} cannot run on task={task_cls.name} (it needs a rollout of "
+                          f"shape {needs}); valid algorithms for {task_cls.name}: "
+                          f"{', '.join(task_cls.supported_algorithms())}")
+    algorithm.check(rollout)
+    check_positive_int("seeds", cfg.seeds)
+    check_positive_int("trainer.steps", cfg.trainer.steps)
+    check_non_negative("trainer.checkpoint_every", cfg.trainer.checkpoint_every, integer=True)  # 0 = at the end
+    if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
+        raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
+    check_seed_ids(cfg.seeds, cfg.seed_offset, llm=cfg.task.get("kind") == "llm")
+    thresholds = cfg.task.get("steps_to")
+    if not OmegaConf.is_list(thresholds):
+        raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")
+    for threshold in thresholds:
+        check_number("task.steps_to", threshold, low=0, high=1)
+    check_logger_config(cfg.logger)
+    check_bool("flush_denormal", cfg.flush_denormal)
+    check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
+    check_number("trainer.solved_below", cfg.trainer.solved_below, low=0, high=1)
+    check_number("trainer.relapse_above", cfg.trainer.relapse_above, low=cfg.trainer.solved_below, high=1)
+    check_experiment_name(cfg.experiment_name)
+    task_cls.check_steps(cfg.task, int(cfg.trainer.steps))
+    check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
+    linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
+    device = torch.device(cfg.device) if device is None else device
+    if device.type != "meta":
+        check_memory(cfg)
+    seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
+    return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
+                    optim=cfg.get("optim"))
+
+
+def set_threads(threads) -> None:
+    """``threads``: torch's intra-op threads (null or 0: torch's default)."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
+        raise ConfigError(f"threads={threads!r} is not valid; expected null, 0 (torch's default) or a positive integer")
+    if threads:
+        torch.set_num_threads(threads)
