@@ -1,17 +1,25 @@
 """The report's inputs and outputs when they are not what they should be: duplicated or seedless W&B runs, runs whose
-rows contradict their summary, damaged files, overlapping paths, leftover partial exports, nonsense resample counts,
-and an --out folder holding files the report did not write."""
+rows contradict their summary, damaged files, a seed in two run folders, overlapping paths, leftover partial exports,
+nonsense resample counts and seeds, an --out folder holding files the report did not write, a disk that fills up and
+a report killed while moving its files in."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from harness import outputs
 from harness.report import synthetic
 from harness.report.__main__ import main
 from harness.report.build import GENERATED, claim_out, listed_files, results_table, write_report
@@ -187,6 +195,66 @@ def test_the_cli_reports_a_damaged_summary_without_a_traceback(tmp_path, capsys)
     assert str(tmp_path / "runs" / "b" / "summary.json") in line and "not valid JSON" in line
 
 
+def _exported(folder: Path, offset: int = 0) -> Path:
+    """A run as results/runs holds it: summary.json, identity.json, config.yaml, metrics.csv.gz."""
+    run = _run(folder, offset=offset, gz=True)
+    (run / ".hydra" / "config.yaml").rename(run / "config.yaml")
+    (run / ".hydra").rmdir()
+    (run / "identity.json").write_text(json.dumps({"fingerprint": "0" * 16, "config": {}}) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("damage", ["config_empty", "config_cut_mid_line", "config_cut_at_a_line", "summary_bare"])
+def test_an_exported_run_with_an_empty_or_cut_config_or_a_bare_summary_is_skipped_naming_the_file(damage, tmp_path,
+                                                                                                   capsys):
+    """An exported run whose config.yaml is empty or cut short (mid-line, or at a line: both still valid YAML), or
+    whose summary.json holds only a status, is one warning line naming the file, and its run is skipped, as for a
+    damaged summary: read as it is, it was a configuration of its own (its line gone from the figure, listed as
+    missing) or a row of 0 seeds.
+    Bug caught: harness/report/load.py:_read_config_checked — `absent = [key for key in CONFIG_KEYS if key not in
+    config]` → `absent = []` (a config cut at a line read as another configuration)."""
+    good = _exported(tmp_path / "cell" / "seeds0-1")
+    bad = _exported(tmp_path / "cell" / "seeds2-3", offset=2)
+    path = bad / ("summary.json" if damage == "summary_bare" else "config.yaml")
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    path.write_text({"config_empty": "", "config_cut_mid_line": text[:-4],  # "  resume: false\n" → "  resume: fa"
+                     "config_cut_at_a_line": "".join(lines[:len(lines) // 2]),
+                     "summary_bare": '{"status": "completed"}'}[damage])
+    runs, _ = load_runs([tmp_path])
+    assert runs.run_dir.tolist() == [str(good)]
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert line.startswith(f"warning: {path}: ") and f"run {bad} skipped" in line
+
+
+def test_a_seed_in_two_run_folders_is_a_conflict_named_in_the_caption_the_readme_and_runs_csv(tmp_path):
+    """A run folder copied beside the original (a backup passed too) puts each of its seeds in two runs: its line is
+    not drawn, and the figure's caption and the README say why, naming both folders and what to keep, with no
+    command under "Missing" (another run would be one more copy); its two rows in runs.csv are flagged, each naming
+    the other folder.
+    Bug caught: harness/report/tables.py:missing_commands — `~part.status.isin(("ok", "conflict"))` →
+    `part.status != "ok"` (the duplicated line's command listed as missing)."""
+    original = _run(tmp_path / "runs" / "tpo" / "seeds0-1")
+    config = synthetic.make_config(EXPERIMENT, "token_reversal", "grpo", 2, 40)
+    synthetic.write_run(tmp_path / "runs" / "grpo", config, {"error": np.full((2, len(STEPS)), 0.3)}, steps=STEPS)
+    backup = tmp_path / "backup" / "seeds0-1"
+    shutil.copytree(original, backup)
+    out = tmp_path / "out"
+    main([str(tmp_path / "runs"), str(backup.parent), "--out", str(out), "--tables", "none", "--resamples", "100"])
+    (caption,) = out.glob("*.caption.md")
+    human = caption.read_text().split("## Provenance")[0]
+    said = human[human.index("Not drawn, runs in conflict: "):]
+    assert said.startswith("Not drawn, runs in conflict: TPO: seed 0 is in more than one run (the first two runs "
+                           "listed); keep one copy of each seed (runs: ")
+    assert f"`{original}`" in said and f"`{backup}`" in said and "GRPO" not in said
+    readme = (out / "README.md").read_text()
+    assert "## Missing" not in readme and json.loads((out / "missing.json").read_text()) == []
+    conflicts = readme[readme.index("## Conflicts"):]
+    assert "keep one copy of each seed" in conflicts and f"`{original}`" in conflicts and f"`{backup}`" in conflicts
+    flags = pd.read_csv(out / "runs.csv").set_index("algorithm").loc["tpo", "flags"]
+    assert sorted(flags) == sorted([f"conflict: seeds 0-1 also in {backup}", f"conflict: seeds 0-1 also in {original}"])
+
+
 # 4. overlapping paths and partial exports ----------------------------------------------------------------------------
 
 def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tmp_path, capsys):
@@ -202,7 +270,7 @@ def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tm
     assert str(leftover) in line and "partial export" in line
 
 
-# 5. resamples --------------------------------------------------------------------------------------------------------
+# 5. resamples and seeds ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("count", ["0", "-5", "99"])
 def test_too_few_resamples_are_refused_in_one_line(count, tmp_path, capsys):
@@ -214,6 +282,20 @@ def test_too_few_resamples_are_refused_in_one_line(count, tmp_path, capsys):
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--resamples {count}: give at least 100" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", "-20"])
+def test_a_negative_seed_is_refused_in_one_line(seed, tmp_path, capsys):
+    """--seed below 0 (numpy refuses it, deep in the first bootstrap) exits 2 with one line, before an output folder
+    is made.
+    Bug caught: harness/report/__main__.py:main — `if args.seed < 0:` → `if args.seed < -1:`."""
+    _run(tmp_path / "runs" / "a")
+    with pytest.raises(SystemExit) as exit:
+        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seed", seed])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--seed {seed}: give a non-negative integer" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -260,8 +342,8 @@ def test_out_results_itself_is_refused_and_the_committed_preset_folders_are_reco
 def test_a_legacy_report_folder_is_regenerated_with_a_marker_and_stale_files_go_only_when_listed(tmp_path):
     """A report folder without a marker is regenerated with one listing only the report's files; a file goes as stale
     only when the earlier marker listed it; a README rewritten by hand is never overwritten.
-    Bug caught: harness/report/build.py:write_report — `files = {name for name in now if name in expected or ...}`
-    → `files = set(now) | {"README.md"}` (fig2.png listed as written)."""
+    Bug caught: harness/report/build.py:write_report — `files = {path.name for path in stage.iterdir()} | {README}`
+    → `files = {path.name for path in out.iterdir()} | {README}` (fig2.png and conclusions.md listed as written)."""
     _run(tmp_path / "runs" / "a")
     out = tmp_path / "fig2_tabular_single"
     out.mkdir()
@@ -292,8 +374,7 @@ def test_a_legacy_report_folder_is_regenerated_with_a_marker_and_stale_files_go_
 
 def test_a_new_or_empty_out_folder_is_written_and_claimed(tmp_path):
     """A new (nested) or empty --out folder is written, and a later report claims it as its own.
-    Bug caught: harness/report/build.py:write_report — `out.mkdir(parents=True, exist_ok=True)` →
-    `out.mkdir(exist_ok=True)`."""
+    Bug caught: harness/report/build.py:staged — `stage.mkdir(parents=True)` → `stage.mkdir()`."""
     _run(tmp_path / "runs" / "a")
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -303,3 +384,110 @@ def test_a_new_or_empty_out_folder_is_written_and_claimed(tmp_path):
         assert listed_files((out / "README.md").read_text()) == {"README.md", "runs.csv", "missing.json"}
         claim_out(out)
     assert json.loads((empty / "missing.json").read_text()) == []
+
+
+# 7. a full disk, a kill: the folder keeps a whole report and stays the report's own ---------------------------------
+
+class FullDisk:
+    """A disk with ``room`` bytes left for the files ``outputs.atomic_write_text`` writes (all the report writes): a
+    write past it stores what fits and raises ENOSPC, as a full disk does."""
+
+    def __init__(self, room: int):
+        self.room = room
+
+    def open(self, path, mode="r", **kwargs):
+        disk, handle = self, open(path, mode, **kwargs)
+
+        class Filling:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *error):
+                handle.close()
+
+            def __getattr__(self, name):
+                return getattr(handle, name)
+
+            def writelines(self, chunks):
+                for chunk in chunks:
+                    fits = chunk[:max(0, disk.room)]
+                    disk.room -= len(fits)
+                    handle.write(fits)
+                    if len(fits) < len(chunk):
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        return Filling()
+
+
+def _report(paths: list[Path], out: Path) -> None:
+    main([*map(str, paths), "--out", str(out), "--tables", "none", "--resamples", "100"])
+
+
+def _entries(folder: Path) -> dict | None:
+    """Everything in ``folder`` (temporaries, folders: their entries) → its bytes; None when there is no folder."""
+    if not folder.exists():
+        return None
+    return {path.name: path.read_bytes() if path.is_file() else _entries(path) for path in folder.iterdir()}
+
+
+def _as_written_into(folder: Path) -> dict[str, bytes]:
+    """``_entries`` with the folder's own name and the caption's time replaced: what two reports of the same runs
+    into two folders share."""
+    return {name: re.sub(rb"Generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", b"Generated",
+                         data.replace(str(folder).encode(), b"<out>"))
+            for name, data in _entries(folder).items()}
+
+
+@pytest.mark.parametrize("fill", [0.0, 0.5, 0.999])
+def test_a_full_disk_is_one_line_leaves_out_as_it_was_and_a_rerun_writes_what_an_unbroken_run_writes(
+        fill, tmp_path, monkeypatch):
+    """A disk that fills up while the report writes (at its first file, halfway, at its README, the last) fails in
+    one line naming the file and why, and leaves --out as it was: no folder where there was none, else the earlier
+    report, whole, and no temporary (a cut figure and no README would leave a folder no report may claim again).
+    Run again with room, the report is what one that never failed writes.
+    Bug caught: harness/report/build.py:staged — `shutil.rmtree(stage, ignore_errors=True)` in `finally` deleted (the
+    failed report's files stay in out/.report.<pid>.tmp)."""
+    runs = tmp_path / "runs"
+    _run(runs / "tpo")
+    synthetic.write_run(runs / "grpo", synthetic.make_config(EXPERIMENT, "token_reversal", "grpo", 2, 40),
+                        {"error": np.full((2, len(STEPS)), 0.3)}, steps=STEPS)
+    unbroken = tmp_path / "unbroken"
+    _report([runs], unbroken)
+    out = tmp_path / "out"
+    if fill:
+        _report([runs / "tpo"], out)  # an earlier report, of the TPO run alone
+    before = _entries(out)
+    monkeypatch.setattr(outputs, "open", FullDisk(int(fill * sum(map(len, _entries(unbroken).values())))).open,
+                        raising=False)
+    with pytest.raises(SystemExit) as failed:
+        _report([runs], out)
+    assert re.fullmatch(rf"Error: could not write the report into {re.escape(str(out))}: "
+                        rf"{re.escape(str(out))}/[\w.]+: No space left on device", str(failed.value.code))
+    assert _entries(out) == before
+    monkeypatch.undo()
+    _report([runs], out)
+    assert _as_written_into(out) == _as_written_into(unbroken)
+
+
+def test_a_report_killed_while_moving_its_files_in_leaves_a_folder_the_next_one_claims(tmp_path):
+    """A report killed after moving some of its files into a new --out folder, before its README (moved last), left
+    them beside its stage (out/.report.<pid>.tmp, with the rest and the README that lists them all): the next report
+    claims the folder, writes it whole and removes the dead report's stage.
+    Bug caught: harness/report/build.py:claim_out — `and path.name not in moving` deleted (the moved files read as
+    files no report wrote: the folder is refused for good)."""
+    runs = tmp_path / "runs"
+    _run(runs / "tpo")
+    unbroken = tmp_path / "unbroken"
+    _report([runs], unbroken)
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    out = tmp_path / "out"
+    stage = out / f".report.{dead.pid}.tmp"
+    stage.mkdir(parents=True)
+    names = sorted(path.name for path in unbroken.iterdir())
+    moved = [name for name in names if name != "README.md"][:2]
+    for name in names:
+        shutil.copyfile(unbroken / name, (out if name in moved else stage) / name)
+    _report([runs], out)
+    assert sorted(path.name for path in out.iterdir()) == names  # the stage gone
+    assert listed_files((out / "README.md").read_text()) == set(names)

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
     parser.add_argument("--resamples", type=int, default=stats.RESAMPLES,
                         help=f"bootstrap resamples (at least {MIN_RESAMPLES})")
-    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed")
+    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed (0 or more)")
     parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
                         help="also read runs from this W&B project (full histories via scan_history)")
     parser.add_argument("--wandb-filters", type=json.loads, default=None,
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.resamples < MIN_RESAMPLES:  # 0 gives no interval at all, a negative count fails deep in numpy
         parser.exit(2, f"{parser.prog}: --resamples {args.resamples}: give at least {MIN_RESAMPLES} (an interval "
                        f"from fewer is noise; default {stats.RESAMPLES})\n")
+    if args.seed < 0:  # numpy refuses it, deep in the first bootstrap, after the output folder is made
+        parser.exit(2, f"{parser.prog}: --seed {args.seed}: give a non-negative integer (default {stats.SEED})\n")
     table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
                          wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
                          seed=args.seed)

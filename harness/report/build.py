@@ -3,20 +3,25 @@ the commands for the cells still missing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness.outputs import SUMMARY_FILE
+from harness.outputs import SUMMARY_FILE, temporary_path
 from harness.report import dynamics, stats
-from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, write_figure
+from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, conflict_note, write_figure
 from harness.report.load import load_runs
 from harness.report.specs import (
     FIGURES, SHARED_RUNS, TABLES, Figure, Panel, Stat, Table, algorithm_rank, by_algorithm, fmt_value, label,
     preset_title)
-from harness.report.tables import GROUP_CHOICE, Report, Resolved, fmt, missing_commands, write_table
+from harness.report.tables import (
+    DONE, GROUP_CHOICE, Report, Resolved, _ranges, fmt, missing_commands, write_file, write_table)
 
 BANDITS = {"tabular_single", "tabular_multi", "mnist_bandit"}
 GENERIC_METRICS = {"error", "misalignment"}  # what the per-run table and the generic figures read
@@ -35,11 +40,12 @@ def _mean_se_text(summary: stats.Summary) -> str:
 
 def results_table(report: Report) -> pd.DataFrame:
     """One row per run: final error (%) mean ± s.e. and 95% bootstrap interval, steps to each of the task's
-    thresholds, and flags for runs that are not comparable (failed, interrupted, partial). The paper tables carry
-    intervals for steps-to as well."""
+    thresholds, and flags for runs that are not comparable (failed, interrupted, partial, in conflict). The paper
+    tables carry intervals for steps-to as well."""
     runs = report.runs
     params = [c for c in runs.columns if c.startswith(("task.", "algorithm.")) or c == "model.name"]
     largest = runs.groupby(["experiment", "task"])[["seeds", "steps"]].max().fillna(0)
+    duplicated = seed_conflicts(report, largest)
     rows = []
     for run in runs.to_dict("records"):
         seeds, steps, _ = report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]),
@@ -47,6 +53,8 @@ def results_table(report: Report) -> pd.DataFrame:
         flags = [] if run["status"] == "completed" else [run["status"]]
         if run["status"] != "failed" and (run["seeds"] < seeds or (run["steps"] or 0) < steps):
             flags.append("partial")
+        if run["run"] in duplicated:
+            flags.append(duplicated[run["run"]])
         row = {"experiment": run["experiment"], "task": run["task"], "algorithm": run["algorithm"],
                "params": " ".join(f"{GROUP_CHOICE.get(c, c.split('.', 1)[1])}={fmt_value(run[c])}" for c in params
                                   if not pd.isna(run[c])),
@@ -63,6 +71,33 @@ def results_table(report: Report) -> pd.DataFrame:
         row["flags"] = ", ".join(flags)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def seed_conflicts(report: Report, largest: pd.DataFrame) -> dict[int, str]:
+    """Run id → "conflict: seed(s) … also in <run folders>" for each run that holds a seed another run of its
+    configuration (experiment, task, algorithm, signature) holds too, among the runs a cell would merge (not failed;
+    those of the budget's steps where some are, as ``Report.resolve`` picks): every cell over them is a conflict,
+    and their rows in the per-run table would otherwise look alike. ``largest``: (seeds, steps) per experiment and
+    task, for ``Report.budget``."""
+    runs = report.runs
+    usable = runs[(runs.status != "failed") & runs.run.isin(report.with_data)]
+    flags = {}
+    for (experiment, task, _, _), group in usable.groupby(["experiment", "task", "algorithm", "signature"],
+                                                          sort=False, dropna=False):
+        steps = report.budget(experiment, *map(int, largest.loc[(experiment, task)]), task=task)[1]
+        full = group[group.status.isin(DONE) & (group.steps.fillna(0) >= steps)]
+        used = full if not full.empty else group
+        holders: dict[int, list[str]] = {}
+        for run_dir, seed_ids in zip(used.run_dir, used.seed_ids):
+            for seed in seed_ids:
+                holders.setdefault(seed, []).append(run_dir)
+        for run, run_dir, seed_ids in zip(used.run, used.run_dir, used.seed_ids):
+            shared = [seed for seed in seed_ids if len(holders[seed]) > 1]
+            if shared:
+                seeds = ", ".join(str(a) if b == a + 1 else f"{a}-{b - 1}" for a, b in _ranges(shared))
+                others = dict.fromkeys(other for seed in shared for other in holders[seed] if other != run_dir)
+                flags[run] = f"conflict: seed{'s' if len(shared) > 1 else ''} {seeds} also in {' '.join(others)}"
+    return flags
 
 
 def mechanism_table(curves: pd.DataFrame, step: int = 2000) -> pd.DataFrame:
@@ -170,7 +205,7 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
     paper_file = SEED_DYNAMICS[spec.name]
     paper = ({} if paper_file is None else
              {label({"algorithm.name": name}): value for name, value in json.loads(paper_file.read_text()).items()})
-    (out / f"{spec.name}_dynamics.json").write_text(json.dumps(ours, indent=1) + "\n")
+    write_file(out / f"{spec.name}_dynamics.json", json.dumps(ours, indent=1) + "\n")
     source = (f"Paper: its own per-seed data ({paper_file.name}, from the reference repository's Fig 1b asset). "
               if paper_file else
               "The paper publishes no per-seed data for these cells: ours only, partial cells included (see seeds). ")
@@ -191,17 +226,15 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                  resamples: int = stats.RESAMPLES,
                  seed: int = stats.SEED, table_specs: dict[str, Table] = TABLES,
                  figure_specs: dict[str, Figure] = FIGURES) -> pd.DataFrame:
-    """Write README.md, one md/csv/tex per paper table and png/pdf/caption per figure under ``out``; return the
-    per-run table. ``out`` must be new, empty (but for a hand-written ``conclusions.md``) or a folder an earlier
-    report wrote (``claim_out``)."""
+    """Write README.md, one md/csv/tex per paper table and png/pdf/caption per figure under ``out``, whole or not at
+    all (``staged``); return the per-run table. ``out`` must be new, empty (but for a hand-written
+    ``conclusions.md``) or a folder an earlier report wrote (``claim_out``)."""
     previous = claim_out(out)
     needed = metrics_needed(table_specs, figure_specs)
     runs, curves = load_runs(paths, metrics=lambda experiment: GENERIC_METRICS | needed.get(experiment, set()),
                              wandb=wandb, wandb_api=wandb_api, wandb_filters=wandb_filters)
     if runs.empty:
         raise SystemExit(f"no run directories (with {SUMMARY_FILE}) found under: {', '.join(map(str, paths))}")
-    out.mkdir(parents=True, exist_ok=True)
-    before = _stamps(out)
     report = Report(runs, curves, resamples, seed)
     sources = " ".join([*map(str, paths), *(f"--wandb {w}" for w in wandb)])
     selection = "".join(f" --{kind} {choice}" for kind, choice in (("tables", tables), ("figures", figures))
@@ -209,63 +242,76 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     command = f"python -m harness.report {sources} --out {out}{selection}"
     experiments = set(runs.experiment)
 
-    table = results_table(report).sort_values(["experiment", "task", "algorithm", "params"], kind="stable")
-    table.to_csv(out / "runs.csv", index=False)
-    sections = [GENERATED_TITLE, f"Generated by `{command}`.\n"]
-    if (out / CONCLUSIONS).exists():
-        sections.append(f"What these tables say, read by hand (not regenerated): [{CONCLUSIONS}]({CONCLUSIONS}).\n")
-    sections += ["## Runs\n",
-                "Every run directory: final error (seed mean ± s.e. with population std, 95% bootstrap interval "
-                "over seeds) and steps to the task's thresholds (first step whose seed-mean error is strictly "
-                "below). Flags: failed runs (never in a table); interrupted or shorter runs (in a table only while "
-                "their cell has no full-length run, and then marked †); diverged runs; partial runs (fewer seeds "
-                "than the preset: a table merges the seed ranges of a cell's runs of one configuration and marks "
-                "the cell † until it has the preset's seeds).\n"]
-    for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
-        part = part.iloc[sorted(range(len(part)), key=lambda i: algorithm_rank(part.algorithm.iloc[i]))]  # TPO first
-        shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
-        sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]
+    with staged(out, previous) as stage:
+        table = results_table(report).sort_values(["experiment", "task", "algorithm", "params"], kind="stable")
+        write_file(stage / "runs.csv", table.to_csv(index=False))
+        sections = [GENERATED_TITLE, f"Generated by `{command}`.\n"]
+        if (out / CONCLUSIONS).exists():
+            sections.append(f"What these tables say, read by hand (not regenerated): [{CONCLUSIONS}]({CONCLUSIONS}).\n")
+        sections += ["## Runs\n",
+                     "Every run directory: final error (seed mean ± s.e. with population std, 95% bootstrap "
+                     "interval over seeds) and steps to the task's thresholds (first step whose seed-mean error is "
+                     "strictly below). Flags: failed runs (never in a table); interrupted or shorter runs (in a table "
+                     "only while their cell has no full-length run, and then marked †); diverged runs; partial runs "
+                     "(fewer seeds than the preset: a table merges the seed ranges of a cell's runs of one "
+                     "configuration and marks the cell † until it has the preset's seeds).\n"]
+        for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
+            part = part.iloc[sorted(range(len(part)), key=lambda i: algorithm_rank(part.algorithm.iloc[i]))]  # TPO 1st
+            shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
+            sections += [f"### {experiment} — {task}\n", shown.to_markdown(index=False), ""]
 
-    records = []
-    chosen_tables = _select(table_specs, tables, experiments)
-    for spec in chosen_tables:
-        cells = report.evaluate(spec)
-        records.append(cells[["preset", "status", "command"]])
-        sections += [write_table(spec, cells, out),
-                     f"Files: [{spec.name}.csv]({spec.name}.csv), [{spec.name}.tex]({spec.name}.tex)\n"]
-        if spec.name in SEED_DYNAMICS:
-            sections.append(seed_dynamics_section(spec, report, out))
+        records = []
+        for spec in _select(table_specs, tables, experiments):
+            cells = report.evaluate(spec)
+            where = [f"{spec.name} {', '.join(p for p in (row, col) if p)}" for row, col in zip(cells.row, cells.col)]
+            records.append(cells.assign(where=where)[RECORD])
+            sections += [write_table(spec, cells, stage),
+                         f"Files: [{spec.name}.csv]({spec.name}.csv), [{spec.name}.tex]({spec.name}.tex)\n"]
+            if spec.name in SEED_DYNAMICS:
+                sections.append(seed_dynamics_section(spec, report, stage))
 
-    chosen = _select(figure_specs, figures, experiments)
-    if figures != "none":
-        chosen += _generic_figures(runs, set().union(*(_presets(f) for f in figure_specs.values())))
-    written = []
-    for figure in chosen:
-        done, lines = write_figure(figure, report, out, smooth, command)
-        records.append(pd.DataFrame(lines, columns=["preset", "status", "command"]))
-        if done:
-            written.append(figure)
-    if written:
-        sections.append("## Figures\n")
-        for figure in written:
-            sections.append(f"### {figure.title}\n\n![{figure.name}]({figure.name}.png)\n\n"
-                            f"Caption and provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
+        chosen = _select(figure_specs, figures, experiments)
+        if figures != "none":
+            chosen += _generic_figures(runs, set().union(*(_presets(f) for f in figure_specs.values())))
+        written = []
+        for figure in chosen:
+            done, lines = write_figure(figure, report, stage, smooth, command)
+            records.append(pd.DataFrame(lines, columns=RECORD))
+            if done:
+                written.append(figure)
+        if written:
+            sections.append("## Figures\n")
+            for figure in written:
+                sections.append(f"### {figure.title}\n\n![{figure.name}]({figure.name}.png)\n\n"
+                                f"Caption and provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
 
-    commands = missing_commands(pd.concat(records)) if records else []
-    if commands:
-        sections += ["## Missing or incomplete cells\n", "Run these, then rerun the report with the new sweep "
-                     "folders added:\n", "```bash", *commands, "```", ""]
-    (out / "missing.json").write_text(json.dumps(commands, indent=1) + "\n")
-    expected = {"README.md", "runs.csv", "missing.json"}
-    expected |= {f"{spec.name}{ending}" for spec in chosen_tables for ending in (".md", ".csv", ".tex")}
-    expected |= {f"{spec.name}_dynamics.json" for spec in chosen_tables if spec.name in SEED_DYNAMICS}
-    expected |= {f"{figure.name}{ending}" for figure in written for ending in (".png", ".pdf", ".caption.md")}
-    now = _stamps(out)
-    files = {name for name in now if name in expected or before.get(name) != now[name]} | {"README.md"}
-    files -= {CONCLUSIONS}
-    (out / "README.md").write_text("\n".join(sections) + marker_line(files))
-    remove_stale(out, previous, files)
+        records = pd.concat(records) if records else pd.DataFrame(columns=RECORD)
+        commands = missing_commands(records)
+        if commands:
+            sections += ["## Missing or incomplete cells\n", "Run these, then rerun the report with the new sweep "
+                         "folders added:\n", "```bash", *commands, "```", ""]
+        sections += conflicts_section(records)
+        write_file(stage / "missing.json", json.dumps(commands, indent=1) + "\n")
+        files = {path.name for path in stage.iterdir()} | {README}
+        write_file(stage / README, "\n".join(sections) + marker_line(files))
     return table
+
+
+RECORD = ["preset", "status", "command", "where", "flags", "runs"]  # a table cell or a figure line, for the README
+
+
+def conflicts_section(records: pd.DataFrame) -> list[str]:
+    """The README's list of cells and figure lines in conflict (no number, not drawn): what overlaps, where, and
+    the runs to choose from, instead of a command: running more would only add another copy."""
+    conflicts = records[records.status == "conflict"]
+    if conflicts.empty:
+        return []
+    lines = ["## Conflicts\n", "These cells have no number and these lines are not drawn: their runs overlap under "
+             "the report's paths. Remove the extra runs from those paths (or pass fewer paths), then rerun the "
+             "report:\n"]
+    for (flags, runs), part in conflicts.groupby(["flags", "runs"], sort=False):
+        lines.append("- " + conflict_note(", ".join(dict.fromkeys(part["where"])), flags, runs.split(" ")))
+    return [*lines, ""]
 
 
 README = "README.md"
@@ -278,43 +324,92 @@ def marker_line(files: set[str]) -> str:
     return f"\n{MARKER}{json.dumps(sorted(files))} -->\n"
 
 
-def _stamps(out: Path) -> dict[str, tuple[int, int, int]]:
-    """Plain files directly in ``out`` → (mtime ns, size, inode): what changed is what a report wrote."""
-    stamps = {}
-    for path in out.iterdir():
-        if path.is_file() and not path.is_symlink():
-            info = path.stat()
-            stamps[path.name] = (info.st_mtime_ns, info.st_size, info.st_ino)
-    return stamps
+STAGE = ".report"  # a report writes into out/.report.<pid>.tmp (``temporary_path``), then moves the files out
+_STAGED = re.compile(r"\.report\.(\d+)\.tmp")
+
+
+@contextlib.contextmanager
+def staged(out: Path, previous: set[str]):
+    """A folder inside ``out`` to write a report's files into; once all are written they replace those in ``out``,
+    README.md last, and what the earlier report listed (``previous``) and this one did not write goes
+    (``remove_stale``), as do the folders of reports killed while writing. A failure (a full disk) leaves ``out``
+    as it was, and no temporary, and is one line: the file and why."""
+    created = not out.exists()
+    stage = temporary_path(out / STAGE)
+    shutil.rmtree(stage, ignore_errors=True)  # left by a killed process whose id this one now has
+    try:
+        stage.mkdir(parents=True)
+        yield stage
+        written = {path.name for path in stage.iterdir()}
+        for name in [*sorted(written - {README}), README]:
+            os.replace(stage / name, out / name)
+        remove_stale(out, previous, written)
+        for leftover in leftover_stages(out):
+            if not _running(int(_STAGED.fullmatch(leftover.name)[1])):
+                shutil.rmtree(leftover, ignore_errors=True)
+    except OSError as error:
+        failed = Path(error.filename or out)
+        shown = out / failed.name if failed.parent == stage else failed
+        raise SystemExit(f"Error: could not write the report into {out}: {shown}: {error.strerror or error}"
+                         ) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+
+
+def leftover_stages(out: Path) -> list[Path]:
+    """The folders of reports into ``out`` killed before they moved their files in (or still writing)."""
+    return [path for path in out.iterdir()
+            if _STAGED.fullmatch(path.name) and path.is_dir() and not path.is_symlink()]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` is alive on this machine: the stage of a report still writing stays."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def claim_out(out: Path) -> set[str]:
     """May a report write into ``out``? Yes when it does not exist yet (it is created), holds nothing but a
-    hand-written ``conclusions.md``, or holds a README.md a report generated (it starts with ``GENERATED``; the
-    files that report listed are returned, the ones it may remove as stale; none for a README written before the
-    list was kept). Otherwise, and for a README.md written by hand, refuse in one line: a report never replaces
-    or removes files it did not write."""
+    hand-written ``conclusions.md``, or holds a README.md a report generated (it starts with ``GENERATED``). The
+    files the earlier report listed are returned, the ones this one may remove as stale (none for a README written
+    before the list was kept), with those a report killed while moving its files in had listed (the README in its
+    ``leftover_stages``; without it, they would read as files no report wrote). Otherwise, and for a README.md
+    written by hand, refuse in one line: a report never replaces or removes files it did not write."""
     if not out.exists():
         return set()
     if not out.is_dir():
         raise SystemExit(f"--out {out}: not a folder")
+    leftovers = leftover_stages(out)
+    moving = set().union(*(listed_files(_read_text(stage / README)) for stage in leftovers))
     readme = out / README
     if readme.exists():
-        try:
-            text = readme.read_text()
-        except (OSError, UnicodeDecodeError):
-            text = ""
+        text = _read_text(readme)
         if not text.startswith(GENERATED):
             raise SystemExit(f"--out {out}: refusing to write there, its {README} was not generated by "
                              "`python -m harness.report` (hand-written files are never replaced); choose a new or "
                              "empty folder")
-        return listed_files(text)
-    others = sorted(path.name for path in out.iterdir() if path.name != CONCLUSIONS)
+        return listed_files(text) | moving
+    others = sorted(path.name for path in out.iterdir()
+                    if path.name != CONCLUSIONS and path not in leftovers and path.name not in moving)
     if others:
         raise SystemExit(f"--out {out}: refusing to write there, it holds files no report wrote "
                          f"({', '.join(others[:3])}{', …' if len(others) > 3 else ''}) and no generated {README}; "
                          "choose a new or empty folder")
-    return set()
+    return moving
 
 
 def listed_files(readme: str) -> set[str]:

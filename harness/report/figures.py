@@ -6,8 +6,10 @@ configs, seeds, steps, hardware, commit, date)."""
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +22,7 @@ from algorithms import ALGORITHMS
 from harness.outputs import git_commit
 from harness.report import paper, stats
 from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
-from harness.report.tables import Report, Resolved, fill_command
+from harness.report.tables import Report, Resolved, fill_command, write_file
 
 # One fixed colour and line style per algorithm across every figure, from the registry (TPO: red, drawn on top).
 ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
@@ -105,6 +107,8 @@ class Drawer:
         self.used: list[tuple[str, str, Resolved]] = []
         self.records: list[dict] = []  # preset, command, status of every line, for the missing-runs list
         self.missing_panels: list[str] = []  # titles of the panels that have no runs (not drawn)
+        self.conflicts: dict[tuple[str, str], Resolved] = {}  # (line, flag) → its runs: not drawn, the runs overlap
+        self.conflict_panels: set[str] = set()  # titles of the panels with such a line
         self.partial = False  # some drawn line is partial (†)
         self.paper_drawn = False  # some published value is drawn (a legend entry)
         self.units: list[str] = []  # the x unit of each drawn curves panel (episode, step)
@@ -117,13 +121,20 @@ class Drawer:
         budget = self._budget(panel, full)
         return full, budget, self.report.resolve(panel.preset, full, budget)
 
-    def record(self, panel: Panel) -> bool:
-        """Record the (preset, status, command) of every line of the panel; whether some line has runs."""
+    def record(self, panel: Panel, figure: str) -> bool:
+        """Record the preset, status, command, place (``figure`` and the line), flags and runs of every line of the
+        panel, and its conflicts; whether some line has runs."""
         found = False
         for key in _keys(panel):
             full, budget, resolved = self._resolve(panel, key)
+            line = label({k: v for k, v in key.items() if k not in panel.where})
             self.records.append({"preset": full.get("experiment", panel.preset), "status": resolved.status,
-                                 "command": fill_command(panel.preset, full, resolved, budget)})
+                                 "command": fill_command(panel.preset, full, resolved, budget),
+                                 "where": f"{figure} {line}", "flags": "; ".join(resolved.flags),
+                                 "runs": " ".join(resolved.run_dirs)})
+            if resolved.status == "conflict":
+                self.conflicts[line, resolved.flags[0]] = resolved
+                self.conflict_panels.add(panel.title or panel.preset)
             found |= resolved.usable
         return found
 
@@ -261,7 +272,7 @@ class Drawer:
     def draw(self, figure: Figure) -> plt.Figure | None:
         """The figure with only the panels that have runs (the others recorded in ``missing_panels`` and their
         lines' commands in ``records``), one legend below them; None when no panel has runs."""
-        active = [panel for panel in figure.panels if self.record(panel)]
+        active = [panel for panel in figure.panels if self.record(panel, figure.name)]
         self.missing_panels = [panel.title or panel.preset for panel in figure.panels if panel not in active]
         if not active:
             return None
@@ -361,11 +372,21 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
         second = second[0].upper() + second[1:]
     if figure.caption:
         second += f" {figure.caption}"
-    if drawer.missing_panels:
-        second += f" Not drawn, no runs yet: {'; '.join(drawer.missing_panels)} (commands in the README)."
+    unrun = [title for title in drawer.missing_panels if title not in drawer.conflict_panels]
+    if unrun:
+        second += f" Not drawn, no runs yet: {'; '.join(unrun)} (commands in the README)."
+    if drawer.conflicts:
+        second += (" Not drawn, runs in conflict: "
+                   + "; ".join(conflict_note(line, flag, resolved.run_dirs)
+                               for (line, flag), resolved in drawer.conflicts.items()) + ".")
     if drawer.partial:
         second += " † marks a partial line: fewer seeds or steps than its preset asks for."
     return [first, second]
+
+
+def conflict_note(where: str, flag: str, run_dirs: Iterable[str]) -> str:
+    """A conflict in words: where, what overlaps and what to keep (``flag``), and the runs in question."""
+    return f"{where}: {flag.removeprefix('conflict: ')} (runs: {', '.join(f'`{d}`' for d in run_dirs)})"
 
 
 def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str,
@@ -416,8 +437,11 @@ def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int 
     fig = drawer.draw(figure)
     if fig is None:
         return False, drawer.records
-    fig.savefig(out / f"{figure.name}.png", dpi=150)
-    fig.savefig(out / f"{figure.name}.pdf", metadata={"CreationDate": None})  # same figure, same bytes
+    png, pdf = io.BytesIO(), io.BytesIO()  # in memory: on a full disk matplotlib buries the OSError in its own
+    fig.savefig(png, format="png", dpi=150)
+    fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})  # same figure, same bytes
     plt.close(fig)
-    (out / f"{figure.name}.caption.md").write_text(caption(figure, drawer.used, report.runs, how, drawer))
+    write_file(out / f"{figure.name}.png", png.getvalue())
+    write_file(out / f"{figure.name}.pdf", pdf.getvalue())
+    write_file(out / f"{figure.name}.caption.md", caption(figure, drawer.used, report.runs, how, drawer))
     return True, drawer.records

@@ -71,10 +71,14 @@ def _resolve(flat: dict) -> dict:
     return flat
 
 
+def _config_path(run_dir: Path) -> Path | None:
+    return next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), None)
+
+
 def read_config(run_dir: Path) -> dict:
     """The run's resolved config, flattened to dotted keys ({} when the run directory has none); a key added after
     the run was recorded reads as its neutral default (``rundir.NEUTRAL_DEFAULTS``) wherever its section exists."""
-    path = next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), None)
+    path = _config_path(run_dir)
     if path is None:
         return {}
     with open(path) as handle:
@@ -197,16 +201,38 @@ def _read_summary(run_dir: Path) -> dict:
                       f"{error.colno})") from error
     if not isinstance(summary, dict) or "status" not in summary:
         raise Damaged(f"{path}: no status")
+    seeds = summary.get("seeds")
+    if summary["status"] != "failed" and not (isinstance(seeds, list) and seeds
+                                              and all(type(seed) is int for seed in seeds)):
+        # (a run writes its summary whole, seeds included, once it ends: a failed one has none to list)
+        raise Damaged(f"{path}: no seeds (a {summary['status']} run's summary lists the seeds it ran)")
     return summary
 
 
+# Keys every run's config holds. The harness writes a config whole, trainer last: one that lacks a key was cut at the
+# end of a line (one cut mid-line has no newline at its end)
+CONFIG_KEYS = ("experiment_name", "task.name", "algorithm.name", "seeds", "trainer.steps")
+
+
 def _read_config_checked(run_dir: Path) -> dict:
+    """``read_config``; ``Damaged`` naming the file when it is unreadable, not YAML, empty or cut short."""
+    path = _config_path(run_dir)
+    if path is None:
+        return {}
     try:
-        return read_config(run_dir)
+        config = read_config(run_dir)
+        unfinished = not path.read_bytes().endswith(b"\n")
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as error:
-        path = next((run_dir / name for name in CONFIG_FILES if (run_dir / name).exists()), run_dir)
         raise Damaged(f"{path}: {_describe(error) if not isinstance(error, yaml.YAMLError) else 'not valid YAML'}"
                       ) from error
+    if not config:
+        raise Damaged(f"{path}: empty")
+    if unfinished:
+        raise Damaged(f"{path}: cut short (its last line is unfinished)")
+    absent = [key for key in CONFIG_KEYS if key not in config]
+    if absent:
+        raise Damaged(f"{path}: cut short? (no {', '.join(absent)}, which every run's config holds)")
+    return config
 
 
 def _run_record(run_dir: Path) -> dict:
@@ -266,8 +292,9 @@ def cross_check(record: dict, frame: pd.DataFrame, cut: bool = False) -> str | N
 def load_local(paths: Iterable[Path], metrics: Metrics = None,
                workers: int = 4) -> tuple[list[dict], list[pd.DataFrame | None]]:
     """Records and wide metric frames (None for failed runs) of every run directory below ``paths``. A run with a
-    damaged file (cut short, empty, not what it claims) is skipped, one warning line naming the file; one whose
-    rows contradict its summary (fewer seeds or steps) is kept as ``damaged``, never complete, with a warning."""
+    damaged file (cut short, empty, not what it claims: a config without the keys every run's holds, a summary of a
+    run that did not fail without its seeds) is skipped, one warning line naming the file; one whose rows contradict
+    its summary (fewer seeds or steps) is kept as ``damaged``, never complete, with a warning."""
     run_dirs = find_run_dirs(paths)
 
     def read(run_dir: Path) -> tuple[dict | None, pd.DataFrame | None, str | None]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.outputs import atomic_write_bytes
 from harness.report import paper, stats
 from harness.report.load import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
@@ -363,13 +364,14 @@ def _differing(configs: pd.Series) -> list[str]:
 
 def missing_commands(records: pd.DataFrame) -> list[str]:
     """Commands for the cells (or figure lines) of ``records`` (preset, status, command) that are not complete; a
-    preset without any runs collapses to one command."""
+    preset without any runs collapses to one command. A conflict has none: its runs are there, in more than one
+    copy or configuration, and running more would add another."""
     commands = []
     for preset, part in records.groupby("preset", sort=False):
         if (part.status == "missing").all():
             commands.append(f"python -m harness -m experiment={preset}")
         else:
-            commands += list(part.command[part.status != "ok"])
+            commands += list(part.command[~part.status.isin(("ok", "conflict"))])
     return merge_commands(commands)
 
 
@@ -489,13 +491,22 @@ PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% 
           "only k seeds have a value on both sides.")
 
 
+def write_file(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` whole (``atomic_write_bytes``): a full disk or a kill leaves the old file or none, never a cut
+    one. Its ``OSError`` names ``path`` (a write that fails names no file)."""
+    try:
+        atomic_write_bytes(path, data.encode() if isinstance(data, str) else data)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+
+
 def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     """Write <name>.csv (long, every field), <name>.md and <name>.tex; return the markdown."""
-    cells.drop(columns=[c for c in cells.columns if c.startswith("_")]).to_csv(out / f"{table.name}.csv",
-                                                                                index=False)
+    write_file(out / f"{table.name}.csv",
+               cells.drop(columns=[c for c in cells.columns if c.startswith("_")]).to_csv(index=False))
     main = pivot(table, cells, cell_text)
     main.index.name = ""
-    (out / f"{table.name}.tex").write_text(latex(main, table.title))
+    write_file(out / f"{table.name}.tex", latex(main, table.title))
     budget = cells.budget.iloc[0]
     published = f"paper: {table.seeds} seeds × {table.steps:,} steps" if table.seeds else "not in the paper"
     lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; {published}. {RULES}"
@@ -529,5 +540,5 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
             lines.append(f"- {where}: **{cell.status}**{detail} — `{cell.command}`")
         lines.append("")
     text = "\n".join(lines)
-    (out / f"{table.name}.md").write_text(text)
+    write_file(out / f"{table.name}.md", text)
     return text
