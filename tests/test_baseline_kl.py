@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 import algorithms
 from algorithms import Groups, Rollout, losses
 from algorithms.checks import ConfigError
-from conftest import ROOT
+from conftest import ROOT, compose_config
 
 BETA = 0.04
 R, B, K, T = 2, 3, 4, 5
@@ -213,16 +213,24 @@ def test_beta_is_declared_and_checked(name):
 
 
 def test_the_beyond_queue_runs_each_baseline_with_grpos_beta():
+    """P10 runs each baseline again under preset beyond_terminal_baselines_kl: the plain cell's configuration with
+    GRPO's β and an experiment name of its own, nothing else changed. Bug caught: conf/experiment/
+    beyond_terminal_baselines_kl.yaml — ``beta: 0.04`` → ``beta: 0.4``."""
     import yaml
 
     cells = yaml.safe_load((ROOT / "conf" / "campaign" / "beyond.yaml").read_text())["cells"]
-    by_name = {cell["name"]: cell for cell in cells}
-    for name in ("rloo", *NEW):
-        plain, with_kl = by_name[name], by_name[f"{name}_beta0.04"]
-        assert plain["overrides"] == [f"algorithm={name}"] and plain["seeds"] == 10
-        added = "" if name == "rloo" else "+"  # RLOO declares beta; the others take it as an optional key
-        assert with_kl["overrides"] == [f"algorithm={name}", f"{added}algorithm.beta=0.04"]
-        assert with_kl["priority"] == "P10" and with_kl["seeds"] == 10 and with_kl["cost"] == plain["cost"]
+    plain = {cell["name"]: cell for cell in cells if cell["preset"] == "beyond_terminal_baselines"}
+    with_kl = {cell["name"]: cell for cell in cells if cell["preset"] == "beyond_terminal_baselines_kl"}
+    assert sorted(with_kl) == sorted(["rloo", *NEW])
+    for name, cell in with_kl.items():
+        assert cell["priority"] == "P10" and cell["seeds"] == plain[name]["seeds"] == 10
+        assert cell["cost"] == plain[name]["cost"]
+        base, kl = (OmegaConf.to_container(compose_config([f"experiment={c['preset']}", *c["overrides"]]))
+                    for c in (plain[name], cell))
+        assert kl["algorithm"].pop("beta") == BETA and base["algorithm"].pop("beta", 0.0) == 0.0
+        assert (base.pop("experiment_name"), kl.pop("experiment_name")) == (
+            "beyond_terminal_baselines", "beyond_terminal_baselines_kl")
+        assert base == kl
     assert float(OmegaConf.load(ROOT / "conf" / "algorithm" / "grpo.yaml").beta) == BETA
 
 
