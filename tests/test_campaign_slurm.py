@@ -228,7 +228,7 @@ def wait_for(condition, process: subprocess.Popen, output: Path, what: str, time
 def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the_numbers_of_a_local_one(
         slurm_cluster, tmp_path):
     """Two presets, one SLURM job at a time. The runner is stopped (SIGTERM) once it has submitted the first job,
-    suspended meanwhile so that it still runs whatever the machine's load: the job goes on and the runner says so
+    held pending meanwhile (the node drained) whatever the machine's load: the job goes on and the runner says so
     in one line. The same command started again re-attaches to it (no second submission), exports it when it ends
     and submits the other. Each job was submitted once (SLURM's own list of jobs, the records agree), with its
     cell's resources; each run was exported once, byte-identical to the same queue run locally.
@@ -246,21 +246,21 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
 
     local, local_output = runner("local", "--jobs", "2")  # the reference, meanwhile
     slurm_args = ("--launcher", "slurm", "--partition", slurm_cluster.partition, "--max-jobs", "1")
-    first, output = runner("slurm", *slurm_args)
-    work = tmp_path / "slurm" / "work"
-    recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), first, output, "submission")
-    job_id = json.loads(recorded[0].read_text())["job_id"]
-    wait_for(lambda: job_id in slurm_cluster.run("squeue", "--noheader", "--states=RUNNING", "--format=%i").split(),
-             first, output, f"SLURM job {job_id} running")
-    slurm_cluster.run("scontrol", "suspend", job_id)
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=60) == 130, output.read_text()
-    assert f"stopped: 1 SLURM jobs go on ({job_id}); the same command re-attaches to them" in output.read_text()
-    assert job_id in slurm_cluster.jobs()
-
-    again, _ = runner("slurm", *slurm_args)
-    wait_for(lambda: f"→ SLURM job {job_id} (SUSPENDED)" in output.read_text(), again, output, "re-attach")
-    slurm_cluster.run("scontrol", "resume", job_id)
+    node = slurm_cluster.run("sinfo", "--noheader", "--format=%N").split()[0]
+    slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=held by a test")
+    try:  # the node drained: the first job waits, pending, however fast or loaded the machine
+        first, output = runner("slurm", *slurm_args)
+        work = tmp_path / "slurm" / "work"
+        recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), first, output, "submission")
+        job_id = json.loads(recorded[0].read_text())["job_id"]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 130, output.read_text()
+        assert f"stopped: 1 SLURM jobs go on ({job_id}); the same command re-attaches to them" in output.read_text()
+        assert job_id in slurm_cluster.jobs()
+        again, _ = runner("slurm", *slurm_args)
+        wait_for(lambda: f"→ SLURM job {job_id} (PENDING)" in output.read_text(), again, output, "re-attach")
+    finally:
+        slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
     assert again.wait(timeout=240) == 0, output.read_text()
     assert local.wait(timeout=240) == 0, local_output.read_text()
 
