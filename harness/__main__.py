@@ -23,6 +23,7 @@ from harness import process  # noqa: E402
 process.tune_memory()  # before torch allocates anything
 
 import logging  # noqa: E402
+import os  # noqa: E402
 import shlex  # noqa: E402
 import textwrap  # noqa: E402
 import traceback  # noqa: E402
@@ -61,7 +62,9 @@ def main(cfg: DictConfig) -> float | None:
         summary = train(cfg, run_dir)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
         if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
-            print(f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}", file=sys.stderr)
+            sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
+            line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
+            os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
             sys.exit(130)
         if rundir.started(run_dir):
             print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
