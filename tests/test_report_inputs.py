@@ -272,30 +272,20 @@ def test_overlapping_paths_read_each_run_once_and_partial_exports_are_ignored(tm
 
 # 5. resamples and seeds ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("count", ["0", "-5", "99"])
-def test_too_few_resamples_are_refused_in_one_line(count, tmp_path, capsys):
-    """--resamples below 100 exits 2 with one line, before an output folder is made.
-    Bug caught: harness/report/__main__.py:main — `if args.resamples < MIN_RESAMPLES:` → `if args.resamples < 1:`."""
+@pytest.mark.parametrize("flag, value, message", [
+    ("--resamples", "0", "give at least 100"), ("--resamples", "-5", "give at least 100"),
+    ("--resamples", "99", "give at least 100"), ("--seed", "-1", "give a non-negative integer"),
+    ("--seed", "-20", "give a non-negative integer")])
+def test_too_few_resamples_or_a_negative_seed_are_refused_in_one_line(flag, value, message, tmp_path, capsys):
+    """--resamples below 100, or --seed below 0 (numpy refuses it deep in the first bootstrap), exits 2 with one
+    line, before an output folder is made. Bug caught: harness/report/__main__.py:main —
+    `if args.resamples < MIN_RESAMPLES:` → `if args.resamples < 1:`; also `if args.seed < 0:` → `if args.seed < -1:`."""
     _run(tmp_path / "runs" / "a")
     with pytest.raises(SystemExit) as exit:
-        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--resamples", count])
+        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), flag, value])
     assert exit.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--resamples {count}: give at least 100" in err
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("seed", ["-1", "-20"])
-def test_a_negative_seed_is_refused_in_one_line(seed, tmp_path, capsys):
-    """--seed below 0 (numpy refuses it, deep in the first bootstrap) exits 2 with one line, before an output folder
-    is made.
-    Bug caught: harness/report/__main__.py:main — `if args.seed < 0:` → `if args.seed < -1:`."""
-    _run(tmp_path / "runs" / "a")
-    with pytest.raises(SystemExit) as exit:
-        main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seed", seed])
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--seed {seed}: give a non-negative integer" in err
+    assert err.count("\n") == 1 and f"{flag} {value}: {message}" in err
     assert not (tmp_path / "out").exists()
 
 
