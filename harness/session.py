@@ -1,4 +1,4 @@
-"""What every training loop shares (the toy tasks' in ``harness/run.py``, TRL's in ``harness/llm/train.py``): the
+"""What every trainer's launch shares (``harness/run.py`` opens it for the batched and the TRL trainers alike): the
 run's outputs (metrics.csv and the W&B mirror), SIGTERM as an interruption, subnormal floats flushed on CPU, the
 CPU-seconds clock across resumes, and the closing summary."""
 
@@ -47,6 +47,7 @@ class Session:
     cpu_before: float = 0.0  # CPU-seconds of the launches this one resumes
     resumes: list[int] = field(default_factory=list)
     main: bool = True  # the process that writes (one of several under data parallelism)
+    fingerprint: str = ""  # the run's identity (rundir.fingerprint), recorded in its checkpoints
     status: str = "completed"
     writer: outputs.MetricsWriter | None = None
     tracker: Any = None

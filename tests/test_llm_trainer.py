@@ -14,7 +14,7 @@ import loss_calls
 from algorithms import Groups, Rollout, losses
 from algorithms.scores import zscore_advantages
 from conftest import compose_config
-from harness.llm.train import build_trainer
+from harness.trainers.trl import build_trainer
 from llm_helpers import tiny_overrides
 
 

@@ -14,6 +14,7 @@ from algorithms.checks import SEED_ID_MAX, ConfigError, check_seed_ids
 from conftest import CONF, ROOT, compose_config, run_cli
 from harness.__main__ import PASS_THROUGH, check_launch, optional_keys
 from harness.config import build_task
+from harness.trainers import episode
 from tasks.memory import GB, check_memory, estimate_memory, machine_memory
 from tasks.mnist_bandit import MECHANISM_ETA_MIN
 
@@ -142,7 +143,7 @@ def test_the_largest_valid_seed_offset_runs():
     task = build_task(compose_config([SINGLE, "seeds=2", f"seed_offset={SEED_ID_MAX - 2}", "task.arms=5",
                                       "task.batch_size=3"]))
     assert task.seeds.tolist() == [SEED_ID_MAX - 2, SEED_ID_MAX - 1]
-    out = task.step(0)
+    out = episode(task, 0)
     assert torch.isfinite(out.metrics["error"]).all()
 
 
@@ -168,7 +169,7 @@ def test_the_smallest_valid_eta_trains_finite(overrides):
     (tabular_multi/tpo: NaN)."""
     task = build_task(compose_config([*overrides, "algorithm.eta=1e-6", "seeds=2"]))
     for step in range(3):
-        out = task.step(step)
+        out = episode(task, step)
         assert out.loss is None or torch.isfinite(out.loss).all(), step
         for name, value in (out.metrics or {}).items():
             if name in ("error", "misalignment"):

@@ -1,4 +1,5 @@
-"""``train_llm``: one RLVR run of an LLM task on the TRL trainer, writing the files every other run writes.
+"""``TRLTrainer``: one RLVR run of an LLM task on TRL's GRPOTrainer (``harness/llm/trainer.py``), writing the files
+every other run writes.
 
 One step = one rollout batch (``task.batch_size`` prompts × ``task.K`` completions) and its ``epochs`` optimizer
 updates (TRL's ``num_iterations``); ``metrics.csv`` has one row per step. Row s holds the step's rollout metrics
@@ -13,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from algorithms import ALGORITHMS
 from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.config import set_threads
 from harness.session import Session
+from harness.trainers.base import Resume, Trainer
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
@@ -234,50 +234,66 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     return trainer, task, epochs
 
 
-def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Train one (LLM task, algorithm, seed) configuration with TRL; return the summary written to summary.json."""
-    from accelerate import PartialState
+class TRLTrainer(Trainer):
+    """An LLM task's run: one seed, possibly over several processes (only the main one writes and locks)."""
 
-    started = time.time()
-    set_threads(cfg.threads)
-    validated = validate_llm(cfg)
-    state = PartialState()
-    with rundir.locked(run_dir) if state.is_main_process else contextlib.nullcontext():
-        return _train_llm(cfg, run_dir, validated, state, started)
+    def __init__(self, cfg: DictConfig):
+        from accelerate import PartialState
 
+        super().__init__(cfg)
+        self.validated = validate_llm(cfg)
+        self.task = self.validated[0]
+        self.seeds = [int(cfg.seed_offset)]
+        self.state = PartialState()
+        self.is_main = self.state.is_main_process
+        self.checkpoint: str | None = None
+        self.saved: dict[str, Any] = {}
+        self.trl_trainer: RLVRTrainer | None = None
 
-def _train_llm(cfg: DictConfig, run_dir: Path, validated, state, started: float) -> dict[str, Any]:
-    plan = rundir.plan_run(cfg, run_dir, lambda folder: _last_checkpoint(folder) is not None)
-    if plan.finished is not None:
-        log.info("%s already finished with this configuration (%s); nothing to do", run_dir, plan.finished["status"])
-        return plan.finished
-    checkpoint = _last_checkpoint(run_dir) if plan.resume else None
-    saved = _read_state(Path(checkpoint), plan.fingerprint) if checkpoint else {}
-    trainer, task, epochs = build_trainer(cfg, run_dir, validated)  # its refusals (model path, dtype) come first
-    state.wait_for_everyone()  # every process has decided before the main one changes the directory
-    if state.is_main_process:
-        plan.apply(run_dir)
-    state.wait_for_everyone()
-    seed, steps = int(cfg.seed_offset), int(cfg.trainer.steps)
-    main = trainer.accelerator.is_main_process
-    eval_rows = task.eval_rows() if cfg.task.eval_every else []
-    resumes = [*saved.get("resumes", []), saved["step"]] if checkpoint else []
-    session = Session(cfg, run_dir, task.metric_names, [seed], started, saved.get("cpu_seconds", 0.0), resumes,
-                      main=main)
-    if checkpoint:
-        log.info("resuming %s from %s", run_dir, checkpoint)
-    session.open(saved.get("rows"), plan.uid)
-    pending = saved.get("pending_test")
-    logger = StepLogger(trainer, task, eval_rows, epochs, steps, session.writer, session.tracker,
-                        math.nan if pending is None else pending, fingerprint=plan.fingerprint, resumes=resumes,
-                        cpu_seconds=session.cpu_seconds)
-    trainer.add_callback(logger)
-    # near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass
-    with session.training(trainer.accelerator.device):
-        trainer.train(resume_from_checkpoint=checkpoint)
-    if session.status == "interrupted":
-        log.warning("interrupted; trainer.resume=true continues from the last TRL checkpoint in %s", run_dir)
-    diverged = {} if logger.diverged_at is None else {str(seed): logger.diverged_at}
-    hardware = {"device": str(trainer.accelerator.device), "processes": trainer.accelerator.num_processes,
+    def lock(self, run_dir: Path):
+        return rundir.locked(run_dir) if self.is_main else contextlib.nullcontext()
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        return _last_checkpoint(run_dir) is not None
+
+    def resume(self, run_dir: Path, fingerprint: str) -> Resume | None:
+        self.checkpoint = _last_checkpoint(run_dir)
+        if self.checkpoint is None:
+            return None
+        self.saved = _read_state(Path(self.checkpoint), fingerprint)
+        return Resume(self.saved["step"], self.saved["rows"], [*self.saved.get("resumes", []), self.saved["step"]],
+                      self.saved.get("cpu_seconds", 0.0))
+
+    def prepare(self, run_dir: Path) -> None:
+        """Load the model: its refusals (model path, dtype) come before the folder changes."""
+        self.trl_trainer, _, self.epochs = build_trainer(self.cfg, run_dir, self.validated)
+        self.device = self.trl_trainer.accelerator.device
+        self.state.wait_for_everyone()  # every process has decided before the main one changes the directory
+
+    def apply(self, plan: rundir.RunStart, run_dir: Path) -> None:
+        if self.is_main:
+            plan.apply(run_dir)
+        self.state.wait_for_everyone()
+
+    def fit(self, session: Session, start: Resume | None) -> None:
+        cfg, task, trainer = self.cfg, self.task, self.trl_trainer
+        eval_rows = task.eval_rows() if cfg.task.eval_every else []
+        pending = self.saved.get("pending_test")
+        logger = StepLogger(trainer, task, eval_rows, self.epochs, int(cfg.trainer.steps), session.writer,
+                            session.tracker, math.nan if pending is None else pending,
+                            fingerprint=session.fingerprint, resumes=session.resumes,
+                            cpu_seconds=session.cpu_seconds)
+        trainer.add_callback(logger)
+        try:
+            trainer.train(resume_from_checkpoint=self.checkpoint)
+        finally:
+            if logger.diverged_at is not None:
+                self.diverged = {str(self.seeds[0]): logger.diverged_at}
+
+    def resume_hint(self, run_dir: Path) -> str:
+        return f"trainer.resume=true continues from the last TRL checkpoint in {run_dir}"
+
+    def hardware(self) -> dict[str, Any]:
+        accelerator = self.trl_trainer.accelerator
+        return {"device": str(accelerator.device), "processes": accelerator.num_processes,
                 **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})}
-    return session.finish({str(seed): "diverged" if diverged else session.status}, diverged, hardware)
