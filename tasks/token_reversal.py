@@ -285,11 +285,7 @@ class TokenReversal(Task):
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
         self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
         self.lr = float(check_positive_float("optim.lr", optim.lr)) * math.sqrt(scale)
-        heads = check_positive_int("model.heads", model.heads)
-        d_model = check_positive_int("model.d_model", model.d_model)
-        layers, ffn = check_positive_int("model.layers", model.layers), check_positive_int("model.ffn", model.ffn)
-        if d_model % heads:
-            raise ConfigError(f"model.heads={heads} is not valid; it must divide model.d_model={d_model}")
+        self.model = transformer.TransformerConfig.from_config(model)
         optimizer = check_choice("optim.name", optim.name, OPTIMIZERS)
         muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS) if optimizer == "muon" else "none"
         self.guard = Guard(check_choice("optim.guard", optim.get("guard", "none"), GUARDS),
@@ -304,7 +300,7 @@ class TokenReversal(Task):
             raise ConfigError(f"optim.guard_tau={self.guard.tau} is not valid for optim.guard=scale (min(1, ‖g‖/τ)); "
                               "expected τ > 0")
         self.params = {k: v.detach().to(self.device).requires_grad_(True) for k, v in transformer.init_params(
-            self.seeds, self.V, 2 * self.H, d_model, heads, layers, ffn).items()}
+            self.seeds, self.V, 2 * self.H, self.model).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
         self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
         dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))

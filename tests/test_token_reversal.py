@@ -88,7 +88,8 @@ def test_episode_error_is_measured_on_the_rollout(algorithm, reward):
 
 # ---- rollout log-probs: fast path = naive path -------------------------------------------------------------------
 def _params(S=2, V=3, H=4, heads=2):
-    return {k: v.detach() for k, v in transformer.init_params(torch.arange(S), V, 2 * H, heads=heads).items()}
+    config = transformer.TransformerConfig(heads=heads)
+    return {k: v.detach() for k, v in transformer.init_params(torch.arange(S), V, 2 * H, config).items()}
 
 
 @pytest.mark.parametrize("heads", [2, 4])
