@@ -70,7 +70,7 @@ class TabularSingle(Task):
             logp = log_probs.gather(1, actions).unsqueeze(-1)  # (S, B, 1)
             rewards = rewards.unsqueeze(-1)
             groups = Groups(rewards, logp.detach(), self.rollout, advantages=rewards - 0.5, zscore_eps_in_sqrt=True)
-        loss = self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
+        loss, _ = self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
         (grad,) = torch.autograd.grad(loss.sum(), logits)
         return -grad
 

@@ -282,8 +282,7 @@ class TokenReversal(Task):
             raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
                               f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
                               f"sequential")
-        self.epochs = check_positive_int("algorithm.epochs", self.algorithm.epochs if hp.get("epochs") is None
-                                         else hp.epochs)
+        self.epochs = self.algorithm.epochs
         # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
         # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
@@ -421,7 +420,7 @@ class TokenReversal(Task):
         if batch.groups is None:
             batch.groups = self.groups(batch, logp_old)
             batch.signal = self.algorithm.signal(batch.groups)
-        return self.algorithm.loss(logp, batch.groups, batch.signal)
+        return self.algorithm.loss(logp, batch.groups, batch.signal)[0]
 
     def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
         """The algorithm's view of a batch: scores, ℓ_old and, for single samples, the batch-mean baseline
