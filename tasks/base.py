@@ -74,7 +74,7 @@ class Task:
     def require_single_update(self) -> None:
         """Bandit tasks take exactly one update per batch (docs/reproduction.md §4.2–4.3): refuse a multi-epoch
         request."""
-        epochs = self.algorithm_cfg.get("epochs")
+        epochs = self.algorithm.hp.epochs
         if epochs not in (None, 1):
             raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "
                               "per batch; valid choices: null, 1")

@@ -68,7 +68,7 @@ class MnistBandit(Task):
         self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
-        self.mechanism = bool(cfg.mechanism) and self.algorithm.id in mechanism.ALGORITHMS
+        self.mechanism = bool(cfg.mechanism) and mechanism.covers(self.algorithm)
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
         self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
@@ -77,8 +77,8 @@ class MnistBandit(Task):
 
     def check_mechanism_eta(self, cfg) -> None:
         """An η the mechanism analysis's closed form cannot take is refused before the work, not after it."""
-        if cfg.mechanism is True and self.algorithm.id in mechanism.ALGORITHMS:
-            mechanism.check_eta(self.algorithm.id, getattr(self.algorithm.hp, "eta", None))
+        if cfg.mechanism is True and mechanism.covers(self.algorithm):
+            mechanism.check_eta(self.algorithm)
 
     def algorithm_view(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor,
                        labels: torch.Tensor) -> tuple[torch.Tensor, Groups]:
@@ -108,7 +108,7 @@ class MnistBandit(Task):
         """Per-seed loss (S,) of the configured algorithm through autograd: the definition the step's closed form
         (``logit_grad``) is tested against, value and gradient. ``log_probs`` = log softmax(``logits``)."""
         logp, groups = self.algorithm_view(logits, log_probs, actions, labels)
-        return self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
+        return self.algorithm.loss(logp, groups, self.algorithm.signal(groups))[0]
 
     def logit_grad(self, batch: Batch) -> torch.Tensor:
         """The gradient of the batch's loss on the logits (S, B, 10) in closed form, without autograd.
@@ -138,8 +138,7 @@ class MnistBandit(Task):
         probs = softmax(mlp_logits(self.params, self.test_images))  # (S, N, 10)
         metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
         if self.mechanism:
-            eta = float(getattr(self.algorithm.hp, "eta", 1.0))
-            bins = mechanism.mechanism_by_bin(probs, self.test_labels, self.algorithm.id, eta)
+            bins = mechanism.mechanism_by_bin(probs, self.test_labels, self.algorithm)
             for stat in MECHANISM_STATS:
                 for b in range(4):
                     metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()

@@ -253,7 +253,7 @@ class TokenReversal(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        cfg, hp, model, optim = self.cfg, self.algorithm_cfg, self.model_cfg, self.optim_cfg
+        cfg, model, optim = self.cfg, self.model_cfg, self.optim_cfg
         self.H = check_positive_int("task.H", cfg.H)
         self.V = check_number("task.V", cfg.V, low=2, integer=True)  # V = 1: every answer is right from step 0
         if self.rollout is Rollout.SINGLE:  # K only scales the batch and lr under task.match=interactions
@@ -278,8 +278,7 @@ class TokenReversal(Task):
             raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
                               f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
                               f"sequential")
-        self.epochs = check_positive_int("algorithm.epochs", self.algorithm.epochs if hp.get("epochs") is None
-                                         else hp.epochs)
+        self.epochs = self.algorithm.epochs
         # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
         # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1

@@ -64,7 +64,7 @@ def _first_epoch(task, step=0):
     for seeds in task.chunks:
         batch = task.rollout_batch(step, seeds)
         logp = task.log_probs(batch)
-        loss = GroupTrainer.batch_loss(task, batch, logp)
+        loss, _ = GroupTrainer.batch_loss(task, batch, logp)
         loss.sum().backward()
         logps.append(logp.detach())
         loss_values.append(loss.detach())

@@ -23,7 +23,7 @@ def mnist_closed_form(task, log_probs: torch.Tensor, actions: torch.Tensor, labe
     """The step's loss (S,) and gradient on the logits (S, B, 10) for these log-probs and actions, through the calls
     the group trainer makes."""
     batch = Batch(labels, log_probs, actions, layer_inputs=[])
-    loss = GroupTrainer.batch_loss(task, batch, task.log_probs(batch))
+    loss, _ = GroupTrainer.batch_loss(task, batch, task.log_probs(batch))
     return loss, task.logit_grad(batch)
 
 

@@ -13,7 +13,7 @@ from conftest import compose_config, run_config, run_killed_at
 from tasks import rng
 from harness.config import build_task
 from harness.trainers import episode
-from harness.trainers.batched import GroupTrainer
+from harness.trainers.batched import GroupTrainer, update_metric_names
 from tasks import token_reversal as tr
 from algorithms.checks import ConfigError
 from tasks.models import transformer
@@ -142,7 +142,7 @@ def test_grpo_first_epoch_ratio_is_exactly_one():
     task = make_task("algorithm=grpo", "task.reward=bag_of_tokens", "task.K=4")
     batch = task.rollout_batch(0)
     logp = task.log_probs(batch)
-    loss = GroupTrainer.batch_loss(task, batch, logp)
+    loss, _ = GroupTrainer.batch_loss(task, batch, logp)
     # ρ = 1 and KL_k3 = 0 exactly, so the objective is −mean_B Σ_k A_k with no float noise
     assert torch.equal(loss.detach(), -batch.signal.sum(-1).mean(-1))
 
@@ -154,7 +154,7 @@ def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
     assert all_fail.any() and (~all_fail).any()
     logp = task.log_probs(batch)
     logp.retain_grad()
-    GroupTrainer.batch_loss(task, batch, logp).sum().backward()
+    GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
     assert logp.grad[all_fail].eq(0).all()  # exact zeros, not float noise
     assert logp.grad[~all_fail].abs().amax() > 0
     # an all-fail batch moves no parameter at all
@@ -162,7 +162,7 @@ def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
     batch.scores.zero_()
     batch.groups = None  # now another batch: its signal is frozen by its first loss call
     logp = task.log_probs(batch)
-    GroupTrainer.batch_loss(task, batch, logp).sum().backward()
+    GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
     assert all(p.grad.eq(0).all() for p in task.params.values())
 
 
@@ -207,7 +207,8 @@ def test_every_algorithm_and_reward_trains_or_refuses(algorithm, reward):
     task = make_task(*overrides)
     for step in range(2):
         out = episode(task, step)
-    assert torch.isfinite(out.loss).all() and set(out.metrics) == set(tr.METRICS)
+    assert torch.isfinite(out.loss).all() and set(out.metrics) == {*tr.METRICS, *update_metric_names(task)}
+    assert all(torch.isfinite(out.metrics[name]).all() for name in update_metric_names(task))
     assert ((out.metrics["error"] >= 0) & (out.metrics["error"] <= 1)).all()
     assert torch.isfinite(out.metrics["grad_norm"]).all()
     assert out.metrics["target_entropy"].isnan().all() != ALGORITHMS[algorithm].target
@@ -284,11 +285,11 @@ def test_old_log_probs_target_and_advantages_stay_frozen_across_the_epochs(algor
     loss_fn, optimizer_step = GroupTrainer.batch_loss, task.optimizer.step
 
     def recording_loss(task, batch, logp):
-        loss = loss_fn(task, batch, logp)
+        loss, metrics = loss_fn(task, batch, logp)
         advantages = batch.signal.clone()  # the frozen signal: GRPO's advantages
         calls.append((logp.detach().clone(), batch.groups.logp_old.clone(), batch.scores.clone(), advantages,
                       loss.detach().clone()))
-        return loss
+        return loss, metrics
 
     def recording_step(*args, **kwargs):
         norms.append(torch.stack([p.grad.pow(2).flatten(1).sum(1) for p in task.params.values()]).sum(0).sqrt())

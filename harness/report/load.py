@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from algorithms.registry import neutral_hyperparameters
 from harness.outputs import METRICS_FILE, SUMMARY_FILE
 from harness.rundir import NEUTRAL_DEFAULTS
 
@@ -87,11 +88,16 @@ def read_config(run_dir: Path) -> dict:
 
 
 def with_neutral_defaults(flat: dict) -> dict:
-    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has."""
+    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has, and without
+    the algorithm's neutral hyperparameters at their default (``algorithms.registry.neutral_hyperparameters``), so
+    that runs from before and after a key joined an algorithm's YAML read alike."""
     sections = {key.split(".", 1)[0] for key in flat if "." in key}
     for key, value in NEUTRAL_DEFAULTS.items():
         if key.split(".", 1)[0] in sections:
             flat.setdefault(key, value)
+    for key, value in neutral_hyperparameters(flat.get("algorithm.name")).items():
+        if f"algorithm.{key}" in flat and _value_text(flat[f"algorithm.{key}"]) == _value_text(value):
+            del flat[f"algorithm.{key}"]
     return flat
 
 

@@ -42,6 +42,11 @@ class Trainer:
         self.is_main = True  # the process that writes (one of several under data parallelism)
         self.diverged: dict[str, int] = {}  # seed → first step with a non-finite loss
 
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The columns of metrics.csv besides step and seed."""
+        return self.task.metric_names
+
     def lock(self, run_dir: Path) -> contextlib.AbstractContextManager:
         """Hold the run folder for this launch (``rundir.locked``)."""
         return rundir.locked(run_dir)

@@ -14,6 +14,7 @@ import logging
 import math
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -143,30 +144,52 @@ class BatchedTrainer(Trainer):
 
 
 class GroupTrainer(BatchedTrainer):
-    """Rollout → frozen ℓ_old and signal → E epochs of loss and optimizer step, for any batched task."""
+    """Rollout → frozen ℓ_old and signal → E epochs of loss and optimizer step, for any batched task. With E > 1 the
+    algorithm's update metrics (``Algorithm.metric_names``: ratio deviation, k3 KL to the rollout snapshot, clip
+    fraction) are logged each episode, averaged over the epochs after the first: the first runs at θ_old, where the
+    ratio is 1, the KL 0 and nothing is clipped."""
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return (*self.task.metric_names, *update_metric_names(self.task))
 
     @staticmethod
     def episode(task: Task, step: int) -> StepOutput:
         batches = task.rollout_batches(step)
+        names = update_metric_names(task)
+        moved: dict[str, torch.Tensor] = {}  # the update metrics, summed over the epochs after the first
         for epoch in range(task.epochs):
             task.zero_grad()
-            losses = []
+            losses, metrics = [], []
             for batch in batches:
-                loss = GroupTrainer.batch_loss(task, batch, task.log_probs(batch))
+                loss, batch_metrics = GroupTrainer.batch_loss(task, batch, task.log_probs(batch))
                 task.backward(loss, batch)
                 losses.append(loss.detach())
+                metrics.append(batch_metrics)
             task.optimizer_step(epoch, losses[0] if len(losses) == 1 else torch.cat(losses))
-        return task.report(step, batches)
+            if epoch and names:
+                for name in names:
+                    value = torch.cat([m[name] for m in metrics])
+                    moved[name] = moved[name] + value if name in moved else value
+        out = task.report(step, batches)
+        if names and out.metrics is not None:
+            out.metrics.update({name: value / (task.epochs - 1) for name, value in moved.items()})
+        return out
 
     @staticmethod
-    def batch_loss(task: Task, batch: RolloutBatch, logp: torch.Tensor) -> torch.Tensor:
-        """The algorithm's per-seed loss on a batch at the current ℓ. The batch's first call (the first epoch: no
-        parameter has moved since sampling, so ℓ is the rollout policy's) freezes ℓ_old and the signal on it, so
-        neither can drift across epochs."""
+    def batch_loss(task: Task, batch: RolloutBatch, logp: torch.Tensor) -> tuple[torch.Tensor, Mapping]:
+        """The algorithm's per-seed loss on a batch at the current ℓ, and its update metrics. The batch's first call
+        (the first epoch: no parameter has moved since sampling, so ℓ is the rollout policy's) freezes ℓ_old and the
+        signal on it, so neither can drift across epochs."""
         if batch.groups is None:
             batch.groups = task.groups(batch, logp.detach())
             batch.signal = task.algorithm.signal(batch.groups)
         return task.algorithm.loss(logp, batch.groups, batch.signal)
+
+
+def update_metric_names(task: Task) -> tuple[str, ...]:
+    """The update metrics a task's episodes log: the algorithm's, when it takes more than one epoch per batch."""
+    return task.algorithm.metric_names if task.epochs > 1 else ()
 
 
 class ClosedFormTrainer(BatchedTrainer):

@@ -67,8 +67,7 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     check_positive_float("optim.eps", optim.eps)
     check_non_negative("optim.weight_decay", optim.weight_decay)
     check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
-    epochs = cfg.algorithm.epochs if cfg.algorithm.get("epochs") is not None else task.epochs
-    check_positive_int("algorithm.epochs" if cfg.algorithm.get("epochs") is not None else "task.epochs", epochs)
+    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else check_positive_int("task.epochs", task.epochs)
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
@@ -84,9 +83,9 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     return int(epochs)
 
 
-def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
+def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, algorithm):
     """TRL's GRPOConfig for this run (see docs/llm.md, "How TRL's GRPO defaults differ from the paper's", for every
-    setting that differs from TRL's)."""
+    setting that differs from TRL's); TRL's clip ε is the algorithm's, where it has one."""
     from trl import GRPOConfig
 
     task, optim, model = cfg.task, cfg.optim, cfg.model
@@ -102,7 +101,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
         learning_rate=float(optim.lr), adam_beta1=float(optim.betas[0]), adam_beta2=float(optim.betas[1]),
         adam_epsilon=float(optim.eps), weight_decay=float(optim.weight_decay),
         max_grad_norm=float(optim.max_grad_norm), lr_scheduler_type="constant", warmup_steps=0,
-        beta=float(task.ref_kl), epsilon=float(cfg.algorithm.get("clip_eps", 0.2)),
+        beta=float(task.ref_kl), epsilon=float(getattr(algorithm.hp, "clip_eps", 0.2)),
         disable_dropout=True, gradient_checkpointing=bool(model.gradient_checkpointing),
         chat_template_kwargs=OmegaConf.to_container(model.chat_template_kwargs),
         use_vllm=bool(task.vllm), vllm_mode="colocate",
@@ -226,7 +225,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     model, tokenizer = load_policy(cfg.model, str(cfg.device))
     rows = task.train_rows(int(cfg.seed_offset), int(cfg.trainer.steps) * int(cfg.task.batch_size))
     trainer = RLVRTrainer(
-        model=model, reward_funcs=make_reward_function(task), args=grpo_config(cfg, run_dir, epochs, world_size),
+        model=model, reward_funcs=make_reward_function(task),
+        args=grpo_config(cfg, run_dir, epochs, world_size, task.algorithm),
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
         algorithm=task.algorithm, task_cfg=cfg.task)
     trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
