@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from harness.report.dynamics import relapse_events
+
 log = logging.getLogger(__name__)
 METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, ERROR_FILE = "metrics.csv", "summary.json", "checkpoint.pt", "error.txt"
 
@@ -247,24 +249,6 @@ def steps_to(curve: pd.Series, threshold: float) -> int | None:
     """First step whose seed-mean value is strictly below ``threshold`` (docs/reproduction.md §7), or None."""
     below = curve[curve < threshold]
     return int(below.index[0]) if len(below) else None
-
-
-def relapse_events(steps: np.ndarray, errors: np.ndarray, solved_below: float, relapse_above: float
-                   ) -> dict[str, int | None]:
-    """A seed's solve and relapse events along its error curve: it *solves* when, unsolved, its error falls below
-    ``solved_below``; it *relapses* when, solved, its error rises above ``relapse_above``, and may then solve again.
-    Counts and the first step of each; a non-finite error (the seed diverged) ends the curve."""
-    solved, relapses, first_solved, first_relapse, is_solved = 0, 0, None, None, False
-    for step, error in zip(steps.tolist(), errors.tolist()):
-        if not math.isfinite(error):
-            break
-        if not is_solved and error < solved_below:
-            is_solved, solved = True, solved + 1
-            first_solved = step if first_solved is None else first_solved
-        elif is_solved and error > relapse_above:
-            is_solved, relapses = False, relapses + 1
-            first_relapse = step if first_relapse is None else first_relapse
-    return {"solved": solved, "relapses": relapses, "first_solved": first_solved, "first_relapse": first_relapse}
 
 
 def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[float], solved_below: float = 0.02,

@@ -500,3 +500,15 @@ def load_runs(paths: Iterable[Path] = (), metrics: Metrics = None, wandb: Iterab
         records += more_records
         frames += more_frames
     return build_frames(records, frames)
+
+
+def episodes(path: Path, metrics: Metrics = None) -> pd.DataFrame:
+    """Every logged episode of every seed under ``path`` (one configuration): one row per (seed, step), one column
+    per metric. Runs of different configurations, or a seed in two runs, are refused: they would be pooled."""
+    runs, curves = load_runs([path], metrics=None if metrics is None else list(metrics))
+    if runs.signature.nunique() > 1:
+        raise SystemExit(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
+    seeds = [seed for ids in runs.seed_ids for seed in ids]
+    if len(seeds) != len(set(seeds)):
+        raise SystemExit(f"{path}: a seed is in more than one run; keep one copy of each seed")
+    return curves.astype({"metric": str}).pivot(index=["seed", "step"], columns="metric", values="value")
