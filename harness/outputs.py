@@ -253,17 +253,20 @@ def steps_to(curve: pd.Series, threshold: float) -> int | None:
 
 def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[float], solved_below: float = 0.02,
               relapse_above: float = 0.2) -> dict[str, Any]:
-    """final.<metric> at each seed's last logged step, steps_to for ``error`` on the seed-mean curve, and each
-    seed's solve and relapse events (``relapse_events``)."""
+    """final.<metric> at each seed's last logged step, mean.<metric> over each seed's finite values (a metric
+    recorded every few steps is NaN between, a diverged seed's from its divergence on), steps_to for ``error`` on
+    the seed-mean curve, and each seed's solve and relapse events (``relapse_events``)."""
     path = run_dir / METRICS_FILE
     frame = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["step", "seed", *metric_names])
     if frame.empty:
-        return {"final": {}, "steps_to": {}, "last_step": None}
+        return {"final": {}, "mean": {}, "steps_to": {}, "last_step": None}
     last = frame.sort_values("step").groupby("seed").tail(1).sort_values("seed")
     final = {name: seed_statistics(last[name].to_numpy(dtype=float)) for name in metric_names if name in frame}
+    means = frame.groupby("seed").mean()  # by seed, as ``last``; pandas skips NaN
+    mean = {name: seed_statistics(means[name].to_numpy(dtype=float)) for name in metric_names if name in frame}
     mean_curve = frame.groupby("step")["error"].mean() if "error" in frame else None
     reached = {str(t): steps_to(mean_curve, t) for t in thresholds} if mean_curve is not None else {}
-    summary = {"final": final, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}
+    summary = {"final": final, "mean": mean, "steps_to": {"error": reached}, "last_step": int(frame["step"].max())}
     if "error" in frame:
         per_seed = {str(seed): relapse_events(rows["step"].to_numpy(), rows["error"].to_numpy(dtype=float),
                                               solved_below, relapse_above)

@@ -137,18 +137,19 @@ def fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as one level of dotted keys (``{"task": {"H": 7}}`` → ``{"task.H": 7}``); lists stay values."""
     if not isinstance(node, dict):
         return {prefix: node}
     flat: dict[str, Any] = {}
     for key, value in node.items():
-        flat.update(_flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
+        flat.update(flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
     return flat
 
 
 def differing_keys(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: recorded → current`` for every leaf that differs ("<absent>" where one side lacks it)."""
-    old, new = _flatten(recorded), _flatten(current)
+    old, new = flatten(recorded), flatten(current)
     return [f"{key}: {old.get(key, '<absent>')} → {new.get(key, '<absent>')}" for key in sorted(old.keys() | new.keys())
             if _canonical(old.get(key, "<absent>")) != _canonical(new.get(key, "<absent>"))]
 
@@ -327,6 +328,17 @@ def _launch_overrides():
     from hydra.core.hydra_config import HydraConfig
 
     return HydraConfig.get().overrides.task if HydraConfig.initialized() else None
+
+
+def recorded_overrides(run_dir: Path) -> list[str] | None:
+    """The command-line overrides of the launch that started the run in ``run_dir`` (``.hydra/overrides.yaml``,
+    written by its fresh start), which a resume keeps; None when it has none: a run composed outside Hydra
+    (``harness.config.compose_config``: scripts, tests) has no record of what was overridden."""
+    try:
+        overrides = OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")
+    except Exception:  # noqa: BLE001 - absent or unreadable: nothing recorded
+        return None
+    return [str(item) for item in overrides] if OmegaConf.is_list(overrides) else None
 
 
 def started(run_dir: Path) -> bool:

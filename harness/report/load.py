@@ -25,6 +25,7 @@ import yaml
 from algorithms.registry import neutral_hyperparameters
 from harness.outputs import METRICS_FILE, SUMMARY_FILE
 from harness.rundir import NEUTRAL_DEFAULTS
+from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran; threads, cpu_matmul, flush_denormal and the token
@@ -341,7 +342,8 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     skipped (one warning line naming it). Two runs of one configuration and seed are never merged: the second copy
     of each seed goes into a record of its own, so the tables report the cell as a conflict, as for run folders.
     A finished run's history is checked against its summary as a run folder's rows are (``cross_check``: every
-    seed's history reaches the summary's ``last_step``); one that falls short is ``damaged``, with a warning."""
+    seed's history reaches the summary's ``last_step``); one that falls short, or whose summary counts rows the
+    mirror dropped (``dropped_rows``: W&B could not keep up), is ``damaged``, with a warning."""
     if api is None:
         import wandb
 
@@ -375,6 +377,8 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
             record, frame = _wandb_record(path, part, metrics, "" if k == 0 else f"~copy{k + 1}")
             # (a run still logging is read as it is: its seeds' histories may be at different steps)
             problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
+            dropped = sum(int(member[0].summary.get("dropped_rows") or 0) for member in part)
+            problem = problem or (f"{dropped} rows dropped from W&B (the run folders hold them)" if dropped else None)
             if problem:
                 record["status"] = "damaged"
                 warn(f"W&B {path}: {', '.join(_wandb_name(m[0]) for m in part)}: {problem}; reported as damaged "
@@ -405,11 +409,16 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         if member.summary.get("last_step") is not None:  # runs logged before it was recorded have none
             last_steps.append(int(member.summary["last_step"]))
         history = pd.DataFrame(list(member.scan_history()))
+        if TRL_STEP in history:  # rows forwarded from TRL's own logging, not metrics.csv's
+            history = history[history[TRL_STEP].isna()]
         if history.empty:
             continue
-        keep = [c for c in history.columns
-                if not c.startswith("_") and (wanted is None or c in wanted)]
-        frame = history[["_step", *keep]].rename(columns={"_step": "step"})
+        step = STEP_METRIC if STEP_METRIC in history else "_step"  # runs logged before the step metric: W&B's own
+        keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != step
+                and (wanted is None or c in wanted)]
+        # a resumed run logs again the steps after its checkpoint: the last copy is metrics.csv's
+        frame = history[[step, *keep]].rename(columns={step: "step"}).astype({"step": np.int64})
+        frame = frame.drop_duplicates("step", keep="last")
         frame.insert(1, "seed", seed)
         rows.append(frame)
     frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None

@@ -29,6 +29,7 @@ from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
 from harness.session import Session
 from harness.trainers.base import Resume, Trainer
+from harness.tracking import TRL_PREFIX, TRL_STEP
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
@@ -112,8 +113,8 @@ def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, al
 
 
 class StepLogger(TrainerCallback):
-    """Writes one metrics row per step (after its last update), evaluates when due, saves its state with TRL's
-    checkpoints, and stops training when a loss is not finite."""
+    """Writes one metrics row per step (after its last update), forwards TRL's own metrics to the tracker, evaluates
+    when due, saves its state with TRL's checkpoints, and stops training when a loss is not finite."""
 
     def __init__(self, trainer: RLVRTrainer, task, eval_rows: list[dict], epochs: int, steps: int, writer, tracker,
                  pending_test: float = math.nan, fingerprint: str = "", resumes: list[int] | None = None,
@@ -150,6 +151,16 @@ class StepLogger(TrainerCallback):
             self.diverged_at, control.should_training_stop = step, True
         elif step + 1 < self.steps:
             self._evaluate_if_due(step + 1)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """TRL's own metrics of each update (``Trainer.log``: loss, reward, KL, completion lengths, clip ratios ...)
+        into this seed's W&B run as ``trl/<name>``, at the step whose rollout the update trains on, with the update's
+        number (``trl/global_step``). Not TRL's W&B integration (``report_to="none"``): it would open a second run."""
+        numbers = {f"{TRL_PREFIX}{name}": np.asarray([value], dtype=np.float64) for name, value in (logs or {}).items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if numbers:
+            update = np.asarray([state.global_step], dtype=np.float64)
+            self.tracker.log(max(state.global_step - 1, 0) // self.epochs, {**numbers, TRL_STEP: update})
 
     def on_save(self, args, state, control, **kwargs):
         if self.writer is None:
