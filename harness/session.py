@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import outputs
+from harness.summary import run_summary
 from harness.tracking import NullTracker, make_tracker
 
 
@@ -90,7 +91,7 @@ class Session:
         """Write summary.json (main process), close the tracker, and return the summary; re-raise an interruption
         once everything is written."""
         status = "diverged" if self.status == "completed" and diverged else self.status
-        summary = outputs.run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
+        summary = run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
                                       seed_status=seed_status, diverged=diverged, started=self.started,
                                       hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds())
         if self.main:

@@ -129,9 +129,9 @@ def wandb_group(cfg, overrides: list[str] | None) -> str:
 
 def seed_summary(summary: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
     """The W&B summary of seed ``seed`` (``index`` in the run's seeds), read from summary.json's
-    (``outputs.run_summary``): status, last step (the report checks the history against it), final value and mean
-    over the run of each metric, steps-to of each threshold (the seed-mean curve's, as the paper reports it),
-    CPU and wall seconds, hardware, commit."""
+    (``harness.summary.run_summary``): status, last step (the report checks the history against it), final value
+    and mean over the run of each metric, steps-to of each threshold (the seed-mean curve's, as the paper reports
+    it), CPU and wall seconds, hardware, commit."""
     row = {"status": summary.get("seed_status", {}).get(str(seed), summary.get("status")),
            "last_step": summary.get("last_step"), "cpu_seconds": summary.get("cpu_seconds"),
            "wall_seconds": summary.get("wall_seconds"), "commit": summary.get("commit")}

@@ -370,6 +370,36 @@ def test_no_import_cycle_and_no_import_up_a_floor():
     assert not up, up
 
 
+# Inside harness/: run files and settings, then what trains (the trainers, the lifecycle), then what launches many runs
+# or reads them back (the CLI, the campaign, the report). The run side never imports the report.
+HARNESS_FLOORS = (
+    ("harness.outputs", "harness.summary", "harness.rundir", "harness.session", "harness.tracking", "harness.config",
+     "harness.process", "harness.sweep", "harness.interrupts"),
+    ("harness.trainers", "harness.llm", "harness.run"),
+    ("harness.__main__", "harness.campaign", "harness.report"),
+)
+
+
+def harness_floor(module: str) -> int | None:
+    """The floor of a harness module (a package's prefix covers its modules); None for the package itself."""
+    return next((level for level, names in enumerate(HARNESS_FLOORS)
+                 if any(module == name or module.startswith(name + ".") for name in names)), None)
+
+
+def imports_up_a_harness_floor(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{a} → {b}" for a, targets in graph.items() if a.startswith("harness.") for b in targets
+            if b.startswith("harness.") and harness_floor(b) > harness_floor(a)]
+
+
+def test_every_harness_module_has_a_floor_and_none_imports_up_one():
+    graph = import_graph(ROOT)
+    assert [m for m in graph if m.startswith("harness.") and harness_floor(m) is None] == []
+    assert imports_up_a_harness_floor(graph) == []
+    # a one-line change that puts the report under the run files is caught
+    assert imports_up_a_harness_floor({**graph, "harness.outputs": {"harness.report.dynamics"}}) == [
+        "harness.outputs → harness.report.dynamics"]
+
+
 def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
     """A loop closed by a function-level import is a cycle. Bug caught: ``import_graph`` walking only the module's
     top-level statements (``ast.parse(...).body`` for ``ast.walk``): the lazy import below goes unseen."""

@@ -18,7 +18,7 @@ from algorithms.scores import Spread, mid_ranks, standardize, zscore_advantages
 from conftest import compose_config, run_config, run_killed_at
 from harness import rundir
 from harness.report import stats
-from harness.report.dynamics import relapse_events
+from harness.summary import relapse_events
 from harness.report.load import read_config
 from harness.report.specs import RELAPSED, RELAPSES, SOLVED, Stat
 from harness.config import build_task

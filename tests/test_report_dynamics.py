@@ -73,7 +73,8 @@ def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold(
 
 
 def test_relapse_onsets_their_climbs_and_the_episodes_at_risk_with_their_zero_gradient_streaks():
-    from harness.report.dynamics import Onsets, onsets, relapse_events, risk_by_streak
+    from harness.report.dynamics import Onsets, onsets, risk_by_streak
+    from harness.summary import relapse_events
 
     errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, 0.0, np.nan, 0.0, 0.9])
     zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0], dtype=bool)

@@ -1,6 +1,6 @@
 """Seed dynamics: how each seed of a cell gets where it ends, not only where the seed mean ends (README "Beyond the
 paper"). Arrays and frames in, numbers out; ``harness.report.relapses`` and ``harness.report.endings`` are the
-commands that read cell folders into it, and ``harness.outputs`` counts summary.json's events with it.
+commands that read cell folders into it. The events along one curve are summary.json's (``harness.summary``).
 
 Events along one curve (``relapse_events``): a seed *solves* when, unsolved, its error falls below ``SOLVED``
 (2%); it *relapses* when, solved, its error rises above ``RELAPSE`` (20%), and may then solve again. A non-finite
@@ -71,6 +71,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.summary import relapse_events, until_diverged
+
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
 EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 LOCK_TAIL, LOCK_ZERO_VAR = 0.1, 0.98  # locked: the last 10% of episodes, >= 98% of groups zero-variance
@@ -82,29 +84,6 @@ ENDING_METRICS = ("error", "grad_norm", "all_fail")
 VANISHING = 1e-6  # a gradient norm below this is rounding (an exactly zero gradient logs 1e-13 to 1e-10)
 STUCK = 0.9  # share of the last episodes with a vanishing gradient that makes a failing seed stuck
 ENDINGS = ("learned", "stuck", "moving", "diverged")
-
-
-def _until_diverged(errors: np.ndarray) -> np.ndarray:
-    """A seed's error curve up to its first non-finite error: a seed that diverged has no curve after it."""
-    errors = np.asarray(errors, dtype=float)
-    ended = np.flatnonzero(~np.isfinite(errors))
-    return errors[:ended[0]] if ended.size else errors
-
-
-def relapse_events(steps: np.ndarray, errors: np.ndarray, solved_below: float, relapse_above: float
-                   ) -> dict[str, int | None]:
-    """A seed's solve and relapse events along its error curve: it *solves* when, unsolved, its error falls below
-    ``solved_below``; it *relapses* when, solved, its error rises above ``relapse_above``, and may then solve again.
-    Counts and the first step of each (summary.json's ``events``, and the report's solved and relapsed seeds)."""
-    solved, relapses, first_solved, first_relapse, is_solved = 0, 0, None, None, False
-    for step, error in zip(steps.tolist(), _until_diverged(errors).tolist()):
-        if not is_solved and error < solved_below:
-            is_solved, solved = True, solved + 1
-            first_solved = step if first_solved is None else first_solved
-        elif is_solved and error > relapse_above:
-            is_solved, relapses = False, relapses + 1
-            first_relapse = step if first_relapse is None else first_relapse
-    return {"solved": solved, "relapses": relapses, "first_solved": first_solved, "first_relapse": first_relapse}
 
 
 # A cell's per-seed dynamics, and the paper's seeds against ours
@@ -157,7 +136,7 @@ def _first_step(mask: np.ndarray, steps: np.ndarray) -> int | None:
 def _post_solve_share(row: np.ndarray, solved: float, relapse: float) -> float | None:
     """Share of a seed's logged episodes, from its first below ``solved`` on, with error above ``relapse``; None
     if it never solves."""
-    curve = _until_diverged(row)
+    curve = until_diverged(row)
     below = curve < solved
     return float((curve[np.argmax(below):] > relapse).mean()) if below.any() else None
 
@@ -244,7 +223,7 @@ def onsets(errors: np.ndarray, zero_gradient: np.ndarray, solved: float = SOLVED
     relapse events."""
     found = into if into is not None else Onsets()
     last_solved, streak, at_risk = None, 0, False
-    for t, error in enumerate(_until_diverged(errors)):
+    for t, error in enumerate(until_diverged(errors)):
         onset = last_solved is not None and error > relapse
         if at_risk:  # the previous episode was a calm one of a solved seed
             found.followed.append(onset)
@@ -340,7 +319,7 @@ def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fa
            reach: float = 0.05, learned: float = 0.05) -> dict:
     """One seed's ending (module docstring) from its logged episodes, in step order."""
     errors, grad_norms = np.asarray(errors, dtype=float), np.asarray(grad_norms, dtype=float)
-    end = len(_until_diverged(errors))
+    end = len(until_diverged(errors))
     below = np.flatnonzero(errors[:end] < reach)
     tail = slice(max(end - last, 0), end)
     error, vanishing = float(errors[tail].mean()), float(np.mean(grad_norms[tail] < VANISHING))
