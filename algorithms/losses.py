@@ -143,13 +143,13 @@ def ratio_deviation(log_ratio: torch.Tensor) -> torch.Tensor:
 def clip_removes_gradient(ratio: torch.Tensor, advantages: torch.Tensor, clip_eps_low: float,
                           clip_eps_high: float) -> torch.Tensor:
     """1 where the clip removes the item's gradient: ρ > 1 + ε_high with A > 0, or ρ < 1 − ε_low with A < 0."""
-    return (((ratio > 1.0 + clip_eps_high) & (advantages > 0)) | ((ratio < 1.0 - clip_eps_low) & (advantages < 0))
-            ).to(ratio.dtype)
+    removed = ((ratio > 1.0 + clip_eps_high) & (advantages > 0)) | ((ratio < 1.0 - clip_eps_low) & (advantages < 0))
+    return removed.to(ratio.dtype).masked_fill(torch.isnan(ratio), float("nan"))  # a NaN ratio is not "kept"
 
 
 def weight_clipped(ratio: torch.Tensor, is_clip: float) -> torch.Tensor:
-    """1 where CISPO's IS weight min(ρ, ε_max) is clipped: ρ > ε_max; else 0."""
-    return (ratio > is_clip).to(ratio.dtype)
+    """1 where CISPO's IS weight min(ρ, ε_max) is clipped: ρ > ε_max; else 0 (NaN where ρ is)."""
+    return (ratio > is_clip).to(ratio.dtype).masked_fill(torch.isnan(ratio), float("nan"))
 
 
 def item_mean(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from omegaconf import DictConfig
 
-from algorithms import Algorithm, Groups, Rollout
+from algorithms import Aggregation, Algorithm, Groups, Rollout
 from algorithms.checks import ConfigError
 
 
@@ -78,6 +78,15 @@ class Task:
         if epochs not in (None, 1):
             raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "
                               "per batch; valid choices: null, 1")
+
+    def require_default_aggregation(self) -> None:
+        """A task whose update is written in closed form (not by autograd through the loss) computes it for the
+        algorithm's own aggregation: refuse another, which it would not honour."""
+        default = Aggregation(type(self.algorithm).Hyperparameters().aggregation)
+        if self.algorithm.aggregation is not default:
+            raise ConfigError(f"algorithm.aggregation={self.algorithm.aggregation.value} is not valid for "
+                              f"task={self.name}, whose update is computed in closed form; valid choices: "
+                              f"{default.value}")
 
     @classmethod
     def supports(cls, algorithm: type[Algorithm]) -> bool:

@@ -52,6 +52,7 @@ class MnistBandit(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
+        self.require_default_aggregation()
         cfg = self.cfg
         self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
         self.eval_every = check_positive_int("task.eval_every", cfg.eval_every)  # updates between test evaluations
@@ -115,8 +116,9 @@ class MnistBandit(Task):
 
         Each batch gets one update, from the rollout policy itself, where the gradient of every loss is
         −(1/B) Σ_b Σ_k w_bk ∇log π_bk with the algorithm's first-epoch weights w (``Algorithm.weights``; on a
-        bandit every aggregation is the mean over the batch). Through log softmax the gradient on the logits is
-        (π Σ_k w − w) / B; for a target (TPO), Σ_k q = 1 and it is written as the paper's (π − q) / B."""
+        bandit each algorithm's own aggregation is the mean over the batch, and no other is accepted). Through log
+        softmax the gradient on the logits is (π Σ_k w − w) / B; for a target (TPO), Σ_k q = 1 and it is written as
+        the paper's (π − q) / B."""
         log_probs = batch.log_probs
         weights = self.algorithm.weights(batch.groups, batch.signal)
         if self.rollout is not Rollout.FULL_ACTION_SET:  # one weight, at the sampled class (CE: the label)

@@ -126,6 +126,7 @@ class TabularMulti(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
+        self.require_default_aggregation()
         shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
         self.alpha = float(self.cfg.alpha)
         self.logits = rng.normal(self.seeds, "init/logits", 0, shape).to(self.device)

@@ -536,6 +536,12 @@ def test_clip_fraction_counts_the_items_whose_gradient_the_clip_removes():
     # the ratio the objective clips: |log ρ| ≤ 0.1 first, so every ρ counts as one in [e^-0.1, e^0.1], inside the clip
     clipped_log_ratio = build("grpo_no_kl", log_ratio_clip=0.1).loss(logp.detach(), groups, signal)[1]
     assert clipped_log_ratio["clip_fraction"].item() == 0.0
+    # a diverged policy (a NaN log-prob) has no clip fraction, as it has no ratio deviation
+    diverged = logp.detach().clone()
+    diverged[..., 0] = float("nan")
+    assert grpo.loss(diverged, groups, signal)[1]["clip_fraction"].isnan().all()
+    single = Groups(signal, groups.logp_old, Rollout.SINGLE, advantages=signal)
+    assert build("cispo").loss(diverged, single, signal)[1]["clip_fraction"].isnan().all()
 
 
 def test_clip_fraction_reads_each_methods_own_ratio_and_range():

@@ -121,3 +121,17 @@ def test_live_mirror_histories_are_read_by_their_step_without_trl_rows_or_replay
     assert curves.sort_values("step")[["step", "value"]].values.tolist() == [[0, 0.9], [1, 0.8], [2, 0.6], [3, 0.5]]
     runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run(2)]))
     assert runs.status.tolist() == ["damaged"] and "2 rows dropped from W&B" in capsys.readouterr().err
+
+
+def test_a_run_started_before_the_step_metric_and_resumed_after_reads_both_kinds_of_rows():
+    """A W&B run begun by a version that logged with W&B's own step (no ``step`` column) and resumed by one that
+    logs ``step`` (its ``_step`` counting on): the old rows are read by ``_step``, the new by ``step``. Bug caught:
+    load.py:_wandb_record casting a ``step`` column with NaN in its old rows (IntCastingNaNError)."""
+    config = {**make_config("inputs_check", "token_reversal", "tpo", 1, 4), "trainer": {"steps": 4}, "seed": 0}
+    fake = FakeRun(config, np.arange(0), {})
+    fake.summary.update(last_step=3)
+    fake._rows = [{"_step": 0, "error": 0.9}, {"_step": 1, "error": 0.8},  # the old version's rows
+                  {"_step": 2, "step": 2, "error": 0.6}, {"_step": 3, "step": 3, "error": 0.5}]
+    runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([fake]))
+    assert runs.status.tolist() == ["completed"]
+    assert curves.sort_values("step")[["step", "value"]].values.tolist() == [[0, 0.9], [1, 0.8], [2, 0.6], [3, 0.5]]

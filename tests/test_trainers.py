@@ -69,3 +69,23 @@ def test_every_task_names_a_registered_trainer():
 def test_single_epoch_tasks_have_no_update_metrics():
     task = build_task(compose_config(["task=mnist_bandit", "algorithm=grpo", "seeds=1"]))
     assert task.epochs == 1 and update_metric_names(task) == ()
+
+
+@pytest.mark.parametrize("task,algorithm,aggregation", [("mnist_bandit", "tpo", "tokens"),
+                                                        ("mnist_bandit", "grpo", "informative_groups"),
+                                                        ("tabular_multi", "tpo", "constant")])
+def test_a_closed_form_update_refuses_an_aggregation_it_would_not_honour(task, algorithm, aggregation):
+    """MNIST's gradient and the exact tabular direction are written for the algorithm's own aggregation; another is
+    refused in one line rather than silently trained with the default."""
+    from algorithms.checks import ConfigError
+
+    overrides = [f"task={task}", f"algorithm={algorithm}", f"algorithm.aggregation={aggregation}"]
+    with pytest.raises(ConfigError, match=rf"^algorithm.aggregation={aggregation} is not valid for task={task}, "
+                                          r"whose update is computed in closed form; valid choices: \w+$"):
+        build_task(compose_config(overrides))
+
+
+def test_an_autograd_update_takes_another_aggregation():
+    """tabular_single differentiates the loss itself, so it takes any aggregation (here GRPO with a token mean)."""
+    task = build_task(compose_config(["task=tabular_single", "algorithm=grpo", "algorithm.aggregation=tokens"]))
+    assert torch.isfinite(episode(task, 0).metrics["misalignment"]).all()

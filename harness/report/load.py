@@ -413,11 +413,13 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
             history = history[history[TRL_STEP].isna()]
         if history.empty:
             continue
-        step = STEP_METRIC if STEP_METRIC in history else "_step"  # runs logged before the step metric: W&B's own
-        keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != step
+        # rows logged before the step metric existed carry W&B's own step, which was metrics.csv's (a run started
+        # then and resumed since has both kinds)
+        steps = history[STEP_METRIC].fillna(history["_step"]) if STEP_METRIC in history else history["_step"]
+        keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != STEP_METRIC
                 and (wanted is None or c in wanted)]
         # a resumed run logs again the steps after its checkpoint: the last copy is metrics.csv's
-        frame = history[[step, *keep]].rename(columns={step: "step"}).astype({"step": np.int64})
+        frame = history[keep].assign(step=steps.astype(np.int64))[["step", *keep]]
         frame = frame.drop_duplicates("step", keep="last")
         frame.insert(1, "seed", seed)
         rows.append(frame)
