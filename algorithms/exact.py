@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from algorithms.functional import softmax
@@ -53,28 +51,3 @@ def tpo_direction(probs, correct, eta: float = 1.0):
     u = standardize(_one_hot_like(probs, correct))
     target = softmax(torch.log(probs + 1e-8) + u / eta)
     return target - probs
-
-
-EXACT_DIRECTIONS = {
-    "ce": ce_direction,
-    "pg": pg_direction,
-    "dg": dg_direction,
-    "grpo": grpo_direction,
-    "tpo": tpo_direction,
-}
-
-
-def beta_closed_form(algorithm: str, p: float, num_arms: int = 10) -> float:
-    """Appendix B's scalar β(p) along e_y − π for the one-hot bandit with ``num_arms`` arms (η = 1)."""
-    if algorithm == "ce":
-        return 1.0
-    if algorithm == "pg":
-        return p
-    if algorithm == "dg":
-        return p / (1.0 + p)
-    if algorithm == "grpo":
-        return math.sqrt(p / (1.0 - p))
-    if algorithm == "tpo":
-        lam = math.exp(num_arms / math.sqrt(num_arms - 1))
-        return p * (lam - 1.0) / (1.0 - p + lam * p)
-    raise ValueError(f"algorithm={algorithm!r}; valid choices: {', '.join(EXACT_DIRECTIONS)}")

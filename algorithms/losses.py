@@ -1,7 +1,7 @@
 """The pure formulas the algorithm library (``library.py``) is written in: TPO's target and cross-entropy, the
 clipped importance-weighted objective, the k3 KL to the rollout snapshot, DG's gate, sequence log-probs and the KL
-to a reference
-(docs/reproduction.md §2).
+to a reference (docs/reproduction.md §2); and the per-item statistics of an update that ``Algorithm.metrics``
+reports (ratio deviation, clipped items), with their mean over the items.
 
 Tensors have the replica (seed) axis first and the comparison set (K candidates) or the tokens last.
 ``logp_new`` carries the gradient; ``logp_old``, scores and advantages are constants (detached here, so a caller
@@ -66,11 +66,7 @@ def clipped_objective(
 
     The k3 estimator is the reverse KL to the rollout snapshot π_old, evaluated on the sampled items.
     """
-    log_ratio = logp_new - logp_old.detach()
-    if length is not None:
-        log_ratio = log_ratio / length
-    if log_ratio_clip is not None:
-        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    log_ratio = surrogate_log_ratio(logp_new, logp_old, log_ratio_clip, length)
     ratio = log_ratio.exp()
     advantages = advantages.detach()
     high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -78,6 +74,18 @@ def clipped_objective(
     if beta:
         objective = objective - beta * k3(log_ratio)
     return objective
+
+
+def surrogate_log_ratio(logp_new: torch.Tensor, logp_old: torch.Tensor,
+                        log_ratio_clip: torch.Tensor | float | None = None,
+                        length: torch.Tensor | float | None = None) -> torch.Tensor:
+    """x = (ℓ^θ − ℓ^old)/L, clipped to ±``log_ratio_clip`` when set: the log of the ratio a clipped surrogate clips."""
+    log_ratio = logp_new - logp_old.detach()
+    if length is not None:
+        log_ratio = log_ratio / length
+    if log_ratio_clip is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    return log_ratio
 
 
 def k3(log_ratio: torch.Tensor) -> torch.Tensor:
@@ -92,10 +100,7 @@ def snapshot_kl(logp_new: torch.Tensor, logp_old: torch.Tensor,
     per-token log-probs), x clipped to ±``log_ratio_clip`` (a number or a tensor broadcasting to x) when set; for the
     losses that do not go through ``clipped_objective`` with it (GSPO's length-normalised ratio, CISPO's stopped IS
     weight). Gradient 1 − e^{−x} on ℓ^θ where x is inside the clip, 0 outside."""
-    log_ratio = logp_new - logp_old.detach()
-    if log_ratio_clip is not None:
-        log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
-    return k3(log_ratio)
+    return k3(surrogate_log_ratio(logp_new, logp_old, log_ratio_clip))
 
 
 def dg_gate(logp: torch.Tensor, advantages: torch.Tensor, eta: float = 1.0, surprisal_clip: float | None = None
@@ -126,3 +131,30 @@ def reference_kl(token_logp_new: torch.Tensor, token_logp_ref: torch.Tensor, mas
     mask = mask.to(per_token.dtype)
     per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
     return per_sequence.flatten(1).mean(1) if per_sequence.dim() > 1 else per_sequence
+
+
+# ---- statistics of an update (``Algorithm.metrics``): per item, then their mean per replica ---------------------
+
+def ratio_deviation(log_ratio: torch.Tensor) -> torch.Tensor:
+    """|ρ − 1| with ρ = e^x: how far the policy has moved on an item."""
+    return (log_ratio.exp() - 1.0).abs()
+
+
+def clip_removes_gradient(ratio: torch.Tensor, advantages: torch.Tensor, clip_eps_low: float,
+                          clip_eps_high: float) -> torch.Tensor:
+    """1 where the clip removes the item's gradient: ρ > 1 + ε_high with A > 0, or ρ < 1 − ε_low with A < 0."""
+    removed = ((ratio > 1.0 + clip_eps_high) & (advantages > 0)) | ((ratio < 1.0 - clip_eps_low) & (advantages < 0))
+    return removed.to(ratio.dtype).masked_fill(torch.isnan(ratio), float("nan"))  # a NaN ratio is not "kept"
+
+
+def weight_clipped(ratio: torch.Tensor, is_clip: float) -> torch.Tensor:
+    """1 where CISPO's IS weight min(ρ, ε_max) is clipped: ρ > ε_max; else 0 (NaN where ρ is)."""
+    return (ratio > is_clip).to(ratio.dtype).masked_fill(torch.isnan(ratio), float("nan"))
+
+
+def item_mean(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(R, ...) → (R,): the mean over every axis but the replica axis; with ``mask``, over the items where it is 1."""
+    if mask is None:
+        return values.flatten(1).mean(1)
+    mask = mask.to(values.dtype)
+    return (values * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1.0)

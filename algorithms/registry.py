@@ -2,7 +2,9 @@
 
 An algorithm is a subclass of ``Algorithm`` decorated with ``@register`` (see ``library.py``): its id, the
 rollout shapes it runs on, its default epochs, its hyperparameters (a frozen dataclass built once from
-``conf/algorithm/<id>.yaml``), how its loss terms are aggregated, and three methods on one rollout batch:
+``conf/algorithm/<id>.yaml``, each field declared once with its default, valid values and doc:
+``algorithms.checks.hyperparameter``; ``aggregation`` and ``epochs`` are hyperparameters of every algorithm), and
+three methods on one rollout batch:
 
 * ``signal(groups)``: the frozen per-batch signal (TPO's target q, or advantages), from ℓ_old and the scores;
   computed once per batch, so it cannot drift across epochs;
@@ -12,21 +14,26 @@ rollout shapes it runs on, its default epochs, its hyperparameters (a frozen dat
   at θ = θ_old is −aggregate(w ⊙ ∇ℓ). Section 4's diagnostics read them, and the MNIST bandit's one-update
   closed form uses them, so neither re-derives an algorithm's formula.
 
-A task builds ``Groups`` (scores, ℓ_old and what else its rollout has) and calls ``loss``; it never names an
-algorithm. The registry refuses an algorithm on a task that does not offer one of its rollout shapes.
+A task builds ``Groups`` (scores, ℓ_old and what else its rollout has) and calls ``loss``, which returns the loss and
+the algorithm's diagnostics of the update (``metrics``); it never names an algorithm. The registry refuses an
+algorithm on a task that does not offer one of its rollout shapes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from enum import Enum
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch
 
-from algorithms.checks import ConfigError, check_bool, check_choice, check_number
-from algorithms.scores import ZERO_VARIANCE_MODES, ZERO_VARIANCE_THRESHOLD, Spread, population_std
+from algorithms import losses
+from algorithms.checks import ConfigError, check_hyperparameter, hyperparameter
+from algorithms.functional import log_softmax
+from algorithms.scores import ZERO_VARIANCE_THRESHOLD, Spread, population_std
 
 
 class Rollout(str, Enum):
@@ -41,7 +48,11 @@ class Rollout(str, Enum):
 
 
 class Aggregation(str, Enum):
-    """How the loss terms of a batch become one loss per replica (seed)."""
+    """How the loss terms of a batch become one loss per replica (seed): ``algorithm.aggregation``, each algorithm's
+    default its own. verl's ``loss_agg_mode`` names, where one is the same reduction: SEQUENCES is
+    ``seq-mean-token-sum``, TOKENS is ``token-mean``, CONSTANT is ``seq-mean-token-sum-norm`` (Dr. GRPO; verl divides
+    the token sum by the longest answer and leaves the sequence count to its batch scaling). GROUPS and
+    INFORMATIVE_GROUPS have none, and none here is ``seq-mean-token-mean``."""
 
     GROUPS = "groups"  # mean over groups of the sum over the last axis (the paper's losses)
     INFORMATIVE_GROUPS = "informative_groups"  # the same sum over groups, / #groups with σ > 1e-6 (min 1)
@@ -50,9 +61,11 @@ class Aggregation(str, Enum):
     CONSTANT = "constant"  # sum over every token / (number of candidates · longest answer) (Dr. GRPO)
 
 
-# Aggregations whose value is a mean over groups: micro-batches of whole groups accumulate the full-batch loss
-# exactly (the LLM trainer's requirement).
-PER_GROUP = (Aggregation.GROUPS, Aggregation.SEQUENCES)
+# the two hyperparameters of every algorithm (``Algorithm.Hyperparameters``)
+EPOCHS = functools.partial(hyperparameter, default=None, doc="updates per rollout batch; null = the algorithm's "
+                           "default_epochs (LLM runs: task.epochs)", low=1, integer=True, optional=True)
+AGGREGATION = functools.partial(hyperparameter, doc="how the loss terms become one loss per replica (Aggregation)",
+                                choices=Aggregation, added_later=True)
 
 
 @dataclass
@@ -132,18 +145,18 @@ class Algorithm:
     id: ClassVar[str]
     label: ClassVar[str]  # the report's name for it
     style: ClassVar[tuple[str, str]] = ("#7f7f7f", "-")  # the report's colour and line style
-    summary: ClassVar[str]
     rollouts: ClassVar[tuple[Rollout, ...]]  # in order of preference: a task runs the first one it offers
-    epochs: ClassVar[int] = 4  # updates per rollout batch unless ``algorithm.epochs`` says otherwise
-    aggregation: ClassVar[Aggregation] = Aggregation.GROUPS
+    default_epochs: ClassVar[int] = 4  # updates per rollout batch when ``algorithm.epochs`` is null
     token_level: ClassVar[bool] = False  # group rollouts pass per-token log-probs (R, ..., K, T)
     length_normalised: ClassVar[bool] = False  # divides sequence log-probs by their length itself (GSPO)
     target: ClassVar[bool] = False  # the signal is a distribution over the group (its weights sum to 1)
+    metric_names: ClassVar[tuple[str, ...]] = ("ratio_dev", "kl_snapshot")  # the keys of ``metrics``
     trl_loss: ClassVar[bool] = False  # TRL's own GRPO loss can stand in for it (LLM ``task.loss_impl=trl``)
 
     @dataclass(frozen=True)
     class Hyperparameters:
-        pass
+        epochs: int | None = EPOCHS()
+        aggregation: Aggregation = AGGREGATION(default=Aggregation.GROUPS)
 
     def __init__(self, hp: Any = None):
         self.hp = self.Hyperparameters() if hp is None else hp
@@ -151,6 +164,15 @@ class Algorithm:
     @property
     def name(self) -> str:
         return self.id
+
+    @property
+    def epochs(self) -> int:
+        """Updates per rollout batch: ``algorithm.epochs``, or the algorithm's default when it is null."""
+        return self.default_epochs if self.hp.epochs is None else self.hp.epochs
+
+    @property
+    def aggregation(self) -> Aggregation:
+        return Aggregation(self.hp.aggregation)
 
     @classmethod
     def rollout_for(cls, offered) -> Rollout | None:
@@ -180,12 +202,34 @@ class Algorithm:
     def weights(self, groups: Groups, signal: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
-    def loss(self, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None) -> torch.Tensor:
-        """Per-replica loss (R,): the aggregated terms."""
+    def loss(self, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None
+             ) -> tuple[torch.Tensor, Metrics]:
+        """(loss, metrics): the per-replica loss (R,), the aggregated terms, and the update's diagnostics
+        (``metrics``, name → (R,)), computed apart on detached values, so they never touch the loss or its gradient."""
         count = None
         if self.aggregation in (Aggregation.TOKENS, Aggregation.INFORMATIVE_GROUPS):
             count = self.count(groups) if groups.normaliser is None else groups.normaliser
-        return aggregate(self.terms(logp, groups, signal), groups, self.aggregation, self._token_level(groups), count)
+        loss = aggregate(self.terms(logp, groups, signal), groups, self.aggregation, self._token_level(groups), count)
+        return loss, Metrics(self, logp.detach(), groups, None if signal is None else signal.detach())
+
+    def metrics(self, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Per-replica (R,) means over the items the loss sums (every candidate, or every unmasked token): how far the
+        policy has moved from the rollout's, ``ratio_dev`` = mean |ρ − 1| and ``kl_snapshot`` = mean k3(x),
+        ρ = e^x, x = ``log_ratio``. The clipping algorithms add ``clip_fraction``."""
+        log_ratio, mask = self.log_ratio(logp, groups), self.item_mask(groups)
+        return {"ratio_dev": losses.item_mean(losses.ratio_deviation(log_ratio), mask),
+                "kl_snapshot": losses.item_mean(losses.k3(log_ratio), mask)}
+
+    def log_ratio(self, logp: torch.Tensor, groups: Groups) -> torch.Tensor:
+        """x = ℓ − ℓ_old per item. A target algorithm reads ℓ only through the group softmax (a task may pass it
+        logits): its x is that of softmax(ℓ) over the group."""
+        if self.target:
+            return log_softmax(logp) - log_softmax(groups.logp_old)
+        return logp - groups.logp_old
+
+    def item_mask(self, groups: Groups) -> torch.Tensor | None:
+        """1 at the items the loss sums, for per-token log-probs (None: every item counts)."""
+        return groups.mask if self._token_level(groups) else None
 
     def count(self, groups: Groups) -> torch.Tensor:
         """(R,) what a count-normalised aggregation divides by: the batch's tokens (TOKENS) or its informative
@@ -202,6 +246,31 @@ class Algorithm:
         """Tabular one-hot bandit (docs/reproduction.md §2.6): the exact expected update direction on the logits;
         only algorithms with ``Rollout.EXACT`` among their rollouts define it."""
         raise NotImplementedError
+
+
+class Metrics(Mapping[str, torch.Tensor]):
+    """An update's metrics (``Algorithm.metrics``), computed under no_grad when first read: a few dozen small tensor
+    operations (30–170 µs on a CPU), which a bandit step of ~0.5 ms that does not read them does not pay."""
+
+    def __init__(self, algorithm: Algorithm, logp: torch.Tensor, groups: Groups, signal: torch.Tensor | None):
+        self._inputs, self._values = (algorithm, logp, groups, signal), None
+
+    def _computed(self) -> dict[str, torch.Tensor]:
+        if self._values is None:
+            algorithm, logp, groups, signal = self._inputs
+            with torch.no_grad():
+                self._values = algorithm.metrics(logp, groups, signal)
+            self._inputs = None
+        return self._values
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._computed()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
@@ -226,69 +295,34 @@ def get_algorithm(name: str) -> type[Algorithm]:
         raise ValueError(f"algorithm={name!r} is unknown; valid choices: {', '.join(ALGORITHMS)}") from None
 
 
-# The valid values of every hyperparameter a conf/algorithm/*.yaml sets: a range (the keywords of
-# algorithms.checks.check_number), a tuple of choices, or bool. tests/test_validation.py checks that every key of every
-# conf/algorithm/*.yaml has an entry.
-HYPERPARAMETERS: dict[str, dict | tuple | type] = {
-    "epochs": dict(low=1, integer=True, optional=True),  # updates per rollout batch; null = the registry default
-    # η: TPO's q ∝ p_old·exp(u/η), Group PG's weights u/η, DG's gate σ(A·ℓ/η). η ≥ 1e-6: the algorithms compute in
-    # float32, where η < 1.4e-45 rounds to 0 (u/η = ±inf, NaN: every row NaN) and u/η overflows below η ≈ √(K−1)/3.4e38
-    # (standardised scores have |u| ≤ √(K−1)). TPO's target never evaluates exp(u/η) itself: it is a log-softmax of
-    # ℓ_old + u/η, shifted by its maximum (algorithms/losses.py tpo_target, exact.tpo_direction), finite for any finite
-    # u/η. The bound keeps u/η ≤ √(K−1)·1e6 ≤ 1e9 for K ≤ 10^6, so Group PG's weights, their gradients and Adam's second
-    # moments (≈ (u/η)²) stay far below float32's 3.4e38. The MNIST mechanism closed form (math.exp((10/3)/η)) needs
-    # η ≥ 0.0047, checked by tasks/mnist_bandit.py when task.mechanism is on.
-    "eta": dict(low=1e-6),
-    "clip_eps": dict(low=0, low_open=True),  # ε of clip(ρ, 1 − ε, 1 + ε); ε = 0 pins the ratio at 1
-    "clip_eps_low": dict(low=0, low_open=True, high=1, high_open=True),  # DAPO's 1 − ε_low
-    "clip_eps_high": dict(low=0, low_open=True),  # DAPO's 1 + ε_high, GSPO's upper bound
-    "is_clip": dict(low=0, low_open=True),  # CISPO's ε_max: the IS weight is min(ρ, ε_max), stopped
-    "beta": dict(low=0),  # weight of the k3 KL to π_old; 0 = none
-    "log_ratio_clip": dict(low=0, low_open=True, allow_inf=True),  # |log ρ| ≤ c before exp; inf = no clip
-    "surprisal_clip": dict(low=0, low_open=True, optional=True, allow_inf=True),  # ℓ ∈ [−c, c]; null = never
-    "zero_variance": ZERO_VARIANCE_MODES,
-    "zero_variance_guard": bool,
-    "filter_groups": bool,
-    # the divisor of the standardising algorithms (algorithms.scores.Spread); the defaults are the paper's σ
-    "std_floor": dict(low=0),  # σ → max(σ, floor); 0 = no floor
-    "std_shrinkage": dict(low=0),  # κ of σ̃² = (Kσ² + κσ₀²)/(K + κ); 0 = no shrinkage
-    "std_prior": dict(low=0, low_open=True),  # σ₀ of the shrinkage
-    "rank_scores": bool,  # standardise the scores' mid-ranks instead of the scores
-}
+def declarations(cls: type[Algorithm]) -> dict[str, dataclasses.Field]:
+    """Name → declaration (``algorithms.checks.hyperparameter``) of every hyperparameter of ``cls``."""
+    return {field.name: field for field in dataclasses.fields(cls.Hyperparameters)}
 
 
 def build(cfg) -> Algorithm:
-    """The algorithm of an ``algorithm`` config node, its hyperparameters checked and typed once.
+    """The algorithm of an ``algorithm`` config node, its hyperparameters checked and typed once by their
+    declarations.
 
     ConfigError (one line, naming the key and its valid range) for an unknown id, an unknown key or a bad value."""
     try:
         cls = get_algorithm(cfg.name)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    check_hyperparameters(cfg)
-    fields = {field.name: field for field in dataclasses.fields(cls.Hyperparameters)}
-    unknown = sorted(set(cfg) - set(fields) - {"name", "epochs"})
+    fields = declarations(cls)
+    unknown = sorted(set(cfg) - set(fields) - {"name"})
     if unknown:
         raise ConfigError(f"algorithm.{unknown[0]} is not a hyperparameter of algorithm={cls.id}; valid keys: "
-                          f"{', '.join(['epochs', *fields]) }")
-    values = {name: _typed(cfg[name], field.type) for name, field in fields.items() if name in cfg}
-    return cls(cls.Hyperparameters(**values))
+                          f"{', '.join(fields)}")
+    return cls(cls.Hyperparameters(**{name: check_hyperparameter(f"algorithm.{name}", cfg[name], field)
+                                      for name, field in fields.items() if name in cfg}))
 
 
-def _typed(value, annotation) -> Any:
-    if value is None or annotation not in ("float", float, "float | None"):
-        return value
-    return float(value)
-
-
-def check_hyperparameters(cfg) -> None:
-    """Raise a ConfigError naming the key, the value and its valid range for any hyperparameter of the
-    ``algorithm`` config node outside ``HYPERPARAMETERS``."""
-    for name, value in cfg.items():
-        valid, key = HYPERPARAMETERS.get(name), f"algorithm.{name}"
-        if isinstance(valid, dict):
-            check_number(key, value, **valid)
-        elif isinstance(valid, tuple):
-            check_choice(key, value, valid)
-        elif valid is bool:
-            check_bool(key, value)
+def neutral_hyperparameters(name: Any) -> dict[str, Any]:
+    """The hyperparameters of algorithm ``name`` declared ``added_later``, at their default: the value its runs
+    recorded before the key joined its YAML ran with ({} for an unknown name)."""
+    cls = ALGORITHMS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        return {}
+    return {key: field.default.value if isinstance(field.default, Enum) else field.default
+            for key, field in declarations(cls).items() if field.metadata["added_later"]}

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from algorithms.checks import hyperparameter
+
 ZERO_VARIANCE_THRESHOLD = 1e-6
 ZERO_VARIANCE_MODES = ("centered", "zero")
 
@@ -27,10 +29,11 @@ class Spread:
     They apply in that order. A group is zero-variance by the σ of its raw scores ≤ 1e-6 whatever the variant (so
     ranks never turn float noise below that into a full signal), as ``Groups.informative`` counts it."""
 
-    std_floor: float = 0.0
-    std_shrinkage: float = 0.0
-    std_prior: float = 0.5
-    rank_scores: bool = False
+    std_floor: float = hyperparameter(0.0, "σ → max(σ, floor) (low-variance groups); 0 = the paper's σ", low=0)
+    std_shrinkage: float = hyperparameter(0.0, "κ of σ̃² = (Kσ² + κσ₀²)/(K + κ); 0 = no shrinkage", low=0)
+    std_prior: float = hyperparameter(0.5, "σ₀ of the shrinkage (0.5: the largest std of a score in [0, 1])", low=0,
+                                      low_open=True)
+    rank_scores: bool = hyperparameter(False, "standardise the scores' mid-ranks instead of the scores")
 
     @property
     def is_default(self) -> bool:
@@ -63,14 +66,20 @@ def mid_ranks(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return (below.to(dtype) + (tied.to(dtype) + 1) / 2).movedim(-1, dim)
 
 
-def _raw_std(scores: torch.Tensor, dim: int) -> torch.Tensor:
-    return (scores - scores.mean(dim, keepdim=True)).pow(2).mean(dim, keepdim=True).sqrt()
-
-
 def population_std(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """sqrt(mean((x - mean x)^2)), ddof = 0, keeping ``dim``."""
     centred = x - x.mean(dim, keepdim=True)
     return centred.pow(2).mean(dim, keepdim=True).sqrt()
+
+
+def _centred(scores: torch.Tensor, dim: int, spread: Spread) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What both standardisations start from, over ``dim``: the centred scores that ``spread`` prepares (mid-ranks or
+    the scores), their population variance, and the σ that decides whether a group is zero-variance, that of the raw
+    scores (``Spread``)."""
+    prepared = spread.prepare(scores, dim)
+    centred = prepared - prepared.mean(dim, keepdim=True)
+    variance = centred.pow(2).mean(dim, keepdim=True)
+    return centred, variance, population_std(scores, dim) if spread.rank_scores else variance.sqrt()
 
 
 def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "centered",
@@ -83,15 +92,10 @@ def standardize(scores: torch.Tensor, dim: int = -1, zero_variance: str = "cente
     """
     if zero_variance not in ZERO_VARIANCE_MODES:
         raise ValueError(f"zero_variance={zero_variance!r}; valid choices: {', '.join(ZERO_VARIANCE_MODES)}")
-    raw = scores
-    scores = spread.prepare(scores, dim)
-    centred = scores - scores.mean(dim, keepdim=True)
-    variance = centred.pow(2).mean(dim, keepdim=True)
-    std = variance.sqrt()
+    centred, variance, std = _centred(scores, dim, spread)
     divisor = std if spread.is_default else spread.std(variance, scores.shape[dim])
-    informative = (_raw_std(raw, dim) if spread.rank_scores else std) > ZERO_VARIANCE_THRESHOLD
     fallback = centred if zero_variance == "centered" else torch.zeros_like(centred)
-    return torch.where(informative, centred / divisor.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
+    return torch.where(std > ZERO_VARIANCE_THRESHOLD, centred / divisor.clamp_min(ZERO_VARIANCE_THRESHOLD), fallback)
 
 
 def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, guard: bool = True,
@@ -103,28 +107,17 @@ def zscore_advantages(scores: torch.Tensor, dim: int = -1, eps: float = 1e-8, gu
     and dividing that by 1e-8 gives every member of the group the same spurious advantage of order ±1.
     ``eps_in_sqrt``: (s - mean s) / sqrt(var + eps), the tabular bandit reference's form (docs/reproduction.md §2.12).
     """
-    raw = scores
-    scores = spread.prepare(scores, dim)
-    centred = scores - scores.mean(dim, keepdim=True)
-    variance = centred.pow(2).mean(dim, keepdim=True)
+    centred, variance, std = _centred(scores, dim, spread)
     if not spread.is_default:
-        std = _raw_std(raw, dim) if spread.rank_scores else variance.sqrt()
         divisor = spread.std(variance, scores.shape[dim])
         advantages = centred / (divisor.pow(2).add(eps).sqrt() if eps_in_sqrt else divisor + eps)
     elif eps_in_sqrt:
         advantages = centred / variance.add(eps).sqrt()
-        std = variance.sqrt()
     else:
-        std = variance.sqrt()
         advantages = centred / (std + eps)
     if guard:
         advantages = torch.where(std > ZERO_VARIANCE_THRESHOLD, advantages, torch.zeros_like(advantages))
     return advantages
-
-
-def baseline_advantages(rewards: torch.Tensor, baseline: torch.Tensor | float) -> torch.Tensor:
-    """A = r - b for single-sample methods (PG, PPO, DG); b is the task's baseline."""
-    return rewards - baseline
 
 
 def batch_mean_baseline(rewards: torch.Tensor, batch_dim: int = 1) -> torch.Tensor:

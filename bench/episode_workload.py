@@ -19,6 +19,7 @@ import torch
 
 from harness import process
 from harness.config import build_task, compose_config
+from harness.trainers import episode
 
 process.tune_memory()  # as python -m harness does (harness.process)
 
@@ -48,14 +49,14 @@ def main() -> None:
                               f"seed_offset={args.seed}", "logger=none"])
         task = build_task(cfg)
         cpu, answers, rows = 0.0, 0, 0
-        for episode in range(last + 1):
-            if episode >= first:  # the same batch the step draws (counter-based streams)
-                batch = task.rollout_batch(episode)
+        for step in range(last + 1):
+            if step >= first:  # the same batch the step draws (counter-based streams)
+                batch = task.rollout_batch(step)
                 answers += token_reversal.distinct_answers(batch.actions)[0].shape[1]
                 rows += decoded_rows(batch.actions)
                 start = time.process_time()
-            task.step(episode)
-            if episode >= first:
+            episode(task, step)
+            if step >= first:
                 cpu += time.process_time() - start
         n = last - first + 1
         print(f"{algorithm:<10}{cpu / n:>15.3f}{answers / n:>18.0f}{rows / n:>14.0f}{1e3 * cpu / answers:>11.3f}")

@@ -33,6 +33,7 @@ import torch
 
 from harness import process
 from harness.config import build_task, compose_config
+from harness.trainers import episode
 
 process.tune_memory()  # as python -m harness does (harness.process)
 
@@ -60,7 +61,7 @@ def check(overrides: list[str], steps: int = 3, devices: tuple[str, str] = ("cpu
     logged = []
     for device in devices:
         task = build_task(compose_config([*overrides, "seeds=4", "logger=none", f"device={device}"]))
-        outputs = [task.step(step) for step in range(steps)]
+        outputs = [episode(task, step) for step in range(steps)]
         logged.append([{k: v.detach().double().cpu() for k, v in out.metrics.items()}
                        for out in outputs if out.metrics is not None])
     first, second = logged
@@ -73,11 +74,11 @@ def seconds_per_episode(overrides: list[str], seeds: int, episodes: int = 2) -> 
     """Wall seconds per episode on the GPU after one warm-up episode; the peak memory statistic restarts here."""
     torch.cuda.reset_peak_memory_stats()
     task = build_task(compose_config([*overrides, f"seeds={seeds}", "logger=none", "device=cuda"]))
-    task.step(0)
+    episode(task, 0)
     synchronize()
     start = time.perf_counter()
     for step in range(1, episodes + 1):
-        task.step(step)
+        episode(task, step)
     synchronize()
     return (time.perf_counter() - start) / episodes
 

@@ -18,6 +18,7 @@ from omegaconf import open_dict
 
 from harness import process
 from harness.config import build_task, compose_config
+from harness.trainers import episode
 
 process.tune_memory()  # as python -m harness does (harness.process)
 
@@ -26,20 +27,20 @@ def make_task(algorithm: str, seeds: int, seed_offset: int = 0):
     cfg = compose_config(["task=mnist_bandit", f"algorithm={algorithm}", f"seeds={seeds}",
                           f"seed_offset={seed_offset}", "logger=none", "task.mechanism=false"])
     with open_dict(cfg):
-        cfg.task.eval_every = 10**9
+        cfg.task.eval_every = cfg.trainer.steps = 10**9  # never evaluate: the steps alone are timed
     return build_task(cfg)
 
 
 def seconds_per_step(tasks: list, steps: int, repeats: int) -> float:
     """Median over ``repeats`` consecutive timings of ``steps`` steps each (after one warm-up step)."""
     for task in tasks:
-        task.step(0)
+        episode(task, 0)
     timings = []
     for repeat in range(repeats):
         start = time.perf_counter()
         for step in range(1 + repeat * steps, 1 + (repeat + 1) * steps):
             for task in tasks:
-                task.step(step)
+                episode(task, step)
         timings.append((time.perf_counter() - start) / steps)
     return statistics.median(timings)
 

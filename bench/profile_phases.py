@@ -36,6 +36,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness import process
 from harness.config import build_task, compose_config
+from harness.trainers import episode
+from harness.trainers.batched import GroupTrainer
 
 from harness.run import train
 
@@ -61,7 +63,7 @@ class PhaseTimer:
         phases = {"rollout": (task, "rollout_batch"), "forward": (task, "log_probs"),
                   "optimizer": (task.optimizer, "step"), "data": (task, "batch"),
                   "evaluation": (task, "evaluate"), "diagnostics": (task, "diagnostics"),
-                  "loss": (task, "loss"), "loss+grad": (task, "loss_and_logit_grad"),
+                  "loss": (GroupTrainer, "batch_loss"), "closed-form grad": (task, "logit_grad"),
                   "mlp forward": (module, "mlp_forward"),
                   "mlp backward": (module, "mlp_backward")}
         self.wrapped = []
@@ -112,7 +114,7 @@ def episode_flops(task, step: int) -> int:
     linear.set_backend("blas")
     try:
         with FlopCounterMode(display=False) as counter:
-            task.step(step)
+            episode(task, step)
     finally:
         linear.set_backend(previous)
     return counter.get_total_flops()
@@ -121,12 +123,12 @@ def episode_flops(task, step: int) -> int:
 def profile(overrides: list[str], seeds: int, episodes: int, warm: int) -> dict:
     task = build_task(compose_config([*overrides, f"seeds={seeds}", "logger=none"]))
     for step in range(warm):
-        task.step(step)
+        episode(task, step)
     flops = episode_flops(task, warm)
     timer = PhaseTimer(task)
     cpu, wall = time.process_time(), time.perf_counter()
     for step in range(warm + 1, warm + 1 + episodes):
-        task.step(step)
+        episode(task, step)
     total_cpu, total_wall = time.process_time() - cpu, time.perf_counter() - wall
     timer.close()
     phases = {phase: (timer.cpu[phase] / episodes, timer.wall[phase] / episodes) for phase in timer.cpu}

@@ -37,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from harness import process  # noqa: E402
 from harness.config import build_task, compose_config  # noqa: E402
+from harness.trainers import episode  # noqa: E402
 
 process.tune_memory()  # as python -m harness does (harness.process)
 from profile_phases import PhaseTimer  # noqa: E402
@@ -84,7 +85,7 @@ def timed_episode(task, step: int, fast: bool) -> dict:
     token_reversal.set_fast_paths(fast)
     timer = PhaseTimer(task)
     cpu = time.process_time()
-    out = task.step(step)
+    out = episode(task, step)
     total = time.process_time() - cpu
     timer.close()
     phases = {"rollout": timer.cpu["rollout"], "forward": timer.cpu["forward"],
@@ -168,7 +169,7 @@ def main() -> None:
                 token_reversal.set_fast_paths(True)
                 for step in range(args.init_episodes, steps.start):
                     cpu = time.process_time()
-                    task.step(step)
+                    episode(task, step)
                     run_cpu += time.process_time() - cpu
                     run_episodes += 1
             result = compare_point(task, steps, args.seeds)

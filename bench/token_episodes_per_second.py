@@ -26,6 +26,7 @@ import torch
 
 from harness import process
 from harness.config import build_task, compose_config
+from harness.trainers import episode
 
 process.tune_memory()  # as python -m harness does (harness.process)
 
@@ -41,9 +42,9 @@ def make_task(algorithm: str, seeds: int, args, chunk: int | str = "auto", seed_
 def time_run(task, episodes: int) -> tuple[float, float, float]:
     """CPU seconds per episode over a whole run from initialisation: (average, first tenth, last tenth)."""
     costs = []
-    for episode in range(episodes):
+    for step in range(episodes):
         cpu = time.process_time()
-        task.step(episode)
+        episode(task, step)
         costs.append(time.process_time() - cpu)
     tenth = max(1, episodes // 10)
     return sum(costs) / episodes, sum(costs[:tenth]) / tenth, sum(costs[-tenth:]) / tenth
@@ -51,10 +52,10 @@ def time_run(task, episodes: int) -> tuple[float, float, float]:
 
 def time_episodes(task, episodes: int) -> tuple[float, float]:
     """(wall, CPU) seconds per episode after one warm-up episode."""
-    task.step(0)
+    episode(task, 0)
     wall, cpu = time.perf_counter(), time.process_time()
-    for episode in range(1, episodes + 1):
-        task.step(episode)
+    for step in range(1, episodes + 1):
+        episode(task, step)
     return (time.perf_counter() - wall) / episodes, (time.process_time() - cpu) / episodes
 
 

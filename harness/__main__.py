@@ -491,8 +491,7 @@ def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
     """Config node ("" for the top level) → the optional keys read there, for the task that ``cfg`` composes."""
     keys = {"": ("memory_cap_gb",),  # tasks/memory.py check_memory (auto)
             "trainer": ("overwrite",),  # harness/rundir.py
-            "logger": ("init_timeout",),  # harness/tracking.py
-            "algorithm": ("epochs", *_hyperparameters(cfg))}  # algorithms/registry.py build
+            "logger": ("init_timeout",)}  # harness/tracking.py
     task = OmegaConf.select(cfg, "task.name", default=None)
     if task == "token_reversal":  # tasks/token_reversal.py
         keys["task"] = ("reward_noise", "partial_credit")
@@ -500,16 +499,6 @@ def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
     if OmegaConf.select(cfg, "task.kind", default=None) == "llm":  # harness/llm/models.py
         keys["model"] = ("path", "package", "gguf_file")
     return keys
-
-
-def _hyperparameters(cfg: DictConfig) -> list[str]:
-    """The hyperparameters of the algorithm ``cfg`` picks (its dataclass's fields); every one with an unknown name."""
-    import dataclasses
-
-    from algorithms.registry import ALGORITHMS, HYPERPARAMETERS
-
-    cls = ALGORITHMS.get(OmegaConf.select(cfg, "algorithm.name", default=None))
-    return list(HYPERPARAMETERS) if cls is None else [field.name for field in dataclasses.fields(cls.Hyperparameters)]
 
 
 def _node(cfg: DictConfig, path: str):

@@ -1,7 +1,5 @@
-"""A run's configuration: composed as ``python -m harness`` composes it, validated, and built into its task.
-
-Both trainers start here (the batched-task loop in harness/run.py, the TRL trainer in harness/llm/train.py), so
-neither imports the other's module."""
+"""A run's configuration: composed as ``python -m harness`` composes it, validated, and built into its task; and the
+process-wide settings a run applies once at its start. Every trainer (``harness/trainers``) builds its task here."""
 
 from __future__ import annotations
 
@@ -145,7 +143,7 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     check_experiment_name(cfg.experiment_name)
     task_cls.check_steps(cfg.task, int(cfg.trainer.steps))
     check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
-    linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
+    check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS)
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
     device = torch.device(cfg.device) if device is None else device
@@ -154,6 +152,14 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
     return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
                     optim=cfg.get("optim"))
+
+
+def apply_process_settings(cfg: DictConfig) -> None:
+    """The process-wide settings of a run, applied once at its start (``harness/run.py``): torch's intra-op threads
+    (``threads``) and the CPU matmul library (``cpu_matmul``, tasks/models/linear.py). Both change only float
+    rounding, never what a run computes, so neither is part of a run's identity; summary.json records them."""
+    set_threads(cfg.threads)
+    linear.set_backend(check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS))
 
 
 def set_threads(threads) -> None:

@@ -59,6 +59,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness import outputs
 from algorithms.checks import ConfigError
+from algorithms.registry import neutral_hyperparameters
 
 IDENTITY_FILE, LOCK_FILE = "identity.json", "run.lock"
 TRL_DIR = "trl"  # the LLM trainer's checkpoints
@@ -83,7 +84,8 @@ NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_ca
                 "trainer.relapse_above")
 # Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
 # the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
-# ranges merge with new ones; any other value is part of the identity.
+# ranges merge with new ones; any other value is part of the identity. An algorithm's hyperparameters declared
+# ``added_later`` are left out likewise at their default, its own (``algorithms.registry.neutral_hyperparameters``).
 NEUTRAL_DEFAULTS: dict[str, Any] = {
     "optim.guard": "none", "optim.guard_tau": 0.0,
     "algorithm.std_floor": 0.0, "algorithm.std_shrinkage": 0.0, "algorithm.std_prior": 0.5,
@@ -100,8 +102,9 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS at their value, in place; also applied to
-    a recorded identity, so that a run recorded before a key joined NOT_IDENTITY still resumes."""
+    """``config`` less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS (the algorithm's neutral hyperparameters
+    too) at their value, in place; also applied to a recorded identity, so that a run recorded before a key joined
+    NOT_IDENTITY still resumes."""
     for dotted in (*NOT_IDENTITY, *NEUTRAL_DEFAULTS):
         *parents, leaf = dotted.split(".")
         node = config
@@ -110,6 +113,11 @@ def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict) and leaf in node and (
                 dotted not in NEUTRAL_DEFAULTS or _canonical(node[leaf]) == _canonical(NEUTRAL_DEFAULTS[dotted])):
             node.pop(leaf)
+    algorithm = config.get("algorithm")
+    if isinstance(algorithm, dict):
+        for key, default in neutral_hyperparameters(algorithm.get("name")).items():
+            if key in algorithm and _canonical(algorithm[key]) == _canonical(default):
+                algorithm.pop(key)
     return config
 
 
@@ -129,18 +137,19 @@ def fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as one level of dotted keys (``{"task": {"H": 7}}`` → ``{"task.H": 7}``); lists stay values."""
     if not isinstance(node, dict):
         return {prefix: node}
     flat: dict[str, Any] = {}
     for key, value in node.items():
-        flat.update(_flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
+        flat.update(flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
     return flat
 
 
 def differing_keys(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: recorded → current`` for every leaf that differs ("<absent>" where one side lacks it)."""
-    old, new = _flatten(recorded), _flatten(current)
+    old, new = flatten(recorded), flatten(current)
     return [f"{key}: {old.get(key, '<absent>')} → {new.get(key, '<absent>')}" for key in sorted(old.keys() | new.keys())
             if _canonical(old.get(key, "<absent>")) != _canonical(new.get(key, "<absent>"))]
 
@@ -319,6 +328,17 @@ def _launch_overrides():
     from hydra.core.hydra_config import HydraConfig
 
     return HydraConfig.get().overrides.task if HydraConfig.initialized() else None
+
+
+def recorded_overrides(run_dir: Path) -> list[str] | None:
+    """The command-line overrides of the launch that started the run in ``run_dir`` (``.hydra/overrides.yaml``,
+    written by its fresh start), which a resume keeps; None when it has none: a run composed outside Hydra
+    (``harness.config.compose_config``: scripts, tests) has no record of what was overridden."""
+    try:
+        overrides = OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")
+    except Exception:  # noqa: BLE001 - absent or unreadable: nothing recorded
+        return None
+    return [str(item) for item in overrides] if OmegaConf.is_list(overrides) else None
 
 
 def started(run_dir: Path) -> bool:

@@ -1,4 +1,4 @@
-"""What every training loop shares (the toy tasks' in ``harness/run.py``, TRL's in ``harness/llm/train.py``): the
+"""What every trainer's launch shares (``harness/run.py`` opens it for the batched and the TRL trainers alike): the
 run's outputs (metrics.csv and the W&B mirror), SIGTERM as an interruption, subnormal floats flushed on CPU, the
 CPU-seconds clock across resumes, and the closing summary."""
 
@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import outputs
+from harness.summary import run_summary
 from harness.tracking import NullTracker, make_tracker
 
 
@@ -47,6 +48,7 @@ class Session:
     cpu_before: float = 0.0  # CPU-seconds of the launches this one resumes
     resumes: list[int] = field(default_factory=list)
     main: bool = True  # the process that writes (one of several under data parallelism)
+    fingerprint: str = ""  # the run's identity (rundir.fingerprint), recorded in its checkpoints
     status: str = "completed"
     writer: outputs.MetricsWriter | None = None
     tracker: Any = None
@@ -89,7 +91,7 @@ class Session:
         """Write summary.json (main process), close the tracker, and return the summary; re-raise an interruption
         once everything is written."""
         status = "diverged" if self.status == "completed" and diverged else self.status
-        summary = outputs.run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
+        summary = run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
                                       seed_status=seed_status, diverged=diverged, started=self.started,
                                       hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds())
         if self.main:

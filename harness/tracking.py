@@ -1,23 +1,48 @@
-"""Weights & Biases mirror of the local run files: one W&B run per seed, grouped by experiment/task/algorithm.
+"""Weights & Biases mirror of the local run files, live: one W&B run per seed, grouped by the run's identity.
 
-Local files stay the source of truth. Rows are buffered and pushed at checkpoints and at the end, so logging
-costs little per step; any W&B failure is reported once and training continues without it.
+Local files stay the source of truth; the mirror is for watching runs as they train and comparing them:
+
+- group ``<experiment>/<task>/<algorithm>[/<key>=<value>,...]``: the identity keys the launch overrode
+  (``wandb_group``), so each point of a sweep is a group of its own; name ``<group>/seed<N>``; job type the task;
+  the resolved config as flat dotted keys (``task.H``, what W&B's filters take) and ``seed``;
+- every row carries ``step`` (metrics.csv's), every metric's x-axis (``define_metric``); the LLM trainer also
+  forwards TRL's own metrics, in rows of their own (``trl/<name>``, marked by ``trl/global_step``);
+- rows reach W&B as they are produced, through a bounded queue to a background thread that also starts the runs
+  (``wandb.init`` takes seconds): training never waits on W&B but at ``flush`` (each checkpoint) and ``finish``,
+  which return once every row logged before them is in the runs. If W&B cannot keep up and the queue is full, a row
+  is dropped rather than waited for (one warning; the count is the summary's ``dropped_rows``);
+- the summary is summary.json's (``seed_summary``), per seed;
+- the first failure, on any seed (an ``init`` past ``logger.init_timeout``, an error, no progress for
+  ``PATIENCE`` seconds past it), is reported once and turns W&B off for every seed; training continues.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import netrc
 import os
+import queue
+import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.rundir import wandb_run_id
+from harness import rundir
 
 log = logging.getLogger(__name__)
+STEP_METRIC = "step"  # metrics.csv's step column: in every row, every metric's x-axis
+TRL_PREFIX = "trl/"  # TRL's own metrics (harness/trainers/trl.py), kept apart from the metrics.csv columns
+TRL_STEP = f"{TRL_PREFIX}global_step"  # in every row forwarded from TRL, and only there: the report skips those
+MAX_QUEUED_ROWS = 10_000  # rows waiting for W&B (a few KB each); beyond, rows are dropped, never waited for
+PATIENCE = 30.0  # seconds past logger.init_timeout that flush/finish wait on a W&B that makes no progress
+# seconds between writes of a run's .wandb file, what an offline run shows (wandb sync, wandb leet); wandb's 15
+FILE_FLUSH_SECONDS = 2.0
+GROUP_PATH = ("experiment", "task", "algorithm")  # choices the group's path already names
+NOT_GROUP = ("seeds", "seed_offset")  # the seed ids name the runs, and one configuration's seed ranges merge
 
 
 class NullTracker:
@@ -58,96 +83,205 @@ def check_logger_config(logger_cfg) -> None:
     check_number("logger.init_timeout", logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT), low=0, low_open=True)
 
 
+def overridden(cfg, overrides: list[str]) -> dict[str, Any]:
+    """Dotted key → value of each of ``overrides`` that sets part of the run's identity (``rundir.identity``: what
+    changes the numbers; not logging, threads, resume, nor a neutral default), as resolved; a config group's
+    choice (``model=hf``) by its name. Not the choices the group's path names, nor the seeds (``NOT_GROUP``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    identity = rundir.flatten(rundir.identity(cfg))
+    found = {}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if override.is_delete() or key in GROUP_PATH or key in NOT_GROUP:
+            continue
+        if key in identity:
+            found[key] = identity[key]
+        elif any(name.startswith(f"{key}.") for name in identity):
+            found[key] = override.value()
+    return found
+
+
+def _text(value: Any) -> str:
+    """A value as a group shows it: numbers by value (``eta=1.0`` runs what ``eta=1`` runs), YAML's literals."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (list, tuple)):
+        return f"[{','.join(map(_text, value))}]"
+    return str(value)
+
+
+def wandb_group(cfg, overrides: list[str] | None) -> str:
+    """``<experiment>/<task>/<algorithm>``, then ``/<key>=<value>,...`` for the identity keys ``overrides`` set
+    (``overridden``), sorted by key, each named by its last component (the full key where two share it):
+    ``table3_terminal/token_reversal/tpo/H=7,match=prompts``. ``overrides``: the launch's, as Hydra recorded them
+    (``rundir.recorded_overrides``); None (a run composed outside Hydra) gives the plain path."""
+    path = f"{cfg.experiment_name}/{cfg.task.name}/{cfg.algorithm.name}"
+    values = overridden(cfg, overrides or [])
+    if not values:
+        return path
+    leaves = [key.rsplit(".", 1)[-1] for key in values]
+    short = {key: leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(values, leaves)}
+    return f"{path}/{','.join(f'{short[key]}={_text(values[key])}' for key in sorted(values))}"
+
+
+def seed_summary(summary: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
+    """The W&B summary of seed ``seed`` (``index`` in the run's seeds), read from summary.json's
+    (``harness.summary.run_summary``): status, last step (the report checks the history against it), final value
+    and mean over the run of each metric, steps-to of each threshold (the seed-mean curve's, as the paper reports
+    it), CPU and wall seconds, hardware, commit."""
+    row = {"status": summary.get("seed_status", {}).get(str(seed), summary.get("status")),
+           "last_step": summary.get("last_step"), "cpu_seconds": summary.get("cpu_seconds"),
+           "wall_seconds": summary.get("wall_seconds"), "commit": summary.get("commit")}
+    for kind in ("final", "mean"):
+        row.update({f"{kind}/{metric}": stats["per_seed"][index] for metric, stats in summary.get(kind, {}).items()})
+    for metric, reached in summary.get("steps_to", {}).items():
+        row.update({f"steps_to/{metric}<{threshold}": step for threshold, step in reached.items()})
+    row.update({f"hardware/{key}": value for key, value in summary.get("hardware", {}).items()})
+    return row
+
+
 class WandbTracker:
-    """Buffers per-seed rows and mirrors them to one W&B run per seed.
+    """Mirrors the rows of every seed to one W&B run per seed, live, from a background thread (module docstring).
 
     Each ``wandb.init`` waits at most ``init_timeout`` seconds (``logger.init_timeout``): without it an online run
     whose server cannot be reached waits 90 s inside wandb. The first failure, on any seed, disables W&B for every
-    seed of the run (one warning; the runs already started are finished), so a run never waits once per seed."""
+    seed of the run (one warning, from the training thread; the runs already started are finished as failed), so a
+    run never waits once per seed."""
 
-    def __init__(self, *, project: str, entity: str | None, group: str, name: str, tags: list[str], mode: str,
+    def __init__(self, *, project: str, entity: str | None, group: str, job_type: str, tags: list[str], mode: str,
                  config: dict[str, Any], run_dir: Path, seeds: list[int],
                  init_timeout: float = DEFAULT_INIT_TIMEOUT, run_uid: str = ""):
-        self.settings = dict(project=project, entity=entity, group=group, tags=tags, mode=resolve_mode(mode))
+        self.settings = dict(project=project, entity=entity, group=group, job_type=job_type, tags=tags,
+                             mode=resolve_mode(mode))
         self.init_timeout = float(init_timeout)
         self.run_uid = run_uid  # new at every fresh start (identity.json): a replaced run never continues an old one
-        self.name, self.config, self.run_dir, self.seeds = name, config, run_dir, seeds
-        self.buffer: list[tuple[int, dict[str, np.ndarray]]] = []
-        self.runs: list[Any] | None = None
-        self.failed = False
+        self.config, self.run_dir, self.seeds = config, run_dir, seeds
+        self.runs: list[Any] = []  # the worker's until it stops
+        self.dropped = 0
+        self._rows: queue.Queue = queue.Queue(MAX_QUEUED_ROWS)  # (step, names, seeds × names values); None: stop
+        self._queued = self._logged = 0
+        self._changed = threading.Condition()  # the worker moved on: an init, a row, its end
+        self._progress = time.monotonic()
+        self._stopped = False
+        self._error: BaseException | None = None  # the worker's, or a stall; reported once by ``_off``
+        self._reported = False
+        threading.Thread(target=self._work, name="wandb-mirror", daemon=True).start()
 
-    def _fail(self, error: Exception) -> None:
-        if not self.failed:
-            warnings.warn(f"W&B logging disabled after an error ({error!r}); training continues, local files "
+    def _off(self) -> bool:
+        """Whether W&B is off; its first failure is reported here, in the training thread."""
+        if self._error is not None and not self._reported:
+            self._reported = True
+            warnings.warn(f"W&B logging disabled after an error ({self._error!r}); training continues, local files "
                           "are complete.", stacklevel=3)
-        self.failed, self.buffer = True, []
+        return self._reported
 
-    def _start(self) -> None:
-        import wandb
+    def _advance(self, rows: int = 0) -> None:
+        with self._changed:
+            self._logged += rows
+            self._progress = time.monotonic()
+            self._changed.notify_all()
 
-        runs = []
+    def _work(self) -> None:
         try:
+            import wandb
+
             for seed in self.seeds:
-                run_id = wandb_run_id(self.run_dir, self.run_uid, seed)
-                runs.append(wandb.init(
-                    **self.settings, name=f"{self.name}/seed{seed}", id=run_id, resume="allow",
-                    dir=str(self.run_dir), config={**self.config, "seed": seed}, reinit="create_new",
-                    settings=wandb.Settings(silent=True, init_timeout=self.init_timeout)))
-        except BaseException:
-            for run in runs:  # the seeds started before the failure: close them rather than leave them running
+                self.runs.append(wandb.init(
+                    **self.settings, name=f"{self.settings['group']}/seed{seed}",
+                    id=rundir.wandb_run_id(self.run_dir, self.run_uid, seed), resume="allow", dir=str(self.run_dir),
+                    config={**self.config, "seed": seed}, reinit="create_new",
+                    settings=wandb.Settings(silent=True, init_timeout=self.init_timeout,
+                                            x_transaction_log_flush_interval=FILE_FLUSH_SECONDS)))
+                self.runs[-1].define_metric(STEP_METRIC)
+                self.runs[-1].define_metric("*", step_metric=STEP_METRIC)
+                self._advance()
+            log.info("W&B: %d %s runs in group %s (%s)", len(self.runs), self.settings["mode"],
+                     self.settings["group"], "upload later with `wandb sync <run dir>/wandb/offline-run-*`"
+                     if self.settings["mode"] == "offline" else self.settings["project"])
+            while (item := self._rows.get()) is not None:
+                step, names, values = item
+                for run, row in zip(self.runs, values.tolist()):
+                    run.log({STEP_METRIC: step, **dict(zip(names, row))})
+                self._advance(1)
+        except BaseException as error:  # noqa: BLE001 - W&B must never stop training
+            self._error = error
+            for run in self.runs:  # close the runs started rather than leave them running
                 try:
                     run.finish(exit_code=1)
                 except Exception:  # noqa: BLE001
                     pass
-            raise
-        self.runs = runs
-        log.info("W&B: %d %s runs in group %s (%s)", len(self.runs), self.settings["mode"], self.settings["group"],
-                 "upload later with `wandb sync <run dir>/wandb/offline-run-*`" if self.settings["mode"] == "offline"
-                 else self.settings["project"])
+        finally:
+            self._stopped = True
+            self._advance()
+
+    def _wait(self, ready) -> None:
+        """Wait until ``ready()``, the worker fails, or it makes no progress for ``init_timeout + PATIENCE`` s (then
+        W&B is off: a wandb that stopped answering must not hold training)."""
+        patience, since = self.init_timeout + PATIENCE, time.monotonic()
+        with self._changed:
+            while not ready() and self._error is None:
+                if time.monotonic() - max(self._progress, since) > patience:
+                    self._error = TimeoutError(f"W&B made no progress for {patience:.0f} s")
+                    break
+                self._changed.wait(timeout=1.0)
 
     def log(self, step: int, metrics: dict[str, np.ndarray]) -> None:
-        if not self.failed:
-            self.buffer.append((step, metrics))
+        """Queue one row (``metrics``: name → one value per seed; copied, so the caller may reuse its arrays)."""
+        if self._off():
+            return
+        names = tuple(metrics)
+        values = np.array([metrics[name] for name in names], dtype=np.float64).reshape(len(names), len(self.seeds)).T
+        try:
+            self._rows.put_nowait((int(step), names, values))
+        except queue.Full:
+            if not self.dropped:
+                warnings.warn(f"W&B cannot keep up ({MAX_QUEUED_ROWS} rows waiting): rows are dropped from the W&B "
+                              "runs, not waited for (their summary counts them); local files are complete.",
+                              stacklevel=2)
+            self.dropped += 1
+            return
+        self._queued += 1
 
     def flush(self) -> None:
-        if self.failed or not self.buffer:
-            return
-        try:
-            if self.runs is None:
-                self._start()
-            for step, metrics in self.buffer:
-                for index, run in enumerate(self.runs):
-                    run.log({name: float(values[index]) for name, values in metrics.items()}, step=step)
-            self.buffer = []
-        except Exception as error:  # noqa: BLE001 - W&B must never stop training
-            self._fail(error)
+        """Return once every row logged so far is in the W&B runs (at each checkpoint): handed to wandb's service,
+        which writes it to the run's file (and server) within seconds, as ``run.log`` does."""
+        if not self._off():
+            queued = self._queued
+            self._wait(lambda: self._logged >= queued)
+            self._off()
 
     def finish(self, summary: dict[str, Any]) -> None:
+        """Log what is queued, stop the worker, write each seed's summary and close its run."""
         self.flush()
-        if self.failed or self.runs is None:
+        if self._reported:
+            return
+        self._rows.put_nowait(None)  # room for it: flush emptied the queue
+        self._wait(lambda: self._stopped)
+        if self._off():
             return
         try:
-            for index, run in enumerate(self.runs):
-                run.summary["status"] = summary.get("seed_status", {}).get(str(self.seeds[index]), summary["status"])
-                run.summary["last_step"] = summary.get("last_step")  # the report checks the history against it
-                for metric, stats in summary.get("final", {}).items():
-                    run.summary[f"final/{metric}"] = stats["per_seed"][index]
+            for index, (seed, run) in enumerate(zip(self.seeds, self.runs)):
+                run.summary.update({**seed_summary(summary, index, seed), "dropped_rows": self.dropped})
                 run.finish()
         except Exception as error:  # noqa: BLE001
-            self._fail(error)
+            self._error = error
+            self._off()
 
 
 def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str, Any], run_uid: str = ""):
     logger_cfg = cfg.logger
     if logger_cfg.name == "none":
         return NullTracker()
-    experiment = cfg.experiment_name
-    group = f"{experiment}/{cfg.task.name}/{cfg.algorithm.name}"
     try:
-        return WandbTracker(project=logger_cfg.project, entity=logger_cfg.entity, group=group, name=group,
-                            tags=[experiment, cfg.task.name, cfg.algorithm.name, *logger_cfg.tags],
-                            mode=logger_cfg.mode, config=resolved_config, run_dir=run_dir, seeds=seeds,
-                            init_timeout=logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT), run_uid=run_uid)
+        return WandbTracker(project=logger_cfg.project, entity=logger_cfg.entity,
+                            group=wandb_group(cfg, rundir.recorded_overrides(run_dir)), job_type=cfg.task.name,
+                            tags=[cfg.experiment_name, cfg.task.name, cfg.algorithm.name, *logger_cfg.tags],
+                            mode=logger_cfg.mode, config=rundir.flatten(resolved_config), run_dir=run_dir,
+                            seeds=seeds, init_timeout=logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT),
+                            run_uid=run_uid)
     except Exception as error:  # noqa: BLE001
         warnings.warn(f"W&B unavailable ({error!r}); continuing with local files only.", stacklevel=2)
         return NullTracker()

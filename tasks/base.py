@@ -1,18 +1,22 @@
-"""The contract between the trainer and a task.
+"""The contract between a trainer and a task.
 
-A task owns its environment, policy and optimizer; the trainer owns the loop, outputs, checkpoints and logging.
+A task owns its environment, policy and optimizer; a trainer (``harness/trainers``) owns the loop: rollout, the
+frozen signal, the epochs of updates, outputs, checkpoints and logging. ``Task.trainer`` names the trainer that runs
+it: "group" (the batched group trainer: the task supplies a rollout, the log-probs of its candidates, the algorithm's
+view of a batch and an optimizer step, and contains no update loop), "closed_form" (the task's own ``step``: an
+expected update computed in closed form, with no sample to fit) or "trl" (LLM tasks, ``harness/trainers/trl.py``).
 Every tensor a task returns has a leading seed axis S: all seeds train as one batched computation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from omegaconf import DictConfig
 
-from algorithms import Algorithm, Rollout
+from algorithms import Aggregation, Algorithm, Groups, Rollout
 from algorithms.checks import ConfigError
 
 
@@ -29,12 +33,24 @@ class StepOutput:
     log_step: int | None = None
 
 
+@dataclass
+class RolloutBatch:
+    """One rollout batch of a chunk of seeds, as the group trainer passes it back to its task. Tasks subclass it with
+    what their rollout produced; the trainer fills ``groups`` (the algorithm's view, with ℓ_old) and ``signal`` (the
+    algorithm's frozen signal) on the first epoch, from the rollout policy itself."""
+
+    seeds: slice = field(default_factory=lambda: slice(None), kw_only=True)
+    groups: Groups | None = field(default=None, kw_only=True)
+    signal: torch.Tensor | None = field(default=None, kw_only=True)
+
+
 class Task:
-    """Base class: subclasses set the class attributes and implement ``step`` and the state methods."""
+    """Base class: subclasses set the class attributes and implement the methods of their trainer."""
 
     name: ClassVar[str]
     rollouts: ClassVar[frozenset[Rollout]]
     metric_names: ClassVar[tuple[str, ...]] = ("error",)
+    trainer: ClassVar[str] = "group"
 
     def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: Algorithm, rollout: Rollout,
                  seeds: torch.Tensor, device: torch.device, model: DictConfig | None = None,
@@ -47,6 +63,9 @@ class Task:
         self.rollout = rollout
         self.seeds = seeds
         self.device = device
+        self.epochs = 1  # updates per rollout batch (a multi-epoch task sets the algorithm's)
+        self.params: dict[str, torch.Tensor] = {}  # seed-batched leaves (S, ...), checkpointed with ``optimizer``
+        self.optimizer: Any = None
 
     @classmethod
     def check_steps(cls, cfg: DictConfig, steps: int) -> None:
@@ -55,10 +74,19 @@ class Task:
     def require_single_update(self) -> None:
         """Bandit tasks take exactly one update per batch (docs/reproduction.md §4.2–4.3): refuse a multi-epoch
         request."""
-        epochs = self.algorithm_cfg.get("epochs")
+        epochs = self.algorithm.hp.epochs
         if epochs not in (None, 1):
             raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "
                               "per batch; valid choices: null, 1")
+
+    def require_default_aggregation(self) -> None:
+        """A task whose update is written in closed form (not by autograd through the loss) computes it for the
+        algorithm's own aggregation: refuse another, which it would not honour."""
+        default = Aggregation(type(self.algorithm).Hyperparameters().aggregation)
+        if self.algorithm.aggregation is not default:
+            raise ConfigError(f"algorithm.aggregation={self.algorithm.aggregation.value} is not valid for "
+                              f"task={self.name}, whose update is computed in closed form; valid choices: "
+                              f"{default.value}")
 
     @classmethod
     def supports(cls, algorithm: type[Algorithm]) -> bool:
@@ -71,15 +99,50 @@ class Task:
 
         return [name for name, algorithm in ALGORITHMS.items() if cls.supports(algorithm)]
 
-    def step(self, step: int) -> StepOutput:
-        raise NotImplementedError
-
     def initial_metrics(self) -> tuple[int, dict[str, torch.Tensor]] | None:
         """Metrics of the untrained policy to log before the first step, if the task's convention has them."""
         return None
 
-    def state_dict(self) -> dict[str, Any]:
+    # ---- the group trainer's calls, in the order it makes them (harness/trainers/batched.py) ------------------------
+    def rollout_batches(self, step: int) -> list[RolloutBatch]:
+        """Sample and score this step's rollouts with the current policy, one batch per chunk of seeds."""
         raise NotImplementedError
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
+        """The current log-probs ℓ of the batch's candidates, shaped as the algorithm reads them, with their graph."""
         raise NotImplementedError
+
+    def groups(self, batch: RolloutBatch, logp_old: torch.Tensor) -> Groups:
+        """The algorithm's view of the batch: its scores and ℓ_old (the first epoch's ℓ, detached)."""
+        raise NotImplementedError
+
+    def zero_grad(self) -> None:
+        """Clear the gradients before an epoch's backward passes."""
+
+    def backward(self, loss: torch.Tensor, batch: RolloutBatch) -> None:
+        """Accumulate the gradient of the batch's per-seed loss (S,) on the parameters."""
+        loss.sum().backward()
+
+    def optimizer_step(self, epoch: int, loss: torch.Tensor) -> None:
+        """Apply an epoch's accumulated gradient; ``loss`` is the epoch's per-seed loss over all batches (S,)."""
+        raise NotImplementedError
+
+    def report(self, step: int, batches: list[RolloutBatch]) -> StepOutput:
+        """The step's outcome once its updates are applied: the first epoch's loss and the metrics to log."""
+        raise NotImplementedError
+
+    # ---- the closed-form trainer's call ---------------------------------------------------------------------------
+    def step(self, step: int) -> StepOutput:
+        """One closed-form update (``trainer = "closed_form"``)."""
+        raise NotImplementedError
+
+    # ---- checkpoints --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": {name: value.detach() for name, value in self.params.items()},
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for name, value in state["params"].items():
+                self.params[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])

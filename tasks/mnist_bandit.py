@@ -7,6 +7,7 @@ Greedy test error on the 10k test set every ``eval_every`` updates, plus the App
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import torch
 
@@ -15,7 +16,7 @@ from algorithms.functional import log_softmax, softmax
 from tasks import rng
 from tasks.models.optim import FusedAdam
 from algorithms.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
-from tasks.base import StepOutput, Task
+from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist
 from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
@@ -24,6 +25,18 @@ MECHANISM_STATS = ("gain", "scalar_gain", "surplus", "count")
 STEP_LABELS = ("reference", "updates")
 RNG_BLOCK = 200  # steps of random draws made per call
 MECHANISM_ETA_MIN = mechanism.TPO_ETA_MIN  # below it, TPO's mechanism closed form overflows
+
+
+@dataclass
+class Batch(RolloutBatch):
+    """One step's images through the policy: their labels, the sampled classes, and what the closed-form backward
+    needs (the layers' inputs)."""
+
+    labels: torch.Tensor  # (S, B)
+    log_probs: torch.Tensor  # (S, B, 10), no graph: gradients are written out (``backward``)
+    actions: torch.Tensor  # (S, B)
+    layer_inputs: list[torch.Tensor]
+    view: Groups | None = None  # the algorithm's view, built with the log-probs it goes with
 
 
 class MnistBandit(Task):
@@ -39,6 +52,7 @@ class MnistBandit(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
+        self.require_default_aggregation()
         cfg = self.cfg
         self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
         self.eval_every = check_positive_int("task.eval_every", cfg.eval_every)  # updates between test evaluations
@@ -55,7 +69,7 @@ class MnistBandit(Task):
         self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
-        self.mechanism = bool(cfg.mechanism) and self.algorithm.id in mechanism.ALGORITHMS
+        self.mechanism = bool(cfg.mechanism) and mechanism.covers(self.algorithm)
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
         self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
@@ -64,11 +78,11 @@ class MnistBandit(Task):
 
     def check_mechanism_eta(self, cfg) -> None:
         """An η the mechanism analysis's closed form cannot take is refused before the work, not after it."""
-        if cfg.mechanism is True and self.algorithm.id in mechanism.ALGORITHMS:
-            mechanism.check_eta(self.algorithm.id, getattr(self.algorithm.hp, "eta", None))
+        if cfg.mechanism is True and mechanism.covers(self.algorithm):
+            mechanism.check_eta(self.algorithm)
 
-    def groups(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
-               ) -> tuple[torch.Tensor, Groups]:
+    def algorithm_view(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor,
+                       labels: torch.Tensor) -> tuple[torch.Tensor, Groups]:
         """The algorithm's log-probs and its view of a batch, by rollout shape (reproduction notes §2.5, §2.11, §2.16):
 
         * full action set (TPO, Group PG): the group is the 10 classes, scored r − Σπ² at the sampled class and 0
@@ -93,27 +107,25 @@ class MnistBandit(Task):
     def loss(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
              ) -> torch.Tensor:
         """Per-seed loss (S,) of the configured algorithm through autograd: the definition the step's closed form
-        (``loss_and_logit_grad``) is tested against, value and gradient. ``log_probs`` = log softmax(``logits``)."""
-        logp, groups = self.groups(logits, log_probs, actions, labels)
-        return self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
+        (``logit_grad``) is tested against, value and gradient. ``log_probs`` = log softmax(``logits``)."""
+        logp, groups = self.algorithm_view(logits, log_probs, actions, labels)
+        return self.algorithm.loss(logp, groups, self.algorithm.signal(groups))[0]
 
-    def loss_and_logit_grad(self, log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``loss``'s value (S,) and its gradient on the logits (S, B, 10) in closed form, without autograd.
+    def logit_grad(self, batch: Batch) -> torch.Tensor:
+        """The gradient of the batch's loss on the logits (S, B, 10) in closed form, without autograd.
 
         Each batch gets one update, from the rollout policy itself, where the gradient of every loss is
         −(1/B) Σ_b Σ_k w_bk ∇log π_bk with the algorithm's first-epoch weights w (``Algorithm.weights``; on a
-        bandit every aggregation is the mean over the batch). Through log softmax the gradient on the logits is
-        (π Σ_k w − w) / B; for a target (TPO), Σ_k q = 1 and it is written as the paper's (π − q) / B."""
-        logp, groups = self.groups(log_probs, log_probs, actions, labels)
-        signal = self.algorithm.signal(groups)
-        weights = self.algorithm.weights(groups, signal)
+        bandit each algorithm's own aggregation is the mean over the batch, and no other is accepted). Through log
+        softmax the gradient on the logits is (π Σ_k w − w) / B; for a target (TPO), Σ_k q = 1 and it is written as
+        the paper's (π − q) / B."""
+        log_probs = batch.log_probs
+        weights = self.algorithm.weights(batch.groups, batch.signal)
         if self.rollout is not Rollout.FULL_ACTION_SET:  # one weight, at the sampled class (CE: the label)
-            at = labels if self.rollout is Rollout.SUPERVISED else actions
+            at = batch.labels if self.rollout is Rollout.SUPERVISED else batch.actions
             weights = torch.zeros_like(log_probs).scatter_(-1, at.unsqueeze(-1), weights)
         mass = 1.0 if self.algorithm.target else weights.sum(-1, keepdim=True)
-        loss = self.algorithm.loss(logp, groups, signal)
-        return loss, (log_probs.exp() * mass - weights) / log_probs.shape[1]
+        return (log_probs.exp() * mass - weights) / log_probs.shape[1]
 
     @staticmethod
     def class_scores(log_probs: torch.Tensor, actions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -128,8 +140,7 @@ class MnistBandit(Task):
         probs = softmax(mlp_logits(self.params, self.test_images))  # (S, N, 10)
         metrics = {"error": (probs.argmax(-1) != self.test_labels).float().mean(-1)}
         if self.mechanism:
-            eta = float(getattr(self.algorithm.hp, "eta", 1.0))
-            bins = mechanism.mechanism_by_bin(probs, self.test_labels, self.algorithm.id, eta)
+            bins = mechanism.mechanism_by_bin(probs, self.test_labels, self.algorithm)
             for stat in MECHANISM_STATS:
                 for b in range(4):
                     metrics[f"mech_{stat}_bin{b}"] = bins[stat][:, b].float()
@@ -156,30 +167,36 @@ class MnistBandit(Task):
         labels = self.train_labels.index_select(0, index.flatten()).view_as(index)
         return images, labels, u
 
-    def step(self, step: int) -> StepOutput:
+    def rollout_batches(self, step: int) -> list[Batch]:
         images, labels, u = self.batch(step)
         logits, layer_inputs = mlp_forward(self.params, images)  # no autograd graph: gradients by mlp_backward
         log_probs = log_softmax(logits)
-        actions = rng.sample_categorical(log_probs, u)
-        loss, grad_logits = self.loss_and_logit_grad(log_probs, actions, labels)
-        grads = mlp_backward(self.params, layer_inputs, grad_logits)
-        self.optimizer.step([grads[name] for name in self.params])
+        return [Batch(labels, log_probs, rng.sample_categorical(log_probs, u), layer_inputs)]
+
+    def log_probs(self, batch: Batch) -> torch.Tensor:
+        """ℓ of the algorithm's candidates (no graph: ``backward`` writes the gradient out)."""
+        logp, batch.view = self.algorithm_view(batch.log_probs, batch.log_probs, batch.actions, batch.labels)
+        return logp
+
+    def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
+        return batch.view
+
+    def backward(self, loss: torch.Tensor, batch: Batch) -> None:
+        """The gradient in closed form (``logit_grad``), backpropagated through the MLP by hand."""
+        self._grads = mlp_backward(self.params, batch.layer_inputs, self.logit_grad(batch))
+
+    def optimizer_step(self, epoch: int, loss: torch.Tensor) -> None:
+        self.optimizer.step([self._grads[name] for name in self.params])
+        self._loss = loss
+
+    def report(self, step: int, batches: list[Batch]) -> StepOutput:
         updates = step + 1
         if updates % self.eval_every:
-            return StepOutput(loss=loss.detach())
+            return StepOutput(loss=self._loss)
         # Reference labelling (docs/reproduction.md §14.10): the evaluation after 200·(i+1) updates is labelled 200·i.
         label = updates - self.eval_every if self.step_label == "reference" else updates
-        return StepOutput(loss=loss.detach(), metrics=self.evaluate(), log_step=label)
+        return StepOutput(loss=self._loss, metrics=self.evaluate(), log_step=label)
 
     def initial_metrics(self) -> tuple[int, dict[str, torch.Tensor]] | None:
         """With ``eval_step_label=updates`` the untrained policy is evaluated and logged at step 0."""
         return (0, self.evaluate()) if self.step_label == "updates" else None
-
-    def state_dict(self):
-        return {"params": dict(self.params), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state):
-        with torch.no_grad():
-            for key, value in state["params"].items():
-                self.params[key].copy_(value)
-        self.optimizer.load_state_dict(state["optimizer"])

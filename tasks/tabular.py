@@ -6,6 +6,8 @@ normalised step, logits ← logits + α·g/‖g‖ (‖·‖ over the whole tabl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from algorithms import Groups, Rollout
@@ -13,7 +15,7 @@ from algorithms.exact import ce_direction
 from algorithms.functional import log_softmax, softmax
 from tasks import rng
 from algorithms.checks import check_number, check_positive_int
-from tasks.base import StepOutput, Task
+from tasks.base import RolloutBatch, StepOutput, Task
 
 
 def normalised_step(logits: torch.Tensor, direction: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -35,8 +37,26 @@ def check_arms_and_alpha(cfg) -> int:
     return check_number("task.arms", cfg.arms, low=2, integer=True)
 
 
+@dataclass
+class Batch(RolloutBatch):
+    """One step's B sampled actions (S, B) from the logit table, with the table as a leaf of the step's graph and
+    what the step reports about the policy before it moves."""
+
+    logits: torch.Tensor  # (S, K), requires grad
+    log_probs: torch.Tensor  # (S, K)
+    actions: torch.Tensor  # (S, B)
+    error: torch.Tensor  # (S,) before the step
+    oracle: torch.Tensor  # (S, K) the cross-entropy direction p·(e_0 − p), before the step
+    direction: torch.Tensor | None = None  # −∇ of the loss on the table
+
+
 class TabularSingle(Task):
-    """One context, K arms, arm 0 rewarded; B sampled actions per step; error logged *before* each step."""
+    """One context, K arms, arm 0 rewarded; B sampled actions per step; error logged *before* each step.
+
+    The step is −∇ of the algorithm's loss on the logit table for the B sampled actions (rewards 1{a = 0}). Full
+    action set (TPO): the group is the K arms, each scored by its summed advantage r − 0.5 over the batch divided by
+    B, the anchor log(π + 1e-8). Single samples: ℓ = log π(a), advantages r − 0.5, the batch the comparison set,
+    z-scores with the reference's sqrt(var + 1e-8) (docs/reproduction.md §2.12)."""
 
     name = "tabular_single"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET})
@@ -49,41 +69,44 @@ class TabularSingle(Task):
         self.alpha, self.batch_size = float(self.cfg.alpha), check_positive_int("task.batch_size", self.cfg.batch_size)
         self.logits = torch.zeros(len(self.seeds), arms, device=self.device)
 
-    def _direction(self, step: int) -> torch.Tensor:
-        """−∇ of the algorithm's loss on the logit table for this step's B sampled actions (rewards 1{a = 0}).
-
-        Full action set (TPO): the group is the K arms, each scored by its summed advantage r − 0.5 over the batch
-        divided by B, the anchor log(π + 1e-8). Single samples: ℓ = log π(a), advantages r − 0.5, the batch the
-        comparison set, z-scores with the reference's sqrt(var + 1e-8) (docs/reproduction.md §2.12)."""
+    def rollout_batches(self, step: int) -> list[Batch]:
+        probs = softmax(self.logits)
+        first_arm = torch.zeros_like(probs)
+        first_arm[:, 0] = 1.0
+        oracle = probs[:, :1] * (first_arm - probs)
         logits = self.logits.detach().requires_grad_(True)
         log_probs = log_softmax(logits)
         u = rng.uniform(self.seeds, "actions", step, (self.batch_size,)).to(self.device)
         actions = rng.sample_categorical(log_probs.detach().unsqueeze(1), u)  # (S, B)
-        rewards = (actions == 0).float()
-        if self.rollout is Rollout.FULL_ACTION_SET:
-            arm_scores = torch.zeros_like(logits).scatter_add_(1, actions, rewards - 0.5) / actions.shape[1]
-            anchor = torch.log(log_probs.detach().exp() + 1e-8)
-            sampled = torch.zeros_like(logits).scatter_(1, actions, 1.0)
-            logp = log_probs.unsqueeze(1)
-            groups = Groups(arm_scores.unsqueeze(1), anchor.unsqueeze(1), self.rollout, sampled=sampled.unsqueeze(1))
-        else:
-            logp = log_probs.gather(1, actions).unsqueeze(-1)  # (S, B, 1)
-            rewards = rewards.unsqueeze(-1)
-            groups = Groups(rewards, logp.detach(), self.rollout, advantages=rewards - 0.5, zscore_eps_in_sqrt=True)
-        loss = self.algorithm.loss(logp, groups, self.algorithm.signal(groups))
-        (grad,) = torch.autograd.grad(loss.sum(), logits)
-        return -grad
+        return [Batch(logits, log_probs, actions, 1.0 - probs[:, 0], oracle)]
 
-    def step(self, step: int) -> StepOutput:
-        probs = softmax(self.logits)
-        p = probs[:, :1]
-        first_arm = torch.zeros_like(probs)
-        first_arm[:, 0] = 1.0
-        oracle = p * (first_arm - probs)
-        direction = self._direction(step)
-        metrics = {"error": 1.0 - p[:, 0], "misalignment": misalignment(direction, oracle)}
-        self.logits = normalised_step(self.logits, direction, self.alpha)
-        return StepOutput(loss=direction.sum(1), metrics=metrics, log_step=step)
+    def log_probs(self, batch: Batch) -> torch.Tensor:
+        if self.rollout is Rollout.FULL_ACTION_SET:
+            return batch.log_probs.unsqueeze(1)
+        return batch.log_probs.gather(1, batch.actions).unsqueeze(-1)  # (S, B, 1)
+
+    def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
+        rewards = (batch.actions == 0).float()
+        if self.rollout is Rollout.FULL_ACTION_SET:
+            arm_scores = torch.zeros_like(batch.logits).scatter_add_(1, batch.actions, rewards - 0.5) / \
+                batch.actions.shape[1]
+            anchor = torch.log(batch.log_probs.detach().exp() + 1e-8)
+            sampled = torch.zeros_like(batch.logits).scatter_(1, batch.actions, 1.0)
+            return Groups(arm_scores.unsqueeze(1), anchor.unsqueeze(1), self.rollout, sampled=sampled.unsqueeze(1))
+        rewards = rewards.unsqueeze(-1)
+        return Groups(rewards, logp_old, self.rollout, advantages=rewards - 0.5, zscore_eps_in_sqrt=True)
+
+    def backward(self, loss: torch.Tensor, batch: Batch) -> None:
+        (grad,) = torch.autograd.grad(loss.sum(), batch.logits)
+        batch.direction = self._direction = -grad
+
+    def optimizer_step(self, epoch: int, loss: torch.Tensor) -> None:
+        self.logits = normalised_step(self.logits, self._direction, self.alpha)
+
+    def report(self, step: int, batches: list[Batch]) -> StepOutput:
+        (batch,) = batches
+        metrics = {"error": batch.error, "misalignment": misalignment(batch.direction, batch.oracle)}
+        return StepOutput(loss=batch.direction.sum(1), metrics=metrics, log_step=step)
 
     def state_dict(self):
         return {"logits": self.logits}
@@ -97,11 +120,13 @@ class TabularMulti(Task):
 
     name = "tabular_multi"
     rollouts = frozenset({Rollout.EXACT})
+    trainer = "closed_form"
     metric_names = ("error", "misalignment")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_single_update()
+        self.require_default_aggregation()
         shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
         self.alpha = float(self.cfg.alpha)
         self.logits = rng.normal(self.seeds, "init/logits", 0, shape).to(self.device)

@@ -22,7 +22,7 @@ exactly zero first-epoch gradient). Success (for the diagnostics) is a correct f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -31,7 +31,7 @@ from algorithms.scores import ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, popu
 from tasks import rng
 from tasks.models.optim import GUARDS, MUON_SPLITS, Guard, transformer_optimizer
 from algorithms.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
-from tasks.base import StepOutput, Task
+from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.models import transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -230,24 +230,20 @@ class Prefill:
 
 
 @dataclass
-class Batch:
-    """One episode's rollout. Sequence rollouts: ``actions`` (S, B, K, H) (K = 1 for single-sample), ``scores``
-    (S, B, K) = mean_t r_t for groups or the per-token rewards (S, B, H) for single samples. Token candidates:
-    ``actions`` = behaviour path (S, B, H), ``candidates`` and ``scores`` (S, B, H, K)."""
+class Batch(RolloutBatch):
+    """One episode's rollout for a chunk of seeds. Sequence rollouts: ``actions`` (S, B, K, H) (K = 1 for
+    single-sample), ``scores`` (S, B, K) = mean_t r_t for groups or the per-token rewards (S, B, H) for single samples.
+    Token candidates: ``actions`` = behaviour path (S, B, H), ``candidates`` and ``scores`` (S, B, H, K)."""
 
     prompts: torch.Tensor
     actions: torch.Tensor
     scores: torch.Tensor
     success: torch.Tensor  # per candidate (group / token) or per rollout (single)
     error: torch.Tensor  # (S,)
-    # the seeds this batch belongs to (a chunk, when seeds are computed in chunks)
-    seeds: slice = field(default_factory=lambda: slice(None))
     candidates: torch.Tensor | None = None
     distinct: tuple[torch.Tensor, torch.Tensor] | None = None  # (keep, inverse) of ``distinct_answers``
-    logp_old: torch.Tensor | None = None  # the first epoch's ℓ, detached
-    groups: Groups | None = None  # the algorithm's view, with ℓ_old
-    signal: torch.Tensor | None = None  # the algorithm's frozen signal for this batch
     prefill: Prefill | None = None  # the rollout's prefill with its graph, until the first forward takes it
+    params: dict[str, torch.Tensor] | None = None  # the parameter views the last forward ran on (for its backward)
 
 
 class TokenReversal(Task):
@@ -257,7 +253,7 @@ class TokenReversal(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        cfg, hp, model, optim = self.cfg, self.algorithm_cfg, self.model_cfg, self.optim_cfg
+        cfg, model, optim = self.cfg, self.model_cfg, self.optim_cfg
         self.H = check_positive_int("task.H", cfg.H)
         self.V = check_number("task.V", cfg.V, low=2, integer=True)  # V = 1: every answer is right from step 0
         if self.rollout is Rollout.SINGLE:  # K only scales the batch and lr under task.match=interactions
@@ -282,18 +278,13 @@ class TokenReversal(Task):
             raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
                               f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
                               f"sequential")
-        self.epochs = check_positive_int("algorithm.epochs", self.algorithm.epochs if hp.get("epochs") is None
-                                         else hp.epochs)
+        self.epochs = self.algorithm.epochs
         # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
         # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
         self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
         self.lr = float(check_positive_float("optim.lr", optim.lr)) * math.sqrt(scale)
-        heads = check_positive_int("model.heads", model.heads)
-        d_model = check_positive_int("model.d_model", model.d_model)
-        layers, ffn = check_positive_int("model.layers", model.layers), check_positive_int("model.ffn", model.ffn)
-        if d_model % heads:
-            raise ConfigError(f"model.heads={heads} is not valid; it must divide model.d_model={d_model}")
+        self.model = transformer.TransformerConfig.from_config(model)
         optimizer = check_choice("optim.name", optim.name, OPTIMIZERS)
         muon_split = check_choice("optim.muon_split", optim.muon_split, MUON_SPLITS) if optimizer == "muon" else "none"
         self.guard = Guard(check_choice("optim.guard", optim.get("guard", "none"), GUARDS),
@@ -308,7 +299,7 @@ class TokenReversal(Task):
             raise ConfigError(f"optim.guard_tau={self.guard.tau} is not valid for optim.guard=scale (min(1, ‖g‖/τ)); "
                               "expected τ > 0")
         self.params = {k: v.detach().to(self.device).requires_grad_(True) for k, v in transformer.init_params(
-            self.seeds, self.V, 2 * self.H, d_model, heads, layers, ffn).items()}
+            self.seeds, self.V, 2 * self.H, self.model).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
         self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
         dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))
@@ -388,12 +379,13 @@ class TokenReversal(Task):
         noise = noise.unsqueeze(-1) if per_sequence else noise
         return scores + noise.to(scores.device, scores.dtype)
 
-    def log_probs(self, batch: Batch, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def log_probs(self, batch: Batch) -> torch.Tensor:
         """Current log-probs of the batch's candidates: sequence sums (S, B, K), or per token (S, B, K, H) for an
         algorithm that reads tokens, token candidates (S, B, H, K), or per-token (S, B, H) for single samples; one
-        teacher-forced forward in every case (of the distinct answers only, when ``task.dedup``). ``params``: the
-        chunk's parameters, by default ``chunk_params``."""
-        params = self.chunk_params(batch.seeds) if params is None else params
+        teacher-forced forward in every case (of the distinct answers only, when ``task.dedup``). The first forward
+        takes the very parameter views the rollout's prefill graph was built on."""
+        params = batch.prefill.params if batch.prefill is not None else self.chunk_params(batch.seeds)
+        batch.params = params
         prefilled = self._take_prefill(batch, params)
         if self.rollout is Rollout.TOKEN_CANDIDATES:
             return answer_log_probs(params, batch.prompts, batch.actions, prefilled=prefilled).gather(
@@ -415,14 +407,6 @@ class TokenReversal(Task):
             return taken
         return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
 
-    def loss(self, logp: torch.Tensor, logp_old: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Per-seed loss (S,) of the configured algorithm. The batch's first call freezes ℓ_old and the
-        algorithm's signal on it (``batch.groups``, ``batch.signal``); later epochs reuse them."""
-        if batch.groups is None:
-            batch.groups = self.groups(batch, logp_old)
-            batch.signal = self.algorithm.signal(batch.groups)
-        return self.algorithm.loss(logp, batch.groups, batch.signal)
-
     def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
         """The algorithm's view of a batch: scores, ℓ_old and, for single samples, the batch-mean baseline
         advantages A_t = r_t − mean over the batch of r_t."""
@@ -430,39 +414,40 @@ class TokenReversal(Task):
         return Groups(batch.scores, logp_old, self.rollout, lengths=float(self.H),
                       advantages=batch_mean_baseline(batch.scores, batch_dim=1) if single else None)
 
-    # ---- episode ---------------------------------------------------------------------------------------------
-    def step(self, step: int) -> StepOutput:
-        batches = [self.rollout_batch(step, seeds) for seeds in self.chunks]
-        start = self.optimizer.snapshot()
-        for epoch in range(self.epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            chunk_losses = []
-            for batch in batches:
-                # the first epoch takes the very parameter views the rollout's prefill graph was built on
-                params = batch.prefill.params if batch.prefill is not None else self.chunk_params(batch.seeds)
-                logp = self.log_probs(batch, params)
-                if epoch == 0:
-                    batch.logp_old = logp.detach()  # = the rollout policy: no parameter has moved since sampling
-                loss = self.loss(logp, batch.logp_old, batch)
-                if len(batches) == 1:
-                    loss.sum().backward()
-                else:
-                    self._backward_into_slices(loss.sum(), params, batch.seeds)
-                chunk_losses.append(loss.detach())
-            if epoch == 0:
-                first_loss, grad_norm = torch.cat(chunk_losses), self.grad_norm()
-                self.active &= torch.isfinite(first_loss) & torch.isfinite(grad_norm)  # freeze diverged seeds
-                moving = self.guard.moving(self.active, grad_norm)
-            factor = None
-            if self.guard.kind == "scale":
-                factor = self.guard.step_factor(grad_norm if epoch == 0 else self.grad_norm())
-            self.optimizer.step(active=moving, factor=factor)
-        moved = self.optimizer.displacement(start)
+    # ---- update ----------------------------------------------------------------------------------------------
+    def rollout_batches(self, step: int) -> list[Batch]:
+        self._start = self.optimizer.snapshot()  # for the update's displacement, reported per episode
+        return [self.rollout_batch(step, seeds) for seeds in self.chunks]
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, batch: Batch) -> None:
+        if len(self.chunks) == 1:
+            loss.sum().backward()
+        else:
+            self._backward_into_slices(loss.sum(), batch.params, batch.seeds)
+
+    def optimizer_step(self, epoch: int, loss: torch.Tensor) -> None:
+        """Muon/Adam on the epoch's gradient. The first epoch's loss and gradient norm are the episode's: a seed whose
+        loss or norm is not finite is frozen from then on, and the guard (``optim.guard``) decides from them which
+        seeds move."""
+        if epoch == 0:
+            self._first_loss, self._grad_norm = loss, self.grad_norm()
+            self.active &= torch.isfinite(loss) & torch.isfinite(self._grad_norm)  # freeze diverged seeds
+            self._moving = self.guard.moving(self.active, self._grad_norm)
+        factor = None
+        if self.guard.kind == "scale":
+            factor = self.guard.step_factor(self._grad_norm if epoch == 0 else self.grad_norm())
+        self.optimizer.step(active=self._moving, factor=factor)
+
+    def report(self, step: int, batches: list[Batch]) -> StepOutput:
+        moved = self.optimizer.displacement(self._start)
         diagnostics = [self.diagnostics(batch) for batch in batches]
-        metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": grad_norm,
+        metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": self._grad_norm,
                    **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]},
                    "update_muon": moved["muon"], "update_adam": moved["adam"]}
-        return StepOutput(loss=first_loss, metrics=metrics, log_step=step)
+        return StepOutput(loss=self._first_loss, metrics=metrics, log_step=step)
 
     def _backward_into_slices(self, loss: torch.Tensor, params: dict[str, torch.Tensor], seeds: slice) -> None:
         """Write a chunk's gradients into its seed slice of each leaf's ``.grad``. Backpropagating through the slice
@@ -508,12 +493,8 @@ class TokenReversal(Task):
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
     def state_dict(self):
-        return {"params": {k: v.detach() for k, v in self.params.items()}, "optimizer": self.optimizer.state_dict(),
-                "active": self.active}
+        return {**super().state_dict(), "active": self.active}
 
     def load_state_dict(self, state):
-        with torch.no_grad():
-            for key, value in state["params"].items():
-                self.params[key].copy_(value)
-        self.optimizer.load_state_dict(state["optimizer"])
+        super().load_state_dict(state)
         self.active = state["active"].to(self.device)

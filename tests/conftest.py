@@ -48,16 +48,20 @@ def run_config(overrides: list[str], run_dir: Path):
 
 
 def run_killed_at(overrides: list[str], run_dir: Path, task_cls: type, step: int) -> None:
-    """Run ``overrides`` into ``run_dir`` and kill it (Ctrl-C) as ``task_cls`` is about to take ``step``."""
-    original = task_cls.step
+    """Run ``overrides`` into ``run_dir`` and kill it (Ctrl-C) as the trainer of ``task_cls`` is about to run
+    ``step``."""
+    from harness.trainers import trainer_class
 
-    def step_then_die(self, at):
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
+
+    def step_then_die(task, at):
         if at == step:
             raise KeyboardInterrupt
-        return original(self, at)
+        return original(task, at)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(task_cls, "step", step_then_die)
+        patch.setattr(trainer, "episode", staticmethod(step_then_die))
         with pytest.raises(KeyboardInterrupt):
             run_config(overrides, run_dir)
 

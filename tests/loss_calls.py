@@ -17,7 +17,7 @@ def algorithm(name: str, **hp) -> algorithms.Algorithm:
 
 def loss(name: str, logp: torch.Tensor, groups: Groups, **hp) -> torch.Tensor:
     method = algorithm(name, **hp)
-    return method.loss(logp, groups, method.signal(groups))
+    return method.loss(logp, groups, method.signal(groups))[0]
 
 
 def tpo_loss(logp_new, logp_old, scores, eta=1.0, anchor=True, zero_variance="centered"):
@@ -39,7 +39,7 @@ def _given_advantages(name, logp_new, logp_old, advantages, scores=None, **hp):
     """A GRPO-family loss on advantages given by the caller (its signal replaced by them)."""
     method = algorithm(name, **hp)
     groups = Groups(advantages if scores is None else scores, logp_old, Rollout.GROUP)
-    return method.loss(logp_new, groups, advantages)
+    return method.loss(logp_new, groups, advantages)[0]
 
 
 def grpo_loss(logp_new, logp_old, advantages, clip_eps=0.2, beta=0.04, log_ratio_clip=20.0):

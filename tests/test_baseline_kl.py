@@ -48,7 +48,7 @@ def batch(name: str, seed: int = 0, shift: float = 0.3, zero_variance_group: boo
 
 
 def loss_and_grad(algorithm, logp, groups):
-    loss = algorithm.loss(logp, groups, algorithm.signal(groups))
+    loss, _ = algorithm.loss(logp, groups, algorithm.signal(groups))
     (grad,) = torch.autograd.grad(loss.sum(), logp)
     return loss.detach(), grad
 
@@ -180,8 +180,8 @@ def test_per_token_kl_is_grpos_with_one_token_per_answer():
     groups = Groups(groups.scores, groups.logp_old, Rollout.GROUP)
     dr = build("dr_grpo", beta=BETA)
     centred = groups.scores - groups.scores.mean(-1, keepdim=True)
-    dr_loss = dr.loss(logp.unsqueeze(-1), Groups(groups.scores, groups.logp_old.unsqueeze(-1), Rollout.GROUP),
-                      centred)
+    dr_loss, _ = dr.loss(logp.unsqueeze(-1), Groups(groups.scores, groups.logp_old.unsqueeze(-1), Rollout.GROUP),
+                         centred)
     grpo_terms = -losses.clipped_objective(logp, groups.logp_old, centred, 0.2, BETA)
     torch.testing.assert_close(dr_loss, grpo_terms.flatten(1).mean(1))
 
@@ -205,8 +205,7 @@ def test_beta_on_single_sample_rollouts(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_beta_is_declared_and_checked(name):
-    # optional (+algorithm.beta=...): not in the YAML, so that the runs recorded before it keep their identity
-    assert "beta" not in OmegaConf.load(ROOT / "conf" / "algorithm" / f"{name}.yaml") and build(name).hp.beta == 0.0
+    assert OmegaConf.load(ROOT / "conf" / "algorithm" / f"{name}.yaml").beta == 0.0 and build(name).hp.beta == 0.0
     assert build(name, beta=0.04).hp.beta == BETA
     with pytest.raises(ConfigError, match="algorithm.beta=-0.01 is not valid; expected a number >= 0"):
         build(name, beta=-0.01)
@@ -245,8 +244,7 @@ def test_baselines_with_beta_train_on_token_reversal(overrides, tmp_path):
 
     from conftest import run_config
 
-    added = "" if overrides[0] == "algorithm=rloo" else "+"  # RLOO declares beta; the others take it optionally
-    summary = run_config([*TOKEN, "task.reward=terminal", *overrides, f"{added}algorithm.beta={BETA}"], tmp_path)
+    summary = run_config([*TOKEN, "task.reward=terminal", *overrides, f"algorithm.beta={BETA}"], tmp_path)
     assert summary["status"] == "completed"
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert metrics.grad_norm.notna().all() and (metrics.grad_norm > 0).any()

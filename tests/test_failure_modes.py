@@ -17,11 +17,12 @@ from algorithms.checks import ConfigError
 from algorithms.scores import Spread, mid_ranks, standardize, zscore_advantages
 from conftest import compose_config, run_config, run_killed_at
 from harness import rundir
-from harness.outputs import relapse_events
 from harness.report import stats
+from harness.summary import relapse_events
 from harness.report.load import read_config
 from harness.report.specs import RELAPSED, RELAPSES, SOLVED, Stat
 from harness.config import build_task
+from harness.trainers import episode
 from tasks import token_reversal as tr
 from tasks.models import optim, transformer
 
@@ -94,7 +95,7 @@ def test_floor_and_ranks_train_exactly_as_sigma_on_binary_rewards(algorithm):
             "model.d_model=16", "model.layers=1", "model.ffn=32", f"algorithm={algorithm}"]
     runs = {variant: build_task(compose_config([*tiny, *variant])) for variant in
             [(), ("algorithm.std_floor=0.1",), ("algorithm.rank_scores=true",), ("algorithm.std_floor=0.5",)]}
-    logged = {variant: [task.step(step).metrics for step in range(4)] for variant, task in runs.items()}
+    logged = {variant: [episode(task, step).metrics for step in range(4)] for variant, task in runs.items()}
     sigma = logged[()]
     for variant in [("algorithm.std_floor=0.1",), ("algorithm.rank_scores=true",)]:
         for ours, theirs in zip(logged[variant], sigma, strict=True):
@@ -106,7 +107,7 @@ def test_floor_and_ranks_train_exactly_as_sigma_on_binary_rewards(algorithm):
                for ours, theirs in zip(logged[("algorithm.std_floor=0.5",)], sigma, strict=True))
     noisy = {variant: build_task(compose_config([*tiny, "task.reward_noise=0.01", *variant]))
              for variant in [(), ("algorithm.rank_scores=true",)]}
-    first = {variant: task.step(0).metrics["grad_norm"] for variant, task in noisy.items()}
+    first = {variant: episode(task, 0).metrics["grad_norm"] for variant, task in noisy.items()}
     assert not torch.equal(first[()], first[("algorithm.rank_scores=true",)])
 
 
@@ -228,7 +229,7 @@ def test_episodes_log_the_update_norms_and_a_skip_guard_freezes_zero_gradient_se
     task = build_task(compose_config([*TERMINAL, "algorithm=tpo", "optim.guard=skip"]))
     for step in range(6):
         before = {k: v.detach().clone() for k, v in task.params.items()}
-        out = task.step(step)
+        out = episode(task, step)
         for seed in range(2):
             still = all(torch.equal(v[seed], before[k][seed]) for k, v in task.params.items())
             assert still == (out.metrics["grad_norm"][seed].item() == 0)
@@ -243,7 +244,7 @@ def test_a_guarded_episode_with_a_zero_gradient_moves_nothing(guard):
     zero_gradient_episodes = 0
     for step in range(6):
         before = {k: v.detach().clone() for k, v in task.params.items()}
-        out = task.step(step)
+        out = episode(task, step)
         for seed in torch.nonzero(out.metrics["grad_norm"] == 0).flatten().tolist():
             zero_gradient_episodes += 1
             assert all(torch.equal(v[seed], before[k][seed]) for k, v in task.params.items())
@@ -254,7 +255,7 @@ def test_a_guarded_episode_with_a_zero_gradient_moves_nothing(guard):
 def test_adam_control_puts_every_parameter_on_adam():
     task = build_task(compose_config([*TERMINAL, "algorithm=grpo", "optim=adam"]))
     assert task.optimizer.parts()["muon"] == []
-    out = task.step(0)
+    out = episode(task, 0)
     assert out.metrics["update_muon"].isnan().all() and (out.metrics["update_adam"] > 0).all()
 
 

@@ -15,9 +15,12 @@ from algorithms import functional
 from conftest import compose_config
 from tasks import rng
 from harness.config import build_task
+from harness.trainers import episode
+from harness.trainers.batched import GroupTrainer
 from tasks import TASKS, get_task
 from tasks import token_reversal as tr
 from tasks.models import transformer
+from test_mnist_closed_form import mnist_closed_form
 from test_token_reversal import naive_log_probs
 
 # H = 3, V = 2 and K = 8: at most 8 distinct answers per prompt, so groups are full of duplicates
@@ -61,7 +64,7 @@ def _first_epoch(task, step=0):
     for seeds in task.chunks:
         batch = task.rollout_batch(step, seeds)
         logp = task.log_probs(batch)
-        loss = task.loss(logp, logp.detach(), batch)
+        loss, _ = GroupTrainer.batch_loss(task, batch, logp)
         loss.sum().backward()
         logps.append(logp.detach())
         loss_values.append(loss.detach())
@@ -92,7 +95,7 @@ def _trained(*overrides):
     """A task a few episodes into training (so some groups agree), then the state copied into its variants."""
     task = make_task(*overrides)
     for step in range(6):
-        task.step(step)
+        episode(task, step)
     return task
 
 
@@ -132,7 +135,7 @@ def test_whole_episodes_agree_across_chunking_and_dedup():
     runs = []
     for overrides in (["task.seed_chunk=1"], ["task.seed_chunk=3", "task.dedup=false"]):
         task = make_task("algorithm=tpo", "task.reward=terminal", *overrides)
-        runs.append([task.step(step).metrics for step in range(2)])
+        runs.append([episode(task, step).metrics for step in range(2)])
     for fast, plain in zip(*runs):
         for name in tr.METRICS:
             tolerance = 0.1 if name == "update_muon" else 1e-4
@@ -193,7 +196,7 @@ def test_mnist_closed_form_loss_and_gradient_equal_the_library_loss(overrides):
         log_probs = torch.log_softmax(logits, -1)
         expected_loss = task.loss(logits, log_probs, actions, labels)
         (expected,) = torch.autograd.grad(expected_loss.sum(), logits)
-        loss, grad = task.loss_and_logit_grad(log_probs.detach(), actions, labels)
+        loss, grad = mnist_closed_form(task, log_probs.detach(), actions, labels)
         torch.testing.assert_close(loss, expected_loss.detach(), rtol=0, atol=1e-15)
         torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)
         assert expected.abs().max() > (1e-4 if actions is sampled else -1)  # not a comparison of two zeros
@@ -211,7 +214,7 @@ def test_mnist_steps_equal_the_plain_path(algorithm):
     adam = torch.optim.Adam(params.values(), lr=1e-3)
     images_u8 = task.train_images
     for step in range(3):
-        out = task.step(step)
+        out = episode(task, step)
         index = rng.randint(task.seeds, "contexts", step, (task.batch_size,), len(task.train_labels))
         images = images_u8[index].float().div_(255.0)
         logits = mlp_logits(params, images)
@@ -313,9 +316,9 @@ def test_gpu_settings_read_nothing_back_from_the_device_during_a_step(overrides)
     token = overrides[0] == "task=token_reversal"
     gpu_like = ["task.dedup=false", "task.seed_chunk=3", "task.H=4", "task.batch_size=8"] if token else []
     task = build_task(compose_config([*overrides, *gpu_like, "seeds=3", "logger=none"]))
-    task.step(0)
+    episode(task, 0)
     with _HostReads() as mode:
-        task.step(1)
+        episode(task, 1)
     assert mode.reads == []
 
 
@@ -349,9 +352,9 @@ def test_gpu_path_makes_every_tensor_on_the_device(task_name, algorithm):
     if algorithm.endswith("_token"):
         overrides.append("task.reward=bag_of_tokens")
     task = build_task(compose_config(overrides), device=torch.device("meta"))
-    task.step(0)
+    episode(task, 0)
     with _HostTensors() as mode:
-        out = task.step(1)
+        out = episode(task, 1)
     assert mode.ops == []
     assert all(value.device.type == "meta" for value in [out.loss, *(out.metrics or {}).values()])
 
@@ -375,8 +378,8 @@ def _episodes_with_fast_paths(enabled: bool, algorithm: str, episodes: int = 3):
         seen = []
         log_probs = task.log_probs
 
-        def recording(batch, params=None):
-            logp = log_probs(batch, params)
+        def recording(batch):
+            logp = log_probs(batch)
             seen.append(logp.detach().clone())
             return logp
 
@@ -384,7 +387,7 @@ def _episodes_with_fast_paths(enabled: bool, algorithm: str, episodes: int = 3):
         out = []
         for step in range(episodes):
             seen.clear()
-            metrics = task.step(step).metrics
+            metrics = episode(task, step).metrics
             out.append({"logp": torch.cat(seen[:len(task.chunks)]),
                         "grads": {k: v.grad.clone() for k, v in task.params.items() if v.grad is not None},
                         "metrics": {k: v.clone() for k, v in metrics.items()},

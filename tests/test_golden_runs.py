@@ -78,7 +78,7 @@ CASES: dict[str, list[str]] = {
 LLM_LOSS_FILE = GOLDEN / "llm_group_losses.json"
 # Columns added to metrics.csv after the goldens were written: the golden's own columns must stay byte-identical,
 # and a run may carry these besides (any other new column fails the test).
-ADDED_COLUMNS = {"update_muon", "update_adam"}
+ADDED_COLUMNS = {"update_muon", "update_adam", "ratio_dev", "kl_snapshot", "clip_fraction"}
 
 
 def columns(csv: bytes, names: list[str] | None = None) -> tuple[list[str], list[list[str]]]:

@@ -20,6 +20,7 @@ from harness import outputs
 from harness.config import build_task
 from algorithms.checks import ConfigError
 from tasks.base import StepOutput
+from harness.trainers import episode, trainer_class
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
@@ -76,13 +77,13 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch,
     run_killed_at(overrides, tmp_path / "killed", task_cls, 25)
     assert json.loads((tmp_path / "killed" / "summary.json").read_text())["status"] == "interrupted"
     assert len(read_metrics(tmp_path / "killed")) < len(read_metrics(tmp_path / "full"))  # it stopped mid-way
-    stepped, original = [], task_cls.step
+    stepped, original = [], trainer_class(task_cls).episode
 
-    def counted(self, step):
+    def counted(task, step):
         stepped.append(step)
-        return original(self, step)
+        return original(task, step)
 
-    monkeypatch.setattr(task_cls, "step", counted)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(counted))
     summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "killed")
     assert summary["status"] == "completed"
     assert stepped == list(range(20, 30)) and summary["resumed_from"] == [20]  # from the checkpoint, not step 0
@@ -118,16 +119,17 @@ def test_resume_after_sigkill(tmp_path):
 def test_a_diverged_seed_is_marked_and_the_others_continue(tmp_path, monkeypatch):
     overrides = ["task=tabular_single", "algorithm=pg", "seeds=3", "trainer.steps=10"]
     task_cls = type(build_task(compose_config(overrides)))
-    original = task_cls.step
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
 
-    def poisoned(self, step):
-        out = original(self, step)
+    def poisoned(task, step):
+        out = original(task, step)
         if step >= 4:
             out = StepOutput(loss=out.loss.clone().index_fill_(0, torch.tensor([1]), float("nan")),
                              metrics=out.metrics, log_step=out.log_step)
         return out
 
-    monkeypatch.setattr(task_cls, "step", poisoned)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(poisoned))
     summary = run_config(overrides, tmp_path)
     assert summary["status"] == "diverged"
     assert summary["seed_status"] == {"0": "completed", "1": "diverged", "2": "completed"}
@@ -144,18 +146,19 @@ def test_divergence_between_recorded_steps_is_dated_to_its_first_non_finite_step
     overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=3",
                  "task.checkpoint_every=0"]
     task_cls = type(build_task(compose_config(overrides)))
-    original = task_cls.step
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
     poison = {1: range(3, 10), 2: [7]}  # seed index → steps with a NaN loss
 
-    def poisoned(self, step):
-        out = original(self, step)
+    def poisoned(task, step):
+        out = original(task, step)
         loss = out.loss.clone()
         for index, steps in poison.items():
             if step in steps:
                 loss[index] = float("nan")
         return StepOutput(loss=loss, metrics=out.metrics, log_step=out.log_step)
 
-    monkeypatch.setattr(task_cls, "step", poisoned)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(poisoned))
     summary = run_config(overrides, tmp_path)
     assert summary["diverged_at_step"] == {"1": 3, "2": 7}
     assert summary["seed_status"] == {"0": "completed", "1": "diverged", "2": "diverged"}
@@ -167,15 +170,16 @@ def test_a_divergence_recorded_before_an_interruption_keeps_its_step_after_resum
     overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=2",
                  "task.checkpoint_every=5"]
     task_cls = type(build_task(compose_config(overrides)))
-    original = task_cls.step
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
 
-    def poisoned(self, step):  # seed 1's loss is NaN from step 3 on
-        out = original(self, step)
+    def poisoned(task, step):  # seed 1's loss is NaN from step 3 on
+        out = original(task, step)
         loss = out.loss.clone()
         loss[1] = float("nan") if step >= 3 else loss[1]
         return StepOutput(loss=loss, metrics=out.metrics, log_step=out.log_step)
 
-    monkeypatch.setattr(task_cls, "step", poisoned)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(poisoned))
     run_killed_at(overrides, tmp_path, task_cls, 7)  # after the checkpoint at step 5
     summary = run_config([*overrides, "trainer.resume=true"], tmp_path)  # resumes at 5, NaN again from there
     assert summary["resumed_from"] == [5] and summary["diverged_at_step"] == {"1": 3}
@@ -209,7 +213,7 @@ def test_an_algorithm_the_task_cannot_run_is_rejected(tmp_path):
 def test_bad_values_name_the_key(override, key):
     with pytest.raises((ConfigError, ValueError), match=key):
         task = build_task(compose_config(["task=mnist_bandit", "algorithm=tpo", override]))
-        task.step(0)
+        episode(task, 0)
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
@@ -299,8 +303,9 @@ def _subnormals_flushed() -> bool:
 def test_subnormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush):
     from tasks.tabular import TabularSingle
 
-    seen, step = [], TabularSingle.step
-    monkeypatch.setattr(TabularSingle, "step", lambda self, i: (seen.append(_subnormals_flushed()), step(self, i))[1])
+    seen, report = [], TabularSingle.report
+    monkeypatch.setattr(TabularSingle, "report",
+                        lambda self, i, batches: (seen.append(_subnormals_flushed()), report(self, i, batches))[1])
     run_config(["task=tabular_single", "algorithm=tpo", "trainer.steps=3", "logger=none",
                 f"flush_denormal={str(flush).lower()}"], tmp_path)
     assert seen == [flush] * 3

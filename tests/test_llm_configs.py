@@ -10,7 +10,7 @@ import yaml
 from algorithms import ALGORITHMS, Rollout
 from conftest import CONF, compose_config
 from harness.llm.models import model_source
-from harness.llm.train import check_llm_config
+from harness.trainers.trl import check_llm_config
 from harness.config import build_task
 from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import harness.llm.train as llm_train
+import harness.trainers.trl as llm_train
 from conftest import run_config
 from harness.report import write_report
 from llm_helpers import tiny_overrides

@@ -14,7 +14,7 @@ import loss_calls
 from algorithms import Groups, Rollout, losses
 from algorithms.scores import zscore_advantages
 from conftest import compose_config
-from harness.llm.train import build_trainer
+from harness.trainers.trl import build_trainer
 from llm_helpers import tiny_overrides
 
 
@@ -142,10 +142,10 @@ def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, 
             shape = (1, 2, 4, token_logp.size(-1))
             groups = Groups(scores, token_logp.detach().view(shape), Rollout.GROUP, mask=mask.view(shape),
                             lengths=lengths, max_length=trainer.max_completion_length)
-            expected = method.loss(token_logp.view(shape), groups, method.signal(groups))
+            expected, _ = method.loss(token_logp.view(shape), groups, method.signal(groups))
         else:
             groups = Groups(scores, logp.detach(), Rollout.GROUP, lengths=lengths)
-            expected = method.loss(logp, groups, method.signal(groups))
+            expected, _ = method.loss(logp, groups, method.signal(groups))
     torch.testing.assert_close(actual, expected.squeeze(0), rtol=1e-5, atol=1e-6)
 
 
@@ -198,6 +198,9 @@ def test_extra_epochs_keep_the_rollout_time_anchor(tiny_llm, gsm8k_dir, tmp_path
     (first_new, first_old), (second_new, second_old) = calls[0], calls[2]  # micro-batch 0 in epochs 1 and 2
     assert torch.equal(first_old, second_old)  # the anchor is frozen across epochs
     torch.testing.assert_close(first_new, first_old, rtol=0, atol=1e-5)  # ... and is the rollout-time policy
+    first, second = trainer.update_metrics  # the algorithm's metrics of each update: the second has moved
+    assert first["ratio_dev"] < 1e-4 and second["ratio_dev"] > 1e-3 and second["kl_snapshot"] > 0
+    assert trainer.step_metrics()["ratio_dev"] == second["ratio_dev"]
     assert not torch.allclose(second_new, second_old, atol=1e-4)  # the policy moved after the first update
 
 

@@ -7,7 +7,15 @@ import torch
 
 import loss_calls
 from tasks.mnist_bandit import MnistBandit
-from algorithms.mechanism import BIN_EDGES, mechanism_by_bin, mechanism_per_example
+from algorithms import ALGORITHMS
+from algorithms.mechanism import BIN_EDGES, covers, mechanism_by_bin, mechanism_per_example
+from algorithms.registry import declarations
+
+
+def _algorithm(name, eta=None):
+    """The registered algorithm, with η where it has one: the mechanism reads its hyperparameters from it."""
+    has_eta = eta is not None and "eta" in declarations(ALGORITHMS[name])
+    return loss_calls.algorithm(name, **({"eta": float(eta)} if has_eta else {}))
 
 
 def _random_probs(n, generator, scale=2.0):
@@ -42,7 +50,7 @@ def test_exact_gain_matches_enumerated_expectation(algorithm, eta):
     generator = torch.Generator().manual_seed(0)
     probs = _random_probs(64, generator)
     labels = torch.randint(0, 10, (64,), generator=generator)
-    gain = mechanism_per_example(probs, labels, algorithm, eta)["gain"]
+    gain = mechanism_per_example(probs, labels, _algorithm(algorithm, eta))["gain"]
     for n in range(len(labels)):
         pi, y = probs[n], int(labels[n])
         direction = sum(pi[a] * _enumerated_update(algorithm, pi, y, a, eta) for a in range(10))
@@ -58,7 +66,7 @@ def test_tpo_gain_is_the_expected_update_of_the_library_loss(eta):
     generator = torch.Generator().manual_seed(3)
     probs = _random_probs(16, generator)
     labels = torch.randint(0, 10, (16,), generator=generator)
-    gain = mechanism_per_example(probs, labels, "tpo", eta)["gain"]
+    gain = mechanism_per_example(probs, labels, _algorithm("tpo", eta))["gain"]
     actions = torch.arange(10)
     for n in range(len(labels)):
         pi, y = probs[n], int(labels[n])
@@ -78,10 +86,10 @@ def test_tpo_gain_is_the_expected_update_of_the_library_loss(eta):
 @pytest.mark.parametrize("algorithm", ["pg", "group_pg"])
 def test_scalar_methods_have_zero_surplus(algorithm):
     probs = _random_probs(100, torch.Generator().manual_seed(1)).unsqueeze(0)
-    stats = mechanism_per_example(probs, torch.arange(100) % 10, algorithm)
+    stats = mechanism_per_example(probs, torch.arange(100) % 10, _algorithm(algorithm))
     assert torch.equal(stats["surplus"], torch.zeros_like(stats["surplus"]))
-    assert torch.equal(mechanism_by_bin(probs, torch.arange(100) % 10, algorithm)["surplus"].nan_to_num(0.0),
-                       torch.zeros(1, 4, dtype=torch.float64))
+    surplus = mechanism_by_bin(probs, torch.arange(100) % 10, _algorithm(algorithm))["surplus"]
+    assert torch.equal(surplus.nan_to_num(0.0), torch.zeros(1, 4, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("algorithm", ["dg", "tpo"])
@@ -89,7 +97,7 @@ def test_symmetric_mistakes_have_zero_surplus(algorithm):
     """β_sym is the exact coefficient when the wrong classes share 1 − p evenly."""
     p = torch.tensor([0.01, 0.05, 0.3, 0.6, 0.95], dtype=torch.float64).unsqueeze(-1)
     probs = torch.cat([p, (1 - p).expand(-1, 9) / 9], -1)
-    stats = mechanism_per_example(probs, torch.zeros(5, dtype=torch.long), algorithm, eta=0.7)
+    stats = mechanism_per_example(probs, torch.zeros(5, dtype=torch.long), _algorithm(algorithm, eta=0.7))
     assert torch.allclose(stats["surplus"], torch.zeros(5, dtype=torch.float64), atol=1e-14)
     assert (stats["gain"] > 0).all()
 
@@ -109,10 +117,10 @@ def test_bins_counts_and_exclusion_of_correct_predictions():
             _probs_with(0.9, 0.1)]        # correct, c = 1: excluded
     probs = torch.tensor([rows, [_probs_with(0.9, 0.05)] * len(rows)], dtype=torch.float64)  # seed 1: all correct
     labels = torch.zeros(len(rows), dtype=torch.long)
-    out = mechanism_by_bin(probs, labels, "tpo")
+    out = mechanism_by_bin(probs, labels, _algorithm("tpo"))
     assert len(BIN_EDGES) == 5 and out["gain"].shape == (2, 4)
     assert out["count"].tolist() == [[1, 1, 1, 2], [0, 0, 0, 0]]
-    per_example = mechanism_per_example(probs[0], labels, "tpo")
+    per_example = mechanism_per_example(probs[0], labels, _algorithm("tpo"))
     expected = torch.stack([per_example["gain"][0], per_example["gain"][1], per_example["gain"][2],
                             per_example["gain"][3:5].mean()])
     assert torch.allclose(out["gain"][0], expected)
@@ -123,14 +131,16 @@ def test_bins_counts_and_exclusion_of_correct_predictions():
 def test_grpo_is_nan_and_bad_algorithm_raises():
     probs = _random_probs(20, torch.Generator().manual_seed(2)).unsqueeze(0)
     labels = torch.zeros(20, dtype=torch.long)
-    out = mechanism_by_bin(probs, labels, "grpo")
+    out = mechanism_by_bin(probs, labels, _algorithm("grpo"))
     assert torch.isnan(out["gain"]).all() and out["count"].sum() == 0
-    with pytest.raises(ValueError, match="group_pg"):
-        mechanism_by_bin(probs, labels, "ppo")
+    with pytest.raises(ValueError, match="algorithm=ppo has no exact expected update here; valid choices: pg, dg, "
+                                         "tpo, grpo, group_pg"):
+        mechanism_by_bin(probs, labels, _algorithm("ppo"))
+    assert not covers(_algorithm("tpo_no_anchor"))  # by class: a subclass of TPO is another algorithm
 
 
 def test_tpo_surplus_grows_with_concentration():
     """Paper Fig 4b: TPO's surplus is ≈ 0 for diffuse mistakes and positive when one wrong class dominates."""
-    stats = mechanism_per_example(torch.tensor([_probs_with(0.05, 0.95 / 9), _probs_with(0.05, 0.9)],
-                                               dtype=torch.float64), torch.zeros(2, dtype=torch.long), "tpo")
+    probs = torch.tensor([_probs_with(0.05, 0.95 / 9), _probs_with(0.05, 0.9)], dtype=torch.float64)
+    stats = mechanism_per_example(probs, torch.zeros(2, dtype=torch.long), _algorithm("tpo"))
     assert math.isclose(stats["surplus"][0].item(), 0.0, abs_tol=1e-12) and stats["surplus"][1] > 1e-3

@@ -73,8 +73,8 @@ def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold(
 
 
 def test_relapse_onsets_their_climbs_and_the_episodes_at_risk_with_their_zero_gradient_streaks():
-    from harness.outputs import relapse_events
-    from harness.report.relapses import Onsets, onsets, risk_by_streak
+    from harness.report.dynamics import Onsets, onsets, risk_by_streak
+    from harness.summary import relapse_events
 
     errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, 0.0, np.nan, 0.0, 0.9])
     zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0], dtype=bool)
@@ -93,7 +93,7 @@ def test_relapse_onsets_their_climbs_and_the_episodes_at_risk_with_their_zero_gr
 
 
 def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
-    from harness.report.relapses import drift
+    from harness.report.dynamics import drift
 
     zero = np.array([False, False, True, True])
     assert drift(np.array([1.0, 3.0, 0.5, 1.5]), zero) == 0.5
@@ -104,7 +104,8 @@ def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
 
 def test_relapse_summary_counts_each_seed_once_and_refuses_a_seed_in_two_runs_or_two_configurations(tmp_path):
     from harness.report import synthetic
-    from harness.report.relapses import episodes, summarize
+    from harness.report.load import episodes
+    from harness.report.relapses import summarize
 
     steps = np.arange(8)
     errors = np.array([[1.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
@@ -130,7 +131,7 @@ def test_relapse_summary_counts_each_seed_once_and_refuses_a_seed_in_two_runs_or
 def test_episodes_binned_by_gradient_norm_edges_included_below():
     import pandas as pd
 
-    from harness.report.relapses import by_gradient_norm
+    from harness.report.dynamics import by_gradient_norm
 
     wide = pd.DataFrame({"grad_norm": [0.0, 0.0, 5e-4, 1e-3, 0.05, 2.0, 3.0, np.nan],
                          "update_muon": [1.0, 3.0, 2.0, 5.0, 3.0, 4.0, np.nan, 9.0], "error": [0.0] * 8})
@@ -142,7 +143,7 @@ def test_episodes_binned_by_gradient_norm_edges_included_below():
 
 
 def test_a_seeds_ending_is_read_from_its_last_episodes_and_its_first_reach_from_its_steps():
-    from harness.report.endings import ending
+    from harness.report.dynamics import ending
 
     steps = np.arange(0, 2000, 10)  # 200 logged episodes, one every 10 steps
     errors = np.r_[np.full(100, 0.9), np.full(100, 0.01)]  # wrong for the first half, then solved

@@ -1,4 +1,4 @@
-"""W&B runs (one per seed, grouped <experiment>/<task>/<algorithm>) convert to the same frames as run directories."""
+"""W&B runs (one per seed, see harness/tracking.py) convert to the same frames as run directories."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pandas as pd
 
 from harness.report.load import flatten, load_runs
 from harness.report.synthetic import make_config, write_run
+from harness.tracking import TRL_STEP
 
 
 class FakeRun:
@@ -96,3 +97,41 @@ def test_a_finished_wandb_history_that_stops_short_of_its_summary_is_damaged_not
     live = [run(0, 12, "running", None), run(1, 9, "running", None)]  # read while logging: seeds at different steps
     runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(live))
     assert runs.status.tolist() == ["interrupted"] and "warning" not in capsys.readouterr().err
+
+
+def test_live_mirror_histories_are_read_by_their_step_without_trl_rows_or_replayed_steps(capsys):
+    """The live mirror (harness/tracking.py) logs ``step`` in every row (W&B's ``_step`` then counts rows), TRL's
+    own metrics in rows of their own (``trl/global_step``), and a resumed run's steps after its checkpoint twice:
+    the report reads the step column, skips TRL's rows, keeps each step's last copy (metrics.csv's), and reports a
+    run whose mirror dropped rows as damaged. Bugs caught: load.py:_wandb_record reading ``_step``, keeping the
+    TRL rows, or the first copy of a replayed step; load_wandb ignoring ``dropped_rows``."""
+    config = {**make_config("inputs_check", "token_reversal", "tpo", 1, 4), "trainer": {"steps": 4}, "seed": 0}
+
+    def run(dropped: int) -> FakeRun:
+        fake = FakeRun(config, np.arange(0), {})
+        fake.summary.update(last_step=3, dropped_rows=dropped)
+        fake._rows = [{"_step": 0, "step": 0, "error": 0.9}, {"_step": 1, "step": 0, TRL_STEP: 1, "trl/loss": 5.0},
+                      {"_step": 2, "step": 1, "error": 0.75}, {"_step": 3, "step": 1, "error": 0.8},
+                      {"_step": 4, "step": 2, "error": 0.6}, {"_step": 5, "step": 3, "error": 0.5}]
+        return fake
+
+    runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run(0)]))
+    assert runs.status.tolist() == ["completed"] and runs.last_step.tolist() == [3]
+    assert set(curves.metric) == {"error"}
+    assert curves.sort_values("step")[["step", "value"]].values.tolist() == [[0, 0.9], [1, 0.8], [2, 0.6], [3, 0.5]]
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run(2)]))
+    assert runs.status.tolist() == ["damaged"] and "2 rows dropped from W&B" in capsys.readouterr().err
+
+
+def test_a_run_started_before_the_step_metric_and_resumed_after_reads_both_kinds_of_rows():
+    """A W&B run begun by a version that logged with W&B's own step (no ``step`` column) and resumed by one that
+    logs ``step`` (its ``_step`` counting on): the old rows are read by ``_step``, the new by ``step``. Bug caught:
+    load.py:_wandb_record casting a ``step`` column with NaN in its old rows (IntCastingNaNError)."""
+    config = {**make_config("inputs_check", "token_reversal", "tpo", 1, 4), "trainer": {"steps": 4}, "seed": 0}
+    fake = FakeRun(config, np.arange(0), {})
+    fake.summary.update(last_step=3)
+    fake._rows = [{"_step": 0, "error": 0.9}, {"_step": 1, "error": 0.8},  # the old version's rows
+                  {"_step": 2, "step": 2, "error": 0.6}, {"_step": 3, "step": 3, "error": 0.5}]
+    runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([fake]))
+    assert runs.status.tolist() == ["completed"]
+    assert curves.sort_values("step")[["step", "value"]].values.tolist() == [[0, 0.9], [1, 0.8], [2, 0.6], [3, 0.5]]

@@ -86,3 +86,36 @@ def test_no_file_cites_outside_documents_or_project_history():
     summary = "\n".join(f"  {name}: {count}" for name, count in sorted(counts.items()))
     assert not hits, (f"{len(hits)} forbidden reference(s) in {len(counts)} file(s):\n{summary}\n"
                       + "\n".join(hits))
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+# a backticked repository path: a top-level folder of the project, then a file or folder name
+_PATH = re.compile(r"`((?:algorithms|tasks|harness|bench|conf|results|tests|docs)/[\w./<>-]*)")
+
+
+def cited_paths(text: str) -> list[str]:
+    """Every repository path cited in backticks in ``text`` (a placeholder such as ``<id>`` makes it a pattern)."""
+    return [match.group(1).split(" ")[0] for match in _PATH.finditer(text)]
+
+
+def unresolved(paths: list[str], root: Path = ROOT) -> list[str]:
+    """The cited paths that no file or folder under ``root`` matches (``<...>`` matches any one name)."""
+    missing = []
+    for path in paths:
+        pattern = re.sub(r"<[^>]*>", "*", path.rstrip("/"))
+        if not (list(root.glob(pattern)) if "*" in pattern else (root / pattern).exists()):
+            missing.append(path)
+    return missing
+
+
+def test_the_architecture_page_cites_only_paths_that_exist():
+    paths = cited_paths(ARCHITECTURE.read_text())
+    assert len(paths) > 20  # the page is a map: it names the files
+    assert not unresolved(paths), f"docs/architecture.md cites missing paths: {unresolved(paths)}"
+
+
+def test_the_path_check_catches_a_missing_file():
+    paths = cited_paths("the loop is in `harness/run.py`, the model in `tasks/models/nowhere.py`; "
+                        "`conf/algorithm/<id>.yaml` per algorithm")
+    assert paths == ["harness/run.py", "tasks/models/nowhere.py", "conf/algorithm/<id>.yaml"]
+    assert unresolved(paths) == ["tasks/models/nowhere.py"]

@@ -22,6 +22,7 @@ import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config
 from harness import outputs, rundir
+from harness.trainers import trainer_class
 from algorithms.checks import ConfigError
 
 TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
@@ -117,7 +118,8 @@ def run_config_task():
 
 def test_a_finished_run_is_not_trained_again(finished_run, monkeypatch):
     task_cls = type(run_config_task())
-    monkeypatch.setattr(task_cls, "step", lambda self, step: pytest.fail("a finished run trained again"))
+    monkeypatch.setattr(trainer_class(task_cls), "episode",
+                        staticmethod(lambda task, step: pytest.fail("a finished run trained again")))
     before = snapshot(finished_run)
     for resume in ("true", "auto"):
         assert run_config([*TABULAR, f"trainer.resume={resume}"], finished_run)["status"] == "completed"
@@ -141,14 +143,15 @@ def test_overwrite_with_resume_is_contradictory(tmp_path):
 def _interrupted_run(tmp_path: Path, monkeypatch, at: int = 25) -> Path:
     """A run interrupted at step ``at`` (checkpoints every 10 steps: the default leaves one at step 20)."""
     task_cls = type(run_config_task())
-    original = task_cls.step
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
 
-    def die(self, step):
+    def die(task, step):
         if step == at:
             raise KeyboardInterrupt
-        return original(self, step)
+        return original(task, step)
 
-    monkeypatch.setattr(task_cls, "step", die)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(die))
     with pytest.raises(KeyboardInterrupt):
         run_config(TABULAR, tmp_path / "run")
     monkeypatch.undo()
@@ -214,13 +217,13 @@ def test_resume_continues_from_the_checkpoint_without_recomputing(tmp_path, monk
         "fingerprint"])
     assert 0 < checkpoint["step"] == 20 < 30
     task_cls = type(run_config_task())
-    original, stepped = task_cls.step, []
+    original, stepped = trainer_class(task_cls).episode, []
 
-    def counted(self, step):
+    def counted(task, step):
         stepped.append(step)
-        return original(self, step)
+        return original(task, step)
 
-    monkeypatch.setattr(task_cls, "step", counted)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(counted))
     summary = run_config([*TABULAR, "trainer.resume=true"], run_dir)
     assert stepped == list(range(20, 30)) and summary["resumed_from"] == [20]
     monkeypatch.undo()

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
 from harness import outputs, rundir
+from harness.trainers import trainer_class
 from harness.config import build_task
 from algorithms.checks import ConfigError
 
@@ -219,15 +220,16 @@ def _disk_full(monkeypatch, full: dict) -> None:
 
 def _disk_fills_at_step_15(monkeypatch, full: dict) -> tuple[type, Callable]:
     """``full["on"]`` turns true as TABULAR's task takes step 15, after the checkpoint of step 10 (the disk fills up
-    there); returns the task class and its own ``step``, to put back."""
+    there); returns the task class and its trainer's own ``episode``, to put back."""
     task_cls = type(build_task(compose_config(TABULAR)))
-    original = task_cls.step
+    trainer = trainer_class(task_cls)
+    original = trainer.episode
 
-    def step(self, at):
+    def step(task, at):
         full["on"] = full["on"] or at == 15
-        return original(self, at)
+        return original(task, at)
 
-    monkeypatch.setattr(task_cls, "step", step)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(step))
     return task_cls, original
 
 
@@ -248,7 +250,7 @@ def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypat
     # the failure record is best effort: it never raises over the run's own error
     assert outputs.record_failure(run_dir, {"status": "failed", "error": "OSError"}, "traceback\n") is False
     assert not (run_dir / outputs.ERROR_FILE).exists() and not [path.name for path in run_dir.rglob("*.tmp")]
-    monkeypatch.setattr(task_cls, "step", original)
+    monkeypatch.setattr(trainer_class(task_cls), "episode", staticmethod(original))
     full["on"] = False
     # a killed process's temporaries (exact name) go at the resume; a foreign *.tmp stays
     make(run_dir, {f"checkpoint.pt.{2**22 + 1}.tmp": "x" * 100, "metrics.csv.77.tmp": "", "summary.json.78.tmp": "",

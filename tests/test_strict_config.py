@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from algorithms import mechanism
+from algorithms.library import DG, TPO, GroupPG
+from algorithms.registry import declarations
 from algorithms.checks import SEED_ID_MAX, ConfigError, check_seed_ids
 from conftest import CONF, ROOT, compose_config, run_cli
 from harness.__main__ import PASS_THROUGH, check_launch, optional_keys
 from harness.config import build_task
+from harness.trainers import episode
 from tasks.memory import GB, check_memory, estimate_memory, machine_memory
 from tasks.mnist_bandit import MECHANISM_ETA_MIN
 
@@ -40,7 +43,9 @@ def refused(args: list[str]) -> str:
     ([TOKEN, "+model.layerz=9"], "did you mean model.layers?"),
     ([SINGLE, "++task.newkey=1"], "task.newkey is not a config key and nothing reads it"),
     ([TOKEN, "algorithm=ppo", "+algorithm.eta=0.5"], "algorithm.eta is not a config key and nothing reads it "
-                                                     "(algorithm has: name, epochs, clip_eps)"),
+                                                     "(algorithm has: name, epochs, aggregation, clip_eps)"),
+    ([TOKEN, "algorithm=dapo", "+algorithm.beta=0.04"], "algorithm.beta is already a config key; set it with "
+                                                        "algorithm.beta=0.04"),
     (["+algorithm.etaa=2"], "did you mean algorithm.eta?"),
     ([SINGLE, "+task.generator.colour=3"], "task.generator.colour is not a config key"),  # no generator here
     (["-m", SINGLE, "algorithm=tpo,grpo", "+task.lrr=0.5"], "task.lrr is not a config key and nothing reads it"),
@@ -142,7 +147,7 @@ def test_the_largest_valid_seed_offset_runs():
     task = build_task(compose_config([SINGLE, "seeds=2", f"seed_offset={SEED_ID_MAX - 2}", "task.arms=5",
                                       "task.batch_size=3"]))
     assert task.seeds.tolist() == [SEED_ID_MAX - 2, SEED_ID_MAX - 1]
-    out = task.step(0)
+    out = episode(task, 0)
     assert torch.isfinite(out.metrics["error"]).all()
 
 
@@ -152,8 +157,7 @@ def test_the_largest_valid_seed_offset_runs():
     [TOKEN, "algorithm=tpo_token"]])
 def test_a_vanishing_eta_is_refused(overrides):
     """An η below 1e-6, where the algorithms' float32 overflows, is refused before any work.
-    Bug caught: algorithms/registry.py:HYPERPARAMETERS — `"eta": dict(low=1e-6)` →
-    `"eta": dict(low=0, low_open=True)`."""
+    Bug caught: algorithms/library.py:ETA — `low=1e-6` → `low=0, low_open=True`."""
     with pytest.raises(ConfigError, match=re.escape("algorithm.eta=1e-300 is not valid; expected a number >= 1e-06")):
         build_task(compose_config([*overrides, "algorithm.eta=1e-300"]))
 
@@ -168,7 +172,7 @@ def test_the_smallest_valid_eta_trains_finite(overrides):
     (tabular_multi/tpo: NaN)."""
     task = build_task(compose_config([*overrides, "algorithm.eta=1e-6", "seeds=2"]))
     for step in range(3):
-        out = task.step(step)
+        out = episode(task, step)
         assert out.loss is None or torch.isfinite(out.loss).all(), step
         for name, value in (out.metrics or {}).items():
             if name in ("error", "misalignment"):
@@ -179,20 +183,25 @@ def test_mnist_mechanism_eta_bound():
     """TPO's mechanism closed form overflows below MECHANISM_ETA_MIN (after the training work: refused up front).
     Bug caught: algorithms/mechanism.py:TPO_ETA_MIN — `math.ceil(...) / 1e4` → `math.floor(...) / 1e4`."""
     probs, labels = torch.softmax(torch.randn(1, 64, 10) * 4, -1), torch.arange(64) % 10
-    stats = mechanism.mechanism_per_example(probs, labels, "tpo", MECHANISM_ETA_MIN)
+    stats = mechanism.mechanism_per_example(probs, labels, TPO(TPO.Hyperparameters(eta=MECHANISM_ETA_MIN)))
     assert all(torch.isfinite(value.float()).all() for value in stats.values())
     with pytest.raises(OverflowError):
-        mechanism.mechanism_per_example(probs, labels, "tpo", MECHANISM_ETA_MIN * 0.98)
+        mechanism.mechanism_per_example(probs, labels, TPO(TPO.Hyperparameters(eta=MECHANISM_ETA_MIN * 0.98)))
     with pytest.raises(ConfigError, match=re.escape("algorithm.eta=0.001 is not valid with task.mechanism=true")):
         build_task(compose_config([MNIST, "algorithm=tpo", "algorithm.eta=0.001", "task.source=idx",
                                    "task.data_dir=/nonexistent"]))  # refused before the data loads
 
 
-def test_the_eta_bound_is_documented_in_the_range_table():
-    """The η bound stays in the range table beside the float32 reasoning that justifies it.
-    Bug caught: algorithms/registry.py:HYPERPARAMETERS — `"eta": dict(low=1e-6)` → `"eta": dict(low=1e-8)`."""
-    text = (ROOT / "algorithms" / "registry.py").read_text()
-    assert '"eta": dict(low=1e-6)' in text and "float32" in text and "log-softmax" in text
+def test_the_eta_bound_is_documented_in_its_declaration():
+    """The η bound stays in η's one declaration, beside the float32 reasoning that justifies it.
+    Bug caught: algorithms/library.py:ETA — `low=1e-6` → `low=1e-8`."""
+    for cls in (TPO, GroupPG, DG):
+        assert declarations(cls)["eta"].metadata["bounds"] == {"low": 1e-6}, cls.id
+    text = (ROOT / "algorithms" / "library.py").read_text()
+    declaration = text.index("\nETA = ")
+    assert "low=1e-6" in text[declaration:text.index("\n", text.index("low=", declaration))]
+    reasoning = text[:declaration].rsplit("\n\n", 1)[1]  # the comment block right above it
+    assert "float32" in reasoning and "log-softmax" in reasoning
 
 
 # ---- 4. memory: refused up front above memory_cap_gb --------------------------------------------------------------

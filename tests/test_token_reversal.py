@@ -12,6 +12,8 @@ from algorithms import ALGORITHMS
 from conftest import compose_config, run_config, run_killed_at
 from tasks import rng
 from harness.config import build_task
+from harness.trainers import episode
+from harness.trainers.batched import GroupTrainer, update_metric_names
 from tasks import token_reversal as tr
 from algorithms.checks import ConfigError
 from tasks.models import transformer
@@ -86,7 +88,8 @@ def test_episode_error_is_measured_on_the_rollout(algorithm, reward):
 
 # ---- rollout log-probs: fast path = naive path -------------------------------------------------------------------
 def _params(S=2, V=3, H=4, heads=2):
-    return {k: v.detach() for k, v in transformer.init_params(torch.arange(S), V, 2 * H, heads=heads).items()}
+    config = transformer.TransformerConfig(heads=heads)
+    return {k: v.detach() for k, v in transformer.init_params(torch.arange(S), V, 2 * H, config).items()}
 
 
 @pytest.mark.parametrize("heads", [2, 4])
@@ -139,7 +142,7 @@ def test_grpo_first_epoch_ratio_is_exactly_one():
     task = make_task("algorithm=grpo", "task.reward=bag_of_tokens", "task.K=4")
     batch = task.rollout_batch(0)
     logp = task.log_probs(batch)
-    loss = task.loss(logp, logp.detach(), batch)
+    loss, _ = GroupTrainer.batch_loss(task, batch, logp)
     # ρ = 1 and KL_k3 = 0 exactly, so the objective is −mean_B Σ_k A_k with no float noise
     assert torch.equal(loss.detach(), -batch.signal.sum(-1).mean(-1))
 
@@ -151,7 +154,7 @@ def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
     assert all_fail.any() and (~all_fail).any()
     logp = task.log_probs(batch)
     logp.retain_grad()
-    task.loss(logp, logp.detach(), batch).sum().backward()
+    GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
     assert logp.grad[all_fail].eq(0).all()  # exact zeros, not float noise
     assert logp.grad[~all_fail].abs().amax() > 0
     # an all-fail batch moves no parameter at all
@@ -159,7 +162,7 @@ def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
     batch.scores.zero_()
     batch.groups = None  # now another batch: its signal is frozen by its first loss call
     logp = task.log_probs(batch)
-    task.loss(logp, logp.detach(), batch).sum().backward()
+    GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
     assert all(p.grad.eq(0).all() for p in task.params.values())
 
 
@@ -203,8 +206,9 @@ def test_every_algorithm_and_reward_trains_or_refuses(algorithm, reward):
         return
     task = make_task(*overrides)
     for step in range(2):
-        out = task.step(step)
-    assert torch.isfinite(out.loss).all() and set(out.metrics) == set(tr.METRICS)
+        out = episode(task, step)
+    assert torch.isfinite(out.loss).all() and set(out.metrics) == {*tr.METRICS, *update_metric_names(task)}
+    assert all(torch.isfinite(out.metrics[name]).all() for name in update_metric_names(task))
     assert ((out.metrics["error"] >= 0) & (out.metrics["error"] <= 1)).all()
     assert torch.isfinite(out.metrics["grad_norm"]).all()
     assert out.metrics["target_entropy"].isnan().all() != ALGORITHMS[algorithm].target
@@ -278,22 +282,22 @@ def test_old_log_probs_target_and_advantages_stay_frozen_across_the_epochs(algor
     task = make_task(*overrides, *(["algorithm.eta=0.5"] if algorithm == "tpo" else []))
     assert task.epochs == 4 and len(task.chunks) == 2  # one chunk per seed: two loss calls per epoch
     calls, norms = [], []
-    loss_fn, optimizer_step = task.loss, task.optimizer.step
+    loss_fn, optimizer_step = GroupTrainer.batch_loss, task.optimizer.step
 
-    def recording_loss(logp, logp_old, batch):
-        loss = loss_fn(logp, logp_old, batch)
+    def recording_loss(task, batch, logp):
+        loss, metrics = loss_fn(task, batch, logp)
         advantages = batch.signal.clone()  # the frozen signal: GRPO's advantages
-        calls.append((logp.detach().clone(), logp_old.detach().clone(), batch.scores.clone(), advantages,
+        calls.append((logp.detach().clone(), batch.groups.logp_old.clone(), batch.scores.clone(), advantages,
                       loss.detach().clone()))
-        return loss
+        return loss, metrics
 
     def recording_step(*args, **kwargs):
         norms.append(torch.stack([p.grad.pow(2).flatten(1).sum(1) for p in task.params.values()]).sum(0).sqrt())
         return optimizer_step(*args, **kwargs)
 
-    monkeypatch.setattr(task, "loss", recording_loss)
+    monkeypatch.setattr(GroupTrainer, "batch_loss", staticmethod(recording_loss))
     monkeypatch.setattr(task.optimizer, "step", recording_step)
-    out = task.step(0)
+    out = episode(task, 0)
     assert len(calls) == 8 and len(norms) == 4
     for chunk in range(2):
         per_epoch = calls[chunk::2]

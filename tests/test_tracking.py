@@ -16,10 +16,13 @@ from harness.tracking import DEFAULT_INIT_TIMEOUT
 
 class FakeRun:
     def __init__(self):
-        self.logged, self.finished, self.summary = [], [], {}
+        self.logged, self.finished, self.summary, self.metrics = [], [], {}, []
 
-    def log(self, row, step):
-        self.logged.append((step, row))
+    def log(self, row):
+        self.logged.append(row)
+
+    def define_metric(self, name, **options):
+        self.metrics.append((name, options))
 
     def finish(self, exit_code=None):
         self.finished.append(exit_code)
@@ -82,9 +85,10 @@ def test_the_default_timeout_is_short_and_reaches_wandb(tmp_path, monkeypatch):
     assert summary["status"] == "completed"
     assert [call["settings"]["init_timeout"] for call in wandb.calls] == [10.0] * 3
     assert [call["name"].rsplit("/", 1)[-1] for call in wandb.calls] == ["seed0", "seed1", "seed2"]
-    assert all(len({step for step, _ in run.logged}) == 6 and run.finished == [None] for run in wandb.runs)
+    assert all(len({row["step"] for row in run.logged}) == 6 and run.finished == [None] for run in wandb.runs)
+    assert all(run.metrics == [("step", {}), ("*", {"step_metric": "step"})] for run in wandb.runs)  # the x-axis
     # each W&B summary records what the report checks its history against
-    assert [run.summary["last_step"] for run in wandb.runs] == [max(step for step, _ in wandb.runs[0].logged)] * 3
+    assert [run.summary["last_step"] for run in wandb.runs] == [max(row["step"] for row in wandb.runs[0].logged)] * 3
     assert [run.summary["status"] for run in wandb.runs] == ["completed"] * 3
 
 
@@ -100,7 +104,7 @@ def test_a_config_without_init_timeout_still_runs(tmp_path, monkeypatch):
         del cfg.logger["init_timeout"]
     tracker = make_tracker(cfg, tmp_path, [0], {})
     tracker.log(0, {"error": pd.Series([0.5]).to_numpy()})
-    tracker.flush()
+    tracker.finish({"status": "completed"})
     assert wandb.calls[0]["settings"]["init_timeout"] == DEFAULT_INIT_TIMEOUT
 
 

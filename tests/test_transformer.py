@@ -1,15 +1,19 @@
+import re
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from algorithms.checks import ConfigError
 from tasks.models import transformer
 
 torch.set_num_threads(1)
 
 
 def _params(seeds, vocab=3, seq_len=8, **kwargs):
-    return {k: v.detach() for k, v in transformer.init_params(torch.tensor(seeds), vocab, seq_len, **kwargs).items()}
+    config = transformer.TransformerConfig(**kwargs)
+    return {k: v.detach() for k, v in transformer.init_params(torch.tensor(seeds), vocab, seq_len, config).items()}
 
 
 def _tokens(shape, vocab, seed=0):
@@ -100,3 +104,18 @@ def test_matches_torch_pre_ln_encoder_layers():
     x = F.layer_norm(x, (64,), params["ln_f.scale"][0], params["ln_f.bias"][0], eps=1e-6)
     expected = (x @ params["head.kernel"][0] + params["head.bias"][0]).log_softmax(-1)
     torch.testing.assert_close(transformer.log_probs(params, tokens)[0], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("sizes,message", [
+    ({"heads": 3}, "model.heads=3 is not valid; it must divide model.d_model=64"),
+    ({"ffn": 0}, "model.ffn=0 is not valid"), ({"layers": 1.5}, "model.layers=1.5 is not valid")])
+def test_the_model_config_refuses_sizes_naming_the_key(sizes, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        transformer.TransformerConfig(**sizes)
+
+
+def test_the_model_config_builds_the_parameters_it_names():
+    config = transformer.TransformerConfig(d_model=8, heads=4, layers=3, ffn=12)
+    params = transformer.init_params(torch.tensor([0]), vocab_size=5, seq_len=6, config=config)
+    assert params["h2.mlp.up.kernel"].shape == (1, 8, 12) and "h3.ln1.scale" not in params
+    assert params["h0.attn.q.kernel"].shape == (1, 8, 4, 2) and params["tok_emb"].shape == (1, 5, 8)

@@ -16,7 +16,8 @@ What changes against TRL (everything else, generation included, is TRL's):
   ``max_completion_length``. The anchor ℓ_old is the rollout-time forward: TRL computes it at generation when a batch is
   reused (epochs > 1); with one epoch the parameters have not moved, and the first forward, detached, is it.
   ``task.ref_kl`` adds λ·KL(π_θ ‖ π_ref) (k3, per-token mean) for every algorithm. ``task.loss_impl=trl`` keeps
-  TRL's own GRPO loss instead.
+  TRL's own GRPO loss instead. The algorithm's metrics of an update (``Algorithm.metrics``: ratio_dev, kl_snapshot,
+  clip_fraction) go to the step's log line.
 * Each micro-batch loss is the mean over its groups divided by the accumulation steps, so an update's gradient is
   the mean over all local groups; data parallelism averages it over devices.
 """
@@ -24,6 +25,7 @@ What changes against TRL (everything else, generation included, is TRL's):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -42,6 +44,13 @@ def group_policy_loss(algorithm: Algorithm, logp: torch.Tensor, logp_old: torch.
                       **batch: Any) -> torch.Tensor:
     """The algorithm's loss on group tensors: ℓ (R, groups, K), or (R, groups, K, T) per token; ``batch``: the
     other ``Groups`` fields (mask, lengths, normaliser, max_length). Exactly as the token tasks call it."""
+    return group_policy_loss_and_metrics(algorithm, logp, logp_old, scores, **batch)[0]
+
+
+def group_policy_loss_and_metrics(algorithm: Algorithm, logp: torch.Tensor, logp_old: torch.Tensor,
+                                  scores: torch.Tensor, **batch: Any
+                                  ) -> tuple[torch.Tensor, Mapping[str, torch.Tensor]]:
+    """``group_policy_loss`` and the algorithm's metrics of the update (``Algorithm.loss``), (R,) each."""
     groups = Groups(scores, logp_old, Rollout.GROUP, **batch)
     return algorithm.loss(logp, groups, algorithm.signal(groups))
 
@@ -73,6 +82,8 @@ class RLVRTrainer(GRPOTrainer):
         self.rollout_metrics: dict[str, float] = {}
         self.update_metrics: list[dict[str, float]] = []  # one per optimizer step of the current rollout batch
         self._loss_sum = self._kl_sum = 0.0
+        self.loss_metrics: dict[str, float] = {}  # the algorithm's metrics of the last micro-batch (rlvr_loss)
+        self._metric_sums: dict[str, float] = {}  # and their accumulation-scaled sums over the current update
         self._normaliser: float | None = None  # the step's batch-wide count for count-normalised aggregations
         super().__init__(*args, **kwargs)
 
@@ -145,7 +156,8 @@ class RLVRTrainer(GRPOTrainer):
     # ---- loss ---------------------------------------------------------------------------------------------------
     def rlvr_loss(self, token_logp: torch.Tensor, token_logp_old: torch.Tensor, token_logp_ref: torch.Tensor | None,
                   mask: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(loss, reference KL) of one micro-batch of whole groups, before the accumulation scaling.
+        """(loss, reference KL) of one micro-batch of whole groups, before the accumulation scaling; the algorithm's
+        metrics of it go to ``loss_metrics``.
 
         token_logp, token_logp_old, token_logp_ref, mask: (N, T) completion tokens; scores: (N,), N = groups·K."""
         shape = (1, -1, self.num_generations)
@@ -158,8 +170,9 @@ class RLVRTrainer(GRPOTrainer):
             logp = losses.sequence_logprob(token_logp.float(), mask, self.length_normalized).view(shape)
             logp_old = losses.sequence_logprob(token_logp_old.float(), mask, self.length_normalized).view(shape)
             batch = {}
-        loss = group_policy_loss(self.algorithm, logp, logp_old, scores.float().view(shape), lengths=lengths,
-                                 normaliser=self._normaliser, **batch)
+        loss, metrics = group_policy_loss_and_metrics(self.algorithm, logp, logp_old, scores.float().view(shape),
+                                                      lengths=lengths, normaliser=self._normaliser, **batch)
+        self.loss_metrics = {name: value.item() for name, value in metrics.items()}
         kl = None
         if self.ref_kl:
             kl = losses.reference_kl(token_logp.float().unsqueeze(0), token_logp_ref.float().unsqueeze(0),
@@ -181,6 +194,8 @@ class RLVRTrainer(GRPOTrainer):
         scale = self.args.gradient_accumulation_steps if self.model.training else 1
         if kl is not None:
             self._kl_sum += kl.item() / scale
+        for name, value in self.loss_metrics.items():
+            self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value / scale
         return loss / scale
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -191,20 +206,26 @@ class RLVRTrainer(GRPOTrainer):
     def _get_grad_norm(self, model, grad_norm=None):
         """Called once per optimizer step with the pre-clip norm: closes that update's metrics."""
         grad_norm = super()._get_grad_norm(model, grad_norm)
-        sums = self.accelerator.reduce(torch.tensor([self._loss_sum, self._kl_sum], device=self.accelerator.device),
-                                       reduction="mean")
-        self.update_metrics.append({"loss": sums[0].item(), "grad_norm": float(grad_norm),
-                                    "kl_ref": sums[1].item() if self.ref_kl and self.loss_impl == "project"
-                                    else math.nan})
+        names = list(self._metric_sums)
+        sums = self.accelerator.reduce(torch.tensor([self._loss_sum, self._kl_sum, *self._metric_sums.values()],
+                                                    device=self.accelerator.device), reduction="mean").tolist()
+        self.update_metrics.append({"loss": sums[0], "grad_norm": float(grad_norm),
+                                    "kl_ref": sums[1] if self.ref_kl and self.loss_impl == "project" else math.nan,
+                                    **dict(zip(names, sums[2:]))})
         self._loss_sum = self._kl_sum = 0.0
+        self._metric_sums = {}
         return grad_norm
 
     def step_metrics(self) -> dict[str, float]:
-        """The finished step's metrics: its rollouts', and its first update's loss, gradient norm and KL."""
+        """The finished step's metrics: its rollouts', its first update's loss, gradient norm and KL, and the
+        algorithm's metrics of its last update (``Algorithm.metrics``, each the mean over the update's micro-batches;
+        0 at the first update, where θ = θ_old), which the step's log line shows."""
+        own = ("loss", "grad_norm", "kl_ref")
         first = self.update_metrics[0] if self.update_metrics else {}
+        last = self.update_metrics[-1] if self.update_metrics else {}
         reward = self.rollout_metrics.get("reward_mean", math.nan)
-        return {"error": 1.0 - reward, **self.rollout_metrics,
-                **{name: first.get(name, math.nan) for name in ("loss", "grad_norm", "kl_ref")}}
+        return {"error": 1.0 - reward, **self.rollout_metrics, **{name: first.get(name, math.nan) for name in own},
+                **{name: value for name, value in last.items() if name not in own}}
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def held_out_score(self, task, rows: list[dict[str, Any]], batch_size: int) -> float:

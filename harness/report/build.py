@@ -218,7 +218,8 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
         f"the last {100 * dynamics.LOCK_TAIL:g}% of episodes at least {100 * dynamics.LOCK_ZERO_VAR:g}% of groups "
         "have zero variance, so the group-relative gradient is zero, while the error stays above 20%). " + source +
         f"Ours per seed: [{spec.name}_dynamics.json]({spec.name}_dynamics.json).\n",
-        dynamics.markdown(ours, {name: value for name, value in paper.items() if name in ours or not ours}), ""])
+        dynamics.seed_dynamics_markdown(ours, {name: value for name, value in paper.items()
+                                               if name in ours or not ours}), ""])
 
 
 def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "auto", figures: str = "auto",

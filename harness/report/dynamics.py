@@ -1,29 +1,63 @@
-"""Per-seed dynamics of an error curve: how a cell's seeds get there, not only where the mean ends.
+"""Seed dynamics: how each seed of a cell gets where it ends, not only where the seed mean ends (README "Beyond the
+paper"). Arrays and frames in, numbers out; ``harness.report.relapses`` and ``harness.report.endings`` are the
+commands that read cell folders into it. The events along one curve are summary.json's (``harness.summary``).
 
-For sparse-reward cells the seed mean hides what matters: seeds that solve the task early, seeds that never do,
-and seeds that solve it and relapse. For a seeds × episodes error matrix:
+Events along one curve (``relapse_events``): a seed *solves* when, unsolved, its error falls below ``SOLVED``
+(2%); it *relapses* when, solved, its error rises above ``RELAPSE`` (20%), and may then solve again. A non-finite
+error (the seed diverged) ends its curve, in every analysis here.
+
+A cell's per-seed dynamics (``seed_dynamics``), the report's section beside the paper's Fig 1b seeds. For sparse
+rewards the seed mean hides seeds that solve early, seeds that never do, and seeds that solve and relapse:
 
 * mean error at chosen episodes (seed mean, as the paper's Fig 1b summary);
-* per seed, the first episode with error below ``half`` (50%): how fast learning starts;
-* solved: seeds whose error ever falls below ``solved`` (2%); relapsed: solved seeds whose error later rises above
-  ``relapse`` (20%) at least once (``harness.outputs.relapse_events``, as in summary.json; a seed's curve ends where
-  it diverged); per seed, its relapse count and its mean error over the second half of the run (the late phase,
-  where relapses decide the mean);
-* the late phase's two sources of error, told apart: seeds *stuck late* (late-phase mean error above ``half``: never
+* per seed, the first episode with error below ``HALF`` (50%): how fast learning starts;
+* solved and relapsed seeds (the events above); per seed, its relapse count and its mean error over the second half
+  of the run (the late phase, where relapses decide the mean);
+* the late phase's two sources of error, told apart: seeds *stuck late* (late-phase mean error above ``HALF``: never
   solved, or solved only near the end; or diverged before the late phase) and, per solved seed, the share of its
-  episodes from the first solve on with error above ``relapse`` (how long relapses last, not only how many);
+  episodes from the first solve on with error above ``RELAPSE`` (how long relapses last, not only how many);
 * where the runs log ``frac_zero_var`` (ours; the paper's data has only errors), seeds that end *locked*: over the
   last ``LOCK_TAIL`` of the episodes, on average at least ``LOCK_ZERO_VAR`` of their groups have zero variance while
-  their error stays above ``relapse``. A policy deterministic on wrong answers, or one that never found the reward,
+  their error stays above ``RELAPSE``. A policy deterministic on wrong answers, or one that never found the reward,
   gets an exactly zero group-relative gradient there, so nothing in the loss pulls it out.
 
-``distribution_tests(ours, paper)`` compares the two sets of seeds distribution against distribution: two-sided
+``distribution_tests(ours, paper)`` compares two sets of seeds distribution against distribution: two-sided
 Mann–Whitney U on the per-seed final errors, first episodes below 50%, late-phase means, relapse counts and
 post-solve relapse shares of solved seeds, and Fisher's exact test on the solved and stuck counts (p-values,
 uncorrected for the seven tests).
 
-``python -m harness.report.dynamics --paper-npz PATH`` computes the same numbers from the paper's own per-seed data
-for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
+Relapse onsets and optimizer drift (``relapse_summary``), per seed and logged episode of ``RELAPSE_METRICS``. A
+zero-gradient episode is one whose groups all have zero variance (``frac_zero_var`` = 1): every group-relative loss
+here then has an exactly zero first-epoch gradient.
+
+* onsets: a solved seed rises above ``RELAPSE`` again (a relapse event); the climb is the number of episodes since
+  it was last below ``SOLVED``.
+* risk by zero-gradient streak: every episode of a solved seed that is still calm (error at most ``RELAPSE``) is an
+  episode at risk; its streak is the number of zero-gradient episodes in a row that end with it. The risk is the
+  share of those episodes followed directly by an onset. If drift along old momentum while the gradient is zero set
+  relapses off, the risk would grow with the streak. (Comparing the episodes before onsets with those before calm
+  ones instead would be confounded: the error is measured on the episode's own rollouts, so a solved episode is
+  zero-gradient exactly when its error is 0.)
+* drift: per seed, the mean update norm in zero-gradient episodes over that in the others, for the parameters Muon
+  updates and those Adam updates. An optimizer whose step followed the gradient would give 0; a step of fixed size, 1.
+* by gradient norm: episodes binned by their first-epoch gradient norm (exactly 0, then decades), with each bin's
+  share of the episodes, mean update norms and mean error. A vanishing gradient that still takes a full step shows
+  here even when it is not exactly zero.
+
+How each seed ends (``ending``): learned, stuck where no gradient leads out, or still moving. A seed's first-epoch
+gradient vanishes (``grad_norm`` below ``VANISHING``: float rounding) when no group can move it: every group is
+either all wrong or all right (zero variance), or made of K copies of one sequence, whose gradients are equal while
+the group's weights (GRPO's advantages, TPO's p_θ − q) sum to zero. Under reward noise a group's scores always vary,
+so only the copies are left: a seed whose gradient vanishes while its error is high has collapsed onto wrong
+answers, deterministic on every prompt, and no loss here leads it out. A stuck seed is the counterpart of a locked
+one, read from the gradient because under noise no group has zero variance. Per seed, over its last ``last`` logged
+episodes: the mean error, the share of episodes whose gradient vanishes and the mean share of all-wrong groups; its
+first episode below ``reach`` and its last logged episode (a seed shorter than the others ends earlier). Its
+ending: ``learned`` (mean error below ``learned``), ``stuck`` (not, with the gradient vanishing in at least
+``STUCK`` of those episodes), ``moving`` (not, otherwise), ``diverged`` (its error became NaN).
+
+``python -m harness.report.dynamics --paper-npz PATH`` computes the per-seed dynamics from the paper's own per-seed
+data for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
 JeanKaddour/tpo) and writes them to ``results/paper/fig1b_seed_dynamics.json``, which the report sets beside ours.
 """
 
@@ -31,27 +65,39 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from harness.outputs import relapse_events
+from harness.summary import relapse_events, until_diverged
 
-EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
+EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 LOCK_TAIL, LOCK_ZERO_VAR = 0.1, 0.98  # locked: the last 10% of episodes, >= 98% of groups zero-variance
 PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "fig1b_seed_dynamics.json"
+RELAPSE_METRICS = ("error", "frac_zero_var", "grad_norm", "update_muon", "update_adam")
+GRADIENT_EDGES = (1e-3, 1e-2, 1e-1, 1.0)  # bins: exactly 0, (0, 1e-3), [1e-3, 1e-2), ..., ≥ 1
+STREAK_BINS = ((0, 0), (1, 2), (3, 10), (11, None))  # zero-gradient episodes in a row, inclusive ranges
+ENDING_METRICS = ("error", "grad_norm", "all_fail")
+VANISHING = 1e-6  # a gradient norm below this is rounding (an exactly zero gradient logs 1e-13 to 1e-10)
+STUCK = 0.9  # share of the last episodes with a vanishing gradient that makes a failing seed stuck
+ENDINGS = ("learned", "stuck", "moving", "diverged")
+
+
+# A cell's per-seed dynamics, and the paper's seeds against ours
 
 
 def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solved: float = SOLVED,
                   relapse: float = RELAPSE, half: float = HALF, zero_var: np.ndarray | None = None) -> dict:
-    """The summary above for ``errors`` (seeds × steps, logged at ``steps``); NaN entries (diverged) never count
-    as below a threshold. ``zero_var`` (the same shape: each episode's share of zero-variance groups) adds the
-    locked seeds."""
+    """The per-seed dynamics (module docstring) of ``errors`` (seeds × steps, logged at ``steps``); NaN entries
+    (diverged) never count as below a threshold. ``zero_var`` (the same shape: each episode's share of
+    zero-variance groups) adds the locked seeds."""
     errors = np.asarray(errors, dtype=float)
     steps = np.asarray(steps)
     index = {int(step): i for i, step in enumerate(steps)}
-    below_half = [_first(row < half, steps) for row in errors]
+    below_half = [_first_step(row < half, steps) for row in errors]
     late = errors[:, steps >= steps[len(steps) // 2]]
     late_mean = [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
     run_mean = [float(row.mean()) if np.isfinite(row).all() else None for row in errors]  # None: it diverged
@@ -62,7 +108,7 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     reached = [step for step in below_half if step is not None]
     locks = {}
     if zero_var is not None:
-        locked = _locked(errors, zero_var, relapse)
+        locked = _locked_seeds(errors, zero_var, relapse)
         locks = {"locked_per_seed": locked, "locked": int(sum(bool(seed) for seed in locked))}
     return {
         "seeds": int(errors.shape[0]),
@@ -83,7 +129,19 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     }
 
 
-def _locked(errors: np.ndarray, zero_var: np.ndarray, relapse: float) -> list[bool | None]:
+def _first_step(mask: np.ndarray, steps: np.ndarray) -> int | None:
+    return int(steps[np.argmax(mask)]) if mask.any() else None
+
+
+def _post_solve_share(row: np.ndarray, solved: float, relapse: float) -> float | None:
+    """Share of a seed's logged episodes, from its first below ``solved`` on, with error above ``relapse``; None
+    if it never solves."""
+    curve = until_diverged(row)
+    below = curve < solved
+    return float((curve[np.argmax(below):] > relapse).mean()) if below.any() else None
+
+
+def _locked_seeds(errors: np.ndarray, zero_var: np.ndarray, relapse: float) -> list[bool | None]:
     """Per seed, whether it ends locked (module docstring); None where its last episodes are not finite."""
     tail = max(1, round(LOCK_TAIL * errors.shape[1]))
     locked = []
@@ -104,31 +162,18 @@ def distribution_tests(ours: dict, paper: dict) -> dict[str, float | None]:
     from scipy import stats as scipy_stats
 
     p = {}
-    for name, field in TESTS:
-        a, b = ([v for v in side.get(field) or () if v is not None] for side in (ours, paper))
+    for name, key in TESTS:
+        a, b = ([v for v in side.get(key) or () if v is not None] for side in (ours, paper))
         p[name] = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue) if a and b else None
-    for name, field in COUNTS:
-        table = [[side[field], side["seeds"] - side[field]] for side in (ours, paper)]
+    for name, key in COUNTS:
+        table = [[side[key], side["seeds"] - side[key]] for side in (ours, paper)]
         p[name] = float(scipy_stats.fisher_exact(table).pvalue)
     return p
 
 
-def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
-    return int(steps[np.argmax(mask)]) if mask.any() else None
-
-
-def _post_solve_share(row: np.ndarray, solved: float, relapse: float) -> float | None:
-    """Share of a seed's logged episodes, from its first below ``solved`` on, with error above ``relapse``; None
-    if it never solves. A non-finite error ends the curve, as in ``relapse_events``."""
-    ended = ~np.isfinite(row)
-    curve = row[:np.argmax(ended)] if ended.any() else row
-    below = curve < solved
-    return float((curve[np.argmax(below):] > relapse).mean()) if below.any() else None
-
-
-def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
-    """A table of ours against the paper's per-seed statistics, one row per (algorithm, source), in the order of
-    ``ours`` (then the paper's others)."""
+def seed_dynamics_markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
+    """A table of ours against the paper's per-seed dynamics, one row per (algorithm, source), in the order of
+    ``ours`` (then the paper's others), and the p-values of ``distribution_tests`` where both sides have seeds."""
     header = ["algorithm", "source", "seeds", *(f"mean @{e}" for e in EPISODES), "median first < 50%",
               "never < 50%", "solved (< 2%)", "solved then > 20%", "stuck late (> 50%)",
               "post-solve > 20% (median share)", "locked at the end"]
@@ -160,7 +205,151 @@ def markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+# Relapse onsets and optimizer drift
+
+
+@dataclass
+class Onsets:
+    """A seed's (or several seeds') relapse onsets and the episodes at risk of one."""
+
+    climbs: list[int] = field(default_factory=list)  # episodes from the last one below ``solved`` to the onset
+    streaks: list[int] = field(default_factory=list)  # per episode at risk: zero-gradient episodes in a row to it
+    followed: list[bool] = field(default_factory=list)  # per episode at risk: is the next episode an onset?
+
+
+def onsets(errors: np.ndarray, zero_gradient: np.ndarray, solved: float = SOLVED, relapse: float = RELAPSE,
+           into: Onsets | None = None) -> Onsets:
+    """One seed's onsets and episodes at risk (module docstring), added to ``into`` when given. Its onsets are its
+    relapse events."""
+    found = into if into is not None else Onsets()
+    last_solved, streak, at_risk = None, 0, False
+    for t, error in enumerate(until_diverged(errors)):
+        onset = last_solved is not None and error > relapse
+        if at_risk:  # the previous episode was a calm one of a solved seed
+            found.followed.append(onset)
+        if error < solved:
+            last_solved = t
+        if onset:
+            found.climbs.append(t - last_solved)
+            last_solved = None  # the next onset needs a new solve
+        streak = streak + 1 if zero_gradient[t] else 0
+        at_risk = last_solved is not None and error <= relapse
+        if at_risk:
+            found.streaks.append(streak)
+    del found.streaks[len(found.followed):]  # the last episode at risk has no next episode
+    return found
+
+
+def drift(update: np.ndarray, zero_gradient: np.ndarray) -> float:
+    """Mean update norm in zero-gradient episodes over that in the others, over the episodes that log it (NaN
+    without both kinds, or without the diagnostic)."""
+    update = np.asarray(update, dtype=float)
+    logged = np.isfinite(update)
+    zero, other = update[logged & zero_gradient], update[logged & ~zero_gradient]
+    return float(zero.mean() / other.mean()) if zero.size and other.size else float("nan")
+
+
+def by_gradient_norm(wide: pd.DataFrame) -> pd.DataFrame:
+    """Episodes binned by gradient norm (``GRADIENT_EDGES``). The share and the error are over every episode with a
+    gradient norm; each update norm over those that also log it (runs older than the diagnostic do not)."""
+    wide = wide[np.isfinite(wide["grad_norm"])]
+    edges = np.array(GRADIENT_EDGES)
+    names = ["0", f"(0, {edges[0]:g})", *(f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:])),
+             f"≥ {edges[-1]:g}"]
+    norm = wide["grad_norm"].to_numpy()
+    index = np.where(norm == 0, 0, 1 + np.searchsorted(edges, norm, side="right"))
+    columns = [name for name in ("update_muon", "update_adam", "error") if name in wide]
+    table = wide[columns].groupby(index).mean()
+    table.insert(0, "share of episodes", pd.Series(index).value_counts(normalize=True).sort_index())
+    table.index = pd.Index([names[i] for i in table.index], name="gradient norm")
+    return table
+
+
+def risk_by_streak(found: Onsets) -> pd.DataFrame:
+    """Per zero-gradient streak (``STREAK_BINS``): episodes at risk, onsets that followed, and their ratio."""
+    streaks, followed = np.array(found.streaks), np.array(found.followed, dtype=bool)
+    rows = []
+    for low, high in STREAK_BINS:
+        inside = (streaks >= low) & (streaks <= (np.inf if high is None else high))
+        count, hits = int(inside.sum()), int(followed[inside].sum())
+        rows.append({"zero-gradient episodes in a row": f"{low}" if low == high else
+                     f"{low}–{high}" if high is not None else f"≥ {low}",
+                     "episodes at risk": count, "onsets next": hits,
+                     "risk per episode": hits / count if count else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def relapse_summary(wide: pd.DataFrame) -> tuple[dict, Onsets]:
+    """The onsets and drift of every seed of one cell (``wide``: one row per seed and step, one column per metric of
+    ``RELAPSE_METRICS``): one row, and the pooled onsets."""
+    found, ratios, with_onsets = Onsets(), {"update_muon": [], "update_adam": []}, 0
+    seeds = list(wide.groupby(level="seed"))
+    for _, seed in seeds:
+        zero_gradient = seed["frac_zero_var"].to_numpy() >= 1.0  # NaN: not known to be zero
+        before = len(found.climbs)
+        onsets(seed["error"].to_numpy(), zero_gradient, into=found)
+        with_onsets += len(found.climbs) > before
+        for name in ratios:
+            if name in seed:
+                ratios[name].append(drift(seed[name].to_numpy(), zero_gradient))
+    climbs = np.array(found.climbs)
+    row = {"seeds": len(seeds), "onsets": len(climbs), "seeds with onsets": with_onsets,
+           "median climb": float(np.median(climbs)) if len(climbs) else None,
+           "climb ≤ 3": f"{np.mean(climbs <= 3):.2f}" if len(climbs) else "–",
+           "Muon drift, median [range] (seeds)": _median_and_range(ratios["update_muon"]),
+           "Adam drift": _median_and_range(ratios["update_adam"])}
+    return row, found
+
+
+def _median_and_range(values: list[float]) -> str:
+    """``median [min, max] (count)`` of the finite values, or – without any."""
+    values = np.array(values)[np.isfinite(values)]
+    return f"{np.median(values):.2f} [{values.min():.2f}, {values.max():.2f}] ({len(values)})" if len(values) else "–"
+
+
+# How each seed ends
+
+
+def first_reach_column(reach: float) -> str:
+    """The name of the column of a seed's first episode below ``reach``."""
+    return f"first episode < {reach:g}"
+
+
+def ending(steps: np.ndarray, errors: np.ndarray, grad_norms: np.ndarray, all_fail: np.ndarray, last: int = 100,
+           reach: float = 0.05, learned: float = 0.05) -> dict:
+    """One seed's ending (module docstring) from its logged episodes, in step order."""
+    errors, grad_norms = np.asarray(errors, dtype=float), np.asarray(grad_norms, dtype=float)
+    end = len(until_diverged(errors))
+    below = np.flatnonzero(errors[:end] < reach)
+    tail = slice(max(end - last, 0), end)
+    error, vanishing = float(errors[tail].mean()), float(np.mean(grad_norms[tail] < VANISHING))
+    kind = ("diverged" if end < len(errors) else "learned" if error < learned
+            else "stuck" if vanishing >= STUCK else "moving")
+    return {"ending": kind, "error": error, "vanishing gradient": vanishing,
+            "all-wrong groups": float(np.mean(np.asarray(all_fail, dtype=float)[tail])),
+            first_reach_column(reach): int(steps[below[0]]) if below.size else None,
+            "last episode": int(steps[end - 1])}
+
+
+def seed_endings(wide: pd.DataFrame, last: int = 100, reach: float = 0.05, learned: float = 0.05) -> pd.DataFrame:
+    """Every seed of one cell (``wide``: one row per seed and step, one column per metric of ``ENDING_METRICS``):
+    one row each, indexed by seed."""
+    rows = {seed: ending(frame.index.get_level_values("step").to_numpy(), frame["error"].to_numpy(),
+                         frame["grad_norm"].to_numpy(), frame["all_fail"].to_numpy(), last, reach, learned)
+            for seed, frame in wide.groupby(level="seed")}
+    seeds = pd.DataFrame.from_dict(rows, orient="index").rename_axis("seed")
+    return seeds.astype({first_reach_column(reach): "Int64"})  # "never" stays missing, not NaN beside floats
+
+
+def ending_counts(seeds: pd.DataFrame, reach: float = 0.05) -> dict:
+    """A cell's seeds (``seed_endings``), how many end each way, and how many never get below ``reach``."""
+    counts = seeds["ending"].value_counts()
+    return {"seeds": len(seeds), **{kind: int(counts.get(kind, 0)) for kind in ENDINGS},
+            f"never < {reach:g}": int(seeds[first_reach_column(reach)].isna().sum())}
+
+
 def main(argv: list[str] | None = None) -> None:
+    """``python -m harness.report.dynamics --paper-npz PATH``: the paper's Fig 1b seeds → ``PAPER_FILE``."""
     parser = argparse.ArgumentParser(prog="python -m harness.report.dynamics", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paper-npz", type=Path, required=True, help="token_reversal_sparse_reward_results.npz")
@@ -170,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {algorithm: seed_dynamics(data[f"{algorithm}_errors"], data["episodes"])
               for algorithm in ("tpo", "grpo", "dg")}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown({}, result))
+    print(seed_dynamics_markdown({}, result))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def gradients(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
     logp_old = torch.full(shape, -math.log(k), dtype=scores.dtype)
     groups = Groups(scores=scores.unsqueeze(0), logp_old=logp_old, rollout=Rollout.GROUP)
     logp = logp_old.clone().requires_grad_()
-    (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups)).sum(), logp)
+    (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups))[0].sum(), logp)
     # TPO and GRPO average over groups: × G is one group's own gradient (other aggregations scale every group alike,
     # which leaves the ratios of the tables as they are)
     return gradient[0].flatten(1) * groups_count

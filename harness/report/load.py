@@ -22,8 +22,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from algorithms.registry import neutral_hyperparameters
 from harness.outputs import METRICS_FILE, SUMMARY_FILE
 from harness.rundir import NEUTRAL_DEFAULTS
+from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran; threads, cpu_matmul, flush_denormal and the token
@@ -87,11 +89,16 @@ def read_config(run_dir: Path) -> dict:
 
 
 def with_neutral_defaults(flat: dict) -> dict:
-    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has."""
+    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has, and without
+    the algorithm's neutral hyperparameters at their default (``algorithms.registry.neutral_hyperparameters``), so
+    that runs from before and after a key joined an algorithm's YAML read alike."""
     sections = {key.split(".", 1)[0] for key in flat if "." in key}
     for key, value in NEUTRAL_DEFAULTS.items():
         if key.split(".", 1)[0] in sections:
             flat.setdefault(key, value)
+    for key, value in neutral_hyperparameters(flat.get("algorithm.name")).items():
+        if f"algorithm.{key}" in flat and _value_text(flat[f"algorithm.{key}"]) == _value_text(value):
+            del flat[f"algorithm.{key}"]
     return flat
 
 
@@ -335,7 +342,8 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     skipped (one warning line naming it). Two runs of one configuration and seed are never merged: the second copy
     of each seed goes into a record of its own, so the tables report the cell as a conflict, as for run folders.
     A finished run's history is checked against its summary as a run folder's rows are (``cross_check``: every
-    seed's history reaches the summary's ``last_step``); one that falls short is ``damaged``, with a warning."""
+    seed's history reaches the summary's ``last_step``); one that falls short, or whose summary counts rows the
+    mirror dropped (``dropped_rows``: W&B could not keep up), is ``damaged``, with a warning."""
     if api is None:
         import wandb
 
@@ -369,6 +377,8 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
             record, frame = _wandb_record(path, part, metrics, "" if k == 0 else f"~copy{k + 1}")
             # (a run still logging is read as it is: its seeds' histories may be at different steps)
             problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
+            dropped = sum(int(member[0].summary.get("dropped_rows") or 0) for member in part)
+            problem = problem or (f"{dropped} rows dropped from W&B (the run folders hold them)" if dropped else None)
             if problem:
                 record["status"] = "damaged"
                 warn(f"W&B {path}: {', '.join(_wandb_name(m[0]) for m in part)}: {problem}; reported as damaged "
@@ -399,11 +409,18 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         if member.summary.get("last_step") is not None:  # runs logged before it was recorded have none
             last_steps.append(int(member.summary["last_step"]))
         history = pd.DataFrame(list(member.scan_history()))
+        if TRL_STEP in history:  # rows forwarded from TRL's own logging, not metrics.csv's
+            history = history[history[TRL_STEP].isna()]
         if history.empty:
             continue
-        keep = [c for c in history.columns
-                if not c.startswith("_") and (wanted is None or c in wanted)]
-        frame = history[["_step", *keep]].rename(columns={"_step": "step"})
+        # rows logged before the step metric existed carry W&B's own step, which was metrics.csv's (a run started
+        # then and resumed since has both kinds)
+        steps = history[STEP_METRIC].fillna(history["_step"]) if STEP_METRIC in history else history["_step"]
+        keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != STEP_METRIC
+                and (wanted is None or c in wanted)]
+        # a resumed run logs again the steps after its checkpoint: the last copy is metrics.csv's
+        frame = history[keep].assign(step=steps.astype(np.int64))[["step", *keep]]
+        frame = frame.drop_duplicates("step", keep="last")
         frame.insert(1, "seed", seed)
         rows.append(frame)
     frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
@@ -494,3 +511,15 @@ def load_runs(paths: Iterable[Path] = (), metrics: Metrics = None, wandb: Iterab
         records += more_records
         frames += more_frames
     return build_frames(records, frames)
+
+
+def episodes(path: Path, metrics: Metrics = None) -> pd.DataFrame:
+    """Every logged episode of every seed under ``path`` (one configuration): one row per (seed, step), one column
+    per metric. Runs of different configurations, or a seed in two runs, are refused: they would be pooled."""
+    runs, curves = load_runs([path], metrics=None if metrics is None else list(metrics))
+    if runs.signature.nunique() > 1:
+        raise SystemExit(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
+    seeds = [seed for ids in runs.seed_ids for seed in ids]
+    if len(seeds) != len(set(seeds)):
+        raise SystemExit(f"{path}: a seed is in more than one run; keep one copy of each seed")
+    return curves.astype({"metric": str}).pivot(index=["seed", "step"], columns="metric", values="value")

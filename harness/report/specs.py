@@ -21,8 +21,8 @@ class Stat:
     (seed mean of each seed's mean over every logged step: the area under the curve per step, which a late relapse
     cannot hide),
     solved (fraction of seeds whose error ever fell below ``threshold``), relapsed (fraction of seeds that, once
-    solved, rose above ``relapse_above``; ``harness.outputs.relapse_events``), relapses (relapse events per seed,
-    0 for a seed that never solved: how often, where relapsed says only whether). ``when = (metric, value)`` keeps
+    solved, rose above ``relapse_above``; ``harness.report.dynamics.relapse_events``), relapses (relapse events per
+    seed, 0 for a seed that never solved: how often, where relapsed says only whether). ``when = (metric, value)`` keeps
     only the steps where that metric has that value (e.g. episodes whose groups all have zero variance)."""
 
     kind: str

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.outputs import relapse_events
+from harness.summary import relapse_events
 from harness.report.specs import Stat
 
 RESAMPLES, SEED, LEVEL = 2000, 0, 0.95

@@ -22,7 +22,7 @@ METRICS = ("error", "reward_mean", "frac_solved", "frac_zero_var", "test_accurac
 class LLMTask(Task):
     """An RLVR task: subclasses set ``name`` and ``columns`` and implement the row builders and ``score``."""
 
-    kind: ClassVar[str] = "llm"
+    trainer = "trl"
     rollouts = frozenset({Rollout.GROUP})
     metric_names = METRICS
     columns: ClassVar[tuple[str, ...]] = ()  # dataset columns ``score`` reads besides the prompt

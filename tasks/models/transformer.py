@@ -22,10 +22,12 @@ oneDNN on AMD CPUs with AVX-512, 2–2.4× MKL's speed at these shapes; baddbmm 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from algorithms.checks import ConfigError, check_positive_int
 from algorithms.functional import gelu_tanh, log_softmax
 from tasks import rng
 from tasks.models.linear import seed_dense
@@ -33,22 +35,36 @@ from tasks.models.linear import seed_dense
 LN_EPS = 1e-6
 
 
-def init_params(
-    seeds: torch.Tensor,
-    vocab_size: int,
-    seq_len: int,
-    d_model: int = 64,
-    heads: int = 2,
-    layers: int = 2,
-    ffn: int = 256,
-) -> dict[str, torch.Tensor]:
+@dataclass(frozen=True)
+class TransformerConfig:
+    """The model's sizes (``conf/model/*.yaml``), checked once: the defaults are the paper's (docs/reproduction.md
+    §3.1). The vocabulary and context length come from the task."""
+
+    d_model: int = 64
+    heads: int = 2
+    layers: int = 2
+    ffn: int = 256  # the MLP's hidden width
+
+    def __post_init__(self):
+        for key in ("heads", "d_model", "layers", "ffn"):
+            check_positive_int(f"model.{key}", getattr(self, key))
+        if self.d_model % self.heads:
+            raise ConfigError(f"model.heads={self.heads} is not valid; it must divide model.d_model={self.d_model}")
+
+    @classmethod
+    def from_config(cls, model) -> TransformerConfig:
+        """From a ``model`` config node (ConfigError, naming the key, for a size that is not a positive integer)."""
+        return cls(d_model=model.d_model, heads=model.heads, layers=model.layers, ffn=model.ffn)
+
+
+def init_params(seeds: torch.Tensor, vocab_size: int, seq_len: int, config: TransformerConfig = TransformerConfig()
+                ) -> dict[str, torch.Tensor]:
     """Flax-default initialisation, one independent model per seed (stream ``init/<name>`` of ``tasks.rng``).
 
     Kernels: truncated LeCun normal (fan_in = input width); token embedding N(0, 1/d_model); positions N(0, 0.02²);
     biases 0; LayerNorm scale 1. Returned tensors are leaves with ``requires_grad=True``.
     """
-    if d_model % heads:
-        raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+    d_model, heads, layers, ffn = config.d_model, config.heads, config.layers, config.ffn
     hd = d_model // heads
     S, device = len(seeds), seeds.device
 

@@ -1,4 +1,5 @@
-"""``train_llm``: one RLVR run of an LLM task on the TRL trainer, writing the files every other run writes.
+"""``TRLTrainer``: one RLVR run of an LLM task on TRL's GRPOTrainer (``harness/llm/trainer.py``), writing the files
+every other run writes.
 
 One step = one rollout batch (``task.batch_size`` prompts × ``task.K`` completions) and its ``epochs`` optimizer
 updates (TRL's ``num_iterations``); ``metrics.csv`` has one row per step. Row s holds the step's rollout metrics
@@ -13,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from algorithms import ALGORITHMS
 from harness import outputs, rundir
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.config import set_threads
 from harness.session import Session
+from harness.trainers.base import Resume, Trainer
+from harness.tracking import TRL_PREFIX, TRL_STEP
 from algorithms.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
@@ -67,8 +68,7 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     check_positive_float("optim.eps", optim.eps)
     check_non_negative("optim.weight_decay", optim.weight_decay)
     check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
-    epochs = cfg.algorithm.epochs if cfg.algorithm.get("epochs") is not None else task.epochs
-    check_positive_int("algorithm.epochs" if cfg.algorithm.get("epochs") is not None else "task.epochs", epochs)
+    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else check_positive_int("task.epochs", task.epochs)
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
@@ -84,9 +84,9 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     return int(epochs)
 
 
-def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
+def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, algorithm):
     """TRL's GRPOConfig for this run (see docs/llm.md, "How TRL's GRPO defaults differ from the paper's", for every
-    setting that differs from TRL's)."""
+    setting that differs from TRL's); TRL's clip ε is the algorithm's, where it has one."""
     from trl import GRPOConfig
 
     task, optim, model = cfg.task, cfg.optim, cfg.model
@@ -102,7 +102,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
         learning_rate=float(optim.lr), adam_beta1=float(optim.betas[0]), adam_beta2=float(optim.betas[1]),
         adam_epsilon=float(optim.eps), weight_decay=float(optim.weight_decay),
         max_grad_norm=float(optim.max_grad_norm), lr_scheduler_type="constant", warmup_steps=0,
-        beta=float(task.ref_kl), epsilon=float(cfg.algorithm.get("clip_eps", 0.2)),
+        beta=float(task.ref_kl), epsilon=float(getattr(algorithm.hp, "clip_eps", 0.2)),
         disable_dropout=True, gradient_checkpointing=bool(model.gradient_checkpointing),
         chat_template_kwargs=OmegaConf.to_container(model.chat_template_kwargs),
         use_vllm=bool(task.vllm), vllm_mode="colocate",
@@ -113,8 +113,8 @@ def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int):
 
 
 class StepLogger(TrainerCallback):
-    """Writes one metrics row per step (after its last update), evaluates when due, saves its state with TRL's
-    checkpoints, and stops training when a loss is not finite."""
+    """Writes one metrics row per step (after its last update), forwards TRL's own metrics to the tracker, evaluates
+    when due, saves its state with TRL's checkpoints, and stops training when a loss is not finite."""
 
     def __init__(self, trainer: RLVRTrainer, task, eval_rows: list[dict], epochs: int, steps: int, writer, tracker,
                  pending_test: float = math.nan, fingerprint: str = "", resumes: list[int] | None = None,
@@ -151,6 +151,16 @@ class StepLogger(TrainerCallback):
             self.diverged_at, control.should_training_stop = step, True
         elif step + 1 < self.steps:
             self._evaluate_if_due(step + 1)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """TRL's own metrics of each update (``Trainer.log``: loss, reward, KL, completion lengths, clip ratios ...)
+        into this seed's W&B run as ``trl/<name>``, at the step whose rollout the update trains on, with the update's
+        number (``trl/global_step``). Not TRL's W&B integration (``report_to="none"``): it would open a second run."""
+        numbers = {f"{TRL_PREFIX}{name}": np.asarray([value], dtype=np.float64) for name, value in (logs or {}).items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if numbers:
+            update = np.asarray([state.global_step], dtype=np.float64)
+            self.tracker.log(max(state.global_step - 1, 0) // self.epochs, {**numbers, TRL_STEP: update})
 
     def on_save(self, args, state, control, **kwargs):
         if self.writer is None:
@@ -226,7 +236,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     model, tokenizer = load_policy(cfg.model, str(cfg.device))
     rows = task.train_rows(int(cfg.seed_offset), int(cfg.trainer.steps) * int(cfg.task.batch_size))
     trainer = RLVRTrainer(
-        model=model, reward_funcs=make_reward_function(task), args=grpo_config(cfg, run_dir, epochs, world_size),
+        model=model, reward_funcs=make_reward_function(task),
+        args=grpo_config(cfg, run_dir, epochs, world_size, task.algorithm),
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
         algorithm=task.algorithm, task_cfg=cfg.task)
     trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
@@ -234,50 +245,66 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     return trainer, task, epochs
 
 
-def train_llm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Train one (LLM task, algorithm, seed) configuration with TRL; return the summary written to summary.json."""
-    from accelerate import PartialState
+class TRLTrainer(Trainer):
+    """An LLM task's run: one seed, possibly over several processes (only the main one writes and locks)."""
 
-    started = time.time()
-    set_threads(cfg.threads)
-    validated = validate_llm(cfg)
-    state = PartialState()
-    with rundir.locked(run_dir) if state.is_main_process else contextlib.nullcontext():
-        return _train_llm(cfg, run_dir, validated, state, started)
+    def __init__(self, cfg: DictConfig):
+        from accelerate import PartialState
 
+        super().__init__(cfg)
+        self.validated = validate_llm(cfg)
+        self.task = self.validated[0]
+        self.seeds = [int(cfg.seed_offset)]
+        self.state = PartialState()
+        self.is_main = self.state.is_main_process
+        self.checkpoint: str | None = None
+        self.saved: dict[str, Any] = {}
+        self.trl_trainer: RLVRTrainer | None = None
 
-def _train_llm(cfg: DictConfig, run_dir: Path, validated, state, started: float) -> dict[str, Any]:
-    plan = rundir.plan_run(cfg, run_dir, lambda folder: _last_checkpoint(folder) is not None)
-    if plan.finished is not None:
-        log.info("%s already finished with this configuration (%s); nothing to do", run_dir, plan.finished["status"])
-        return plan.finished
-    checkpoint = _last_checkpoint(run_dir) if plan.resume else None
-    saved = _read_state(Path(checkpoint), plan.fingerprint) if checkpoint else {}
-    trainer, task, epochs = build_trainer(cfg, run_dir, validated)  # its refusals (model path, dtype) come first
-    state.wait_for_everyone()  # every process has decided before the main one changes the directory
-    if state.is_main_process:
-        plan.apply(run_dir)
-    state.wait_for_everyone()
-    seed, steps = int(cfg.seed_offset), int(cfg.trainer.steps)
-    main = trainer.accelerator.is_main_process
-    eval_rows = task.eval_rows() if cfg.task.eval_every else []
-    resumes = [*saved.get("resumes", []), saved["step"]] if checkpoint else []
-    session = Session(cfg, run_dir, task.metric_names, [seed], started, saved.get("cpu_seconds", 0.0), resumes,
-                      main=main)
-    if checkpoint:
-        log.info("resuming %s from %s", run_dir, checkpoint)
-    session.open(saved.get("rows"), plan.uid)
-    pending = saved.get("pending_test")
-    logger = StepLogger(trainer, task, eval_rows, epochs, steps, session.writer, session.tracker,
-                        math.nan if pending is None else pending, fingerprint=plan.fingerprint, resumes=resumes,
-                        cpu_seconds=session.cpu_seconds)
-    trainer.add_callback(logger)
-    # near-target TPO gradients (p_θ ≈ q) reach subnormal floats deep in the backward pass
-    with session.training(trainer.accelerator.device):
-        trainer.train(resume_from_checkpoint=checkpoint)
-    if session.status == "interrupted":
-        log.warning("interrupted; trainer.resume=true continues from the last TRL checkpoint in %s", run_dir)
-    diverged = {} if logger.diverged_at is None else {str(seed): logger.diverged_at}
-    hardware = {"device": str(trainer.accelerator.device), "processes": trainer.accelerator.num_processes,
+    def lock(self, run_dir: Path):
+        return rundir.locked(run_dir) if self.is_main else contextlib.nullcontext()
+
+    def has_checkpoint(self, run_dir: Path) -> bool:
+        return _last_checkpoint(run_dir) is not None
+
+    def resume(self, run_dir: Path, fingerprint: str) -> Resume | None:
+        self.checkpoint = _last_checkpoint(run_dir)
+        if self.checkpoint is None:
+            return None
+        self.saved = _read_state(Path(self.checkpoint), fingerprint)
+        return Resume(self.saved["step"], self.saved["rows"], [*self.saved.get("resumes", []), self.saved["step"]],
+                      self.saved.get("cpu_seconds", 0.0))
+
+    def prepare(self, run_dir: Path) -> None:
+        """Load the model: its refusals (model path, dtype) come before the folder changes."""
+        self.trl_trainer, _, self.epochs = build_trainer(self.cfg, run_dir, self.validated)
+        self.device = self.trl_trainer.accelerator.device
+        self.state.wait_for_everyone()  # every process has decided before the main one changes the directory
+
+    def apply(self, plan: rundir.RunStart, run_dir: Path) -> None:
+        if self.is_main:
+            plan.apply(run_dir)
+        self.state.wait_for_everyone()
+
+    def fit(self, session: Session, start: Resume | None) -> None:
+        cfg, task, trainer = self.cfg, self.task, self.trl_trainer
+        eval_rows = task.eval_rows() if cfg.task.eval_every else []
+        pending = self.saved.get("pending_test")
+        logger = StepLogger(trainer, task, eval_rows, self.epochs, int(cfg.trainer.steps), session.writer,
+                            session.tracker, math.nan if pending is None else pending,
+                            fingerprint=session.fingerprint, resumes=session.resumes,
+                            cpu_seconds=session.cpu_seconds)
+        trainer.add_callback(logger)
+        try:
+            trainer.train(resume_from_checkpoint=self.checkpoint)
+        finally:
+            if logger.diverged_at is not None:
+                self.diverged = {str(self.seeds[0]): logger.diverged_at}
+
+    def resume_hint(self, run_dir: Path) -> str:
+        return f"trainer.resume=true continues from the last TRL checkpoint in {run_dir}"
+
+    def hardware(self) -> dict[str, Any]:
+        accelerator = self.trl_trainer.accelerator
+        return {"device": str(accelerator.device), "processes": accelerator.num_processes,
                 **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})}
-    return session.finish({str(seed): "diverged" if diverged else session.status}, diverged, hardware)

@@ -1,0 +1,298 @@
+"""The W&B mirror (harness/tracking.py), read back from offline runs with wandb's own record format: a sweep's points
+are groups of their own, ``step`` is every metric's x-axis, rows arrive as they are produced (not at checkpoints),
+starting W&B or a W&B that cannot keep up never holds training, each seed's summary is summary.json's, and TRL's own
+metrics reach the seed's run."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import threading
+import time
+import types
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import compose_config, run_cli, run_config
+from harness import tracking
+from harness.trainers import trainer_class
+from harness.tracking import wandb_group
+from tasks import get_task
+
+OFFLINE = ["logger=wandb", "logger.mode=offline"]
+
+
+@dataclass
+class OfflineRun:
+    """What an offline run's ``.wandb`` file holds so far."""
+
+    name: str = ""
+    group: str = ""
+    job_type: str = ""
+    config: dict = field(default_factory=dict)
+    metrics: list = field(default_factory=list)  # (name or glob, its step metric)
+    history: list = field(default_factory=list)  # one dict per row
+    summary: dict = field(default_factory=dict)
+    ended: bool = False  # its exit record is written
+
+
+def _records(path: Path):
+    """The protobuf records of a ``.wandb`` file: LevelDB's log format behind W&B's header (wandb 0.31 reads it only
+    in its Go service, so the framing is decoded here), each a ``wandb.proto.wandb_internal_pb2.Record``. A record
+    still being written (short, or its CRC not yet right) ends the read."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data, block, position, payload = path.read_bytes(), 32768, 7, b""
+    if len(data) < 7:  # just created
+        return
+    assert data[:7] == struct.pack("<4sHB", b":W&B", 0xBEE1, 0), f"{path} is not a W&B transaction log"
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header is padding
+            position += block - position % block
+            continue
+        checksum, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        chunk = data[position + 7:position + 7 + length]
+        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != checksum:
+            return
+        position += 7 + length
+        payload = chunk if kind in (1, 2) else payload + chunk  # full, first | middle, last
+        if kind in (1, 4):
+            record = Record()
+            record.ParseFromString(payload)
+            yield record
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def read_offline(run_dir: Path, ended: bool = False) -> list[OfflineRun]:
+    """Every offline W&B run of ``run_dir``, in its seeds' order; ``ended``: once each has its exit record (waiting
+    up to a minute), as wandb's service writes a run's last records after ``run.finish()`` has returned."""
+    deadline = time.monotonic() + 60
+    runs = _read_offline(run_dir)
+    while ended and not (runs and all(run.ended for run in runs)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        runs = _read_offline(run_dir)
+    return runs
+
+
+def _read_offline(run_dir: Path) -> list[OfflineRun]:
+    runs = []
+    for path in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        run = OfflineRun()
+        for record in _records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run.name, run.group, run.job_type = record.run.display_name, record.run.run_group, record.run.job_type
+                run.config = {_key(item): json.loads(item.value_json) for item in record.run.config.update}
+            elif kind == "metric":
+                run.metrics.append((record.metric.name or record.metric.glob_name, record.metric.step_metric))
+            elif kind == "history":
+                run.history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+            elif kind == "summary":
+                run.summary.update({_key(item): json.loads(item.value_json) for item in record.summary.update})
+            elif kind == "exit":
+                run.ended = True
+        runs.append(run)
+    return sorted(runs, key=lambda run: run.config.get("seed", -1))
+
+
+def rows(run: OfflineRun) -> list[dict]:
+    """The run's metrics.csv rows (not those forwarded from TRL)."""
+    return [row for row in run.history if tracking.TRL_STEP not in row]
+
+
+# ---- the group: the run's identity as the launch overrode it ---------------------------------------------------------
+
+def test_the_group_names_the_identity_keys_the_launch_overrode():
+    """Bugs caught (tracking.py: ``overridden``, ``_text``, ``wandb_group``): a key outside the identity (seeds,
+    resume, logger, threads, a neutral default) in the group, the group path's own choices repeated, a config group's
+    choice left out, numbers not by value (``eta=2.0`` for ``eta=2``), the collision rule, the order."""
+    overrides = ["experiment=table3_terminal", "task.match=prompts", "task.H=7", "algorithm=tpo", "seeds=3",
+                 "seed_offset=3", "trainer.resume=auto", *OFFLINE, "threads=2", "algorithm.std_floor=0.0",
+                 "algorithm.eta=2.0", "optim=adam"]
+    cfg = compose_config(overrides)
+    assert wandb_group(cfg, overrides) == "table3_terminal/token_reversal/tpo/eta=2,optim=adam,H=7,match=prompts"
+    assert wandb_group(cfg, None) == wandb_group(cfg, []) == "table3_terminal/token_reversal/tpo"
+    llm = ["task=gsm8k", "algorithm=grpo", "task.epochs=2", "algorithm.epochs=3", "task.lora_rank=0", "task.ref_kl=0"]
+    assert (wandb_group(compose_config(llm), llm)
+            == "default/gsm8k/grpo/algorithm.epochs=3,task.epochs=2,lora_rank=0,ref_kl=0")  # two "epochs": full keys
+
+
+def test_a_run_keeps_the_group_of_the_launch_that_started_it(tmp_path, monkeypatch):
+    """The group comes from the run's ``.hydra/overrides.yaml`` (its fresh start's launch), which a resume keeps."""
+    calls = []
+    module = types.ModuleType("wandb")
+    module.Settings = lambda **settings: settings
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("the test reads the arguments only")
+
+    module.init = init
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- task.alpha=0.2\n- seeds=2\n- trainer.resume=auto\n")
+    cfg = compose_config(["task=tabular_single", "task.alpha=0.2", *OFFLINE])
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        tracking.make_tracker(cfg, tmp_path, [0], {}).finish({})
+    assert [(call["group"], call["name"], call["job_type"]) for call in calls] == [
+        ("default/tabular_single/tpo/alpha=0.2", "default/tabular_single/tpo/alpha=0.2/seed0", "tabular_single")]
+
+
+def test_a_two_hyperparameter_sweep_gives_each_point_its_group(tmp_path):
+    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo", "task.alpha=0.1,0.2", "task.arms=10,20", "seeds=2",
+                      "trainer.steps=3", *OFFLINE, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = {}
+    for job in (tmp_path / "sweep").glob("*/wandb"):
+        runs = read_offline(job.parent, ended=True)
+        assert [run.name for run in runs] == [f"{runs[0].group}/seed{seed}" for seed in (0, 1)]
+        assert {run.group for run in runs} == {runs[0].group} and {run.job_type for run in runs} == {"tabular_single"}
+        assert [run.config["seed"] for run in runs] == [0, 1]
+        found[runs[0].group] = (runs[0].config["task.alpha"], runs[0].config["task.arms"])  # flat, dotted keys
+    assert found == {f"default/tabular_single/tpo/alpha={alpha},arms={arms},steps=3": (alpha, arms)
+                     for alpha in (0.1, 0.2) for arms in (10, 20)}
+
+
+# ---- live rows, the step metric, the summary -------------------------------------------------------------------------
+
+def pause_at(monkeypatch, task: str, step: int, during) -> None:
+    """Run ``during()`` in the training loop as it is about to run ``step`` (the run waits for it)."""
+    trainer = trainer_class(get_task(task))
+    original = trainer.episode
+
+    def episode(task_, at):
+        if at == step:
+            during()
+        return original(task_, at)
+
+    monkeypatch.setattr(trainer, "episode", staticmethod(episode))
+
+
+def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summary(tmp_path, monkeypatch):
+    """Rows 0-3 are in the offline runs within seconds, long before the only checkpoint (at the end); every row has
+    ``step``, every metric's x-axis; each seed's summary is summary.json's."""
+    run_dir, seen = tmp_path / "run", {}
+
+    def read_before_the_checkpoint():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs = read_offline(run_dir)
+            seen["steps"] = [[row["step"] for row in rows(run)] for run in runs]
+            if seen["steps"] == [[0, 1, 2, 3]] * 2:
+                break
+            time.sleep(0.2)
+        seen["checkpoint"] = (run_dir / "checkpoint.pt").exists()
+
+    pause_at(monkeypatch, "tabular_single", 4, read_before_the_checkpoint)
+    summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=8", "trainer.checkpoint_every=0",
+                          *OFFLINE], run_dir)
+    assert seen == {"steps": [[0, 1, 2, 3]] * 2, "checkpoint": False}
+
+    runs = read_offline(run_dir, ended=True)
+    frame = pd.read_csv(run_dir / "metrics.csv")
+    for index, run in enumerate(runs):
+        assert ("step", "") in run.metrics and ("*", "step") in run.metrics
+        mine = frame[frame.seed == index]
+        assert [row["step"] for row in rows(run)] == mine.step.tolist()
+        np.testing.assert_allclose([row["error"] for row in rows(run)], mine.error, rtol=1e-6)
+        expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "commit": summary["commit"],
+                    "cpu_seconds": summary["cpu_seconds"], "wall_seconds": summary["wall_seconds"],
+                    "final/error": summary["final"]["error"]["per_seed"][index],
+                    "mean/error": summary["mean"]["error"]["per_seed"][index],
+                    "steps_to/error<0.1": None, "steps_to/error<0.01": None,
+                    **{f"hardware/{key}": value for key, value in summary["hardware"].items()}}
+        assert {key: run.summary.get(key) for key in expected} == expected
+    assert summary["mean"]["error"]["per_seed"] == pytest.approx(frame.groupby("seed").error.mean().tolist())
+
+
+# ---- never holding training ------------------------------------------------------------------------------------------
+
+class SlowRun:
+    def __init__(self, gate: threading.Event | None = None):
+        self.logged, self.summary, self.gate, self.finished = [], {}, gate, []
+
+    def define_metric(self, name, **options):
+        pass
+
+    def log(self, row):
+        if self.gate is not None:
+            assert self.gate.wait(30), "training never released W&B: it waited for it"
+        self.logged.append(row)
+
+    def finish(self, exit_code=None):
+        self.finished.append(exit_code)
+
+
+def slow_wandb(monkeypatch, init_gate: threading.Event | None = None, log_gate: threading.Event | None = None):
+    """A ``wandb`` whose ``init`` (or ``run.log``) waits until training sets the gate."""
+    module = types.ModuleType("wandb")
+    module.runs = []
+    module.Settings = lambda **settings: settings
+
+    def init(**kwargs):
+        if init_gate is not None:
+            assert init_gate.wait(30), "training never released W&B: it waited for it"
+        module.runs.append(SlowRun(log_gate))
+        return module.runs[-1]
+
+    module.init = init
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return module
+
+
+def test_starting_wandb_does_not_hold_the_first_steps(tmp_path, monkeypatch):
+    """``wandb.init`` returns only once training reached step 3: every row before still reaches the runs."""
+    gate = threading.Event()
+    wandb = slow_wandb(monkeypatch, init_gate=gate)
+    pause_at(monkeypatch, "tabular_single", 3, gate.set)
+    summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=6", "logger=wandb", "logger.mode=online"],
+                         tmp_path)
+    assert summary["status"] == "completed"
+    assert [[row["step"] for row in run.logged] for run in wandb.runs] == [list(range(6))] * 2
+    assert [run.finished for run in wandb.runs] == [[None]] * 2
+
+
+def test_a_wandb_that_cannot_keep_up_loses_rows_not_training_time(tmp_path, monkeypatch):
+    """With ``run.log`` stuck until the last step and room for 3 rows, the rows beyond are dropped (one warning,
+    counted in each summary), training goes on, and the local files are complete."""
+    gate = threading.Event()
+    monkeypatch.setattr(tracking, "MAX_QUEUED_ROWS", 3)
+    wandb = slow_wandb(monkeypatch, log_gate=gate)
+    pause_at(monkeypatch, "tabular_single", 11, gate.set)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=12", "logger=wandb",
+                              "logger.mode=online"], tmp_path)
+    messages = [str(w.message) for w in caught if "W&B" in str(w.message)]
+    assert len(messages) == 1 and "W&B cannot keep up" in messages[0], messages
+    assert summary["status"] == "completed" and len(pd.read_csv(tmp_path / "metrics.csv")) == 2 * 12
+    for run in wandb.runs:
+        assert run.summary["dropped_rows"] > 0 and len(run.logged) + run.summary["dropped_rows"] == 12
+
+
+# ---- TRL's own metrics -----------------------------------------------------------------------------------------------
+
+def test_trl_metrics_reach_the_seeds_run(tiny_llm, gsm8k_dir, tmp_path):
+    """TRL's logged metrics (two updates per step) reach the seed's only W&B run as ``trl/<name>``, at the step whose
+    rollout they train on, beside the metrics.csv rows."""
+    from llm_helpers import tiny_overrides
+
+    summary = run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "task.epochs=2",
+                          "task.eval_every=0", *OFFLINE], tmp_path)
+    assert summary["status"] == "completed"
+    (run,) = read_offline(tmp_path, ended=True)  # TRL opened no run of its own
+    assert [row["step"] for row in rows(run)] == [0, 1]
+    forwarded = [row for row in run.history if tracking.TRL_STEP in row and "trl/loss" in row]
+    assert [(row["trl/global_step"], row["step"]) for row in forwarded] == [(1, 0), (2, 0), (3, 1), (4, 1)]
+    assert {"trl/reward", "trl/completions/mean_length"} <= set(forwarded[0])
