@@ -62,9 +62,11 @@ demo-llm: install
 		cp $$run/summary.json $$run/.hydra/config.yaml $$dest/; gzip -nc $$run/metrics.csv > $$dest/metrics.csv.gz; done
 	$(PY) -m harness.report results/llm_demo/runs --out results/llm_demo
 
-## The whole test suite (CPU, offline)
+## The whole test suite (CPU, offline), in TEST_JOBS parallel workers (pytest-xdist; tests of one SLURM test cluster
+## share a worker). TEST_JOBS=0: in this process, in file order.
+TEST_JOBS ?= $(JOBS)
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 bench: install
 	$(PY) bench/mnist_steps_per_second.py

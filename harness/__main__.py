@@ -612,6 +612,7 @@ def launch(argv: list[str]) -> None:
     SIGTERM (``harness.interrupts``) and ends in one line per stopped job (theirs), or one of its own."""
     refuse_bad_launch(argv)
     interrupts.record_launch_argv(argv)
+    interrupts.quiet_pool_teardown()
     stop = interrupts.StopJobs()
     stop.install()
     try:

@@ -36,6 +36,16 @@ def record_launch_argv(argv: list[str]) -> None:
     os.environ[LAUNCH_ARGV_ENV] = shlex.join(argv)
 
 
+def quiet_pool_teardown() -> None:
+    """Silence, in the processes this one starts, the warnings joblib's resource tracker prints when a stopped
+    sweep tears its worker pool down: it reports a semaphore as leaked and then finds it already removed. The
+    stop's own lines are what the user needs; the filter matches only messages starting ``resource_tracker``."""
+    quiet = "ignore:resource_tracker:UserWarning"
+    filters = [entry for entry in os.environ.get("PYTHONWARNINGS", "").split(",") if entry]
+    if quiet not in filters:
+        os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet])
+
+
 def _parent(pid: int) -> int | None:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

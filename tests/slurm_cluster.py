@@ -8,7 +8,10 @@ skip, saying why.
 
 The cluster has no accounting database (slurmdbd needs MySQL), so ``sacct``, which submitit asks for the state of
 a job that ended without a result, is a stand-in on the cluster's PATH: it answers that one query (job, state,
-node) from the jobs slurmctld still holds (``squeue --states=all``, 5 minutes after they end)."""
+node) from the jobs slurmctld still holds (``squeue --states=all``, 5 minutes after they end).
+
+``make test`` runs the tests in parallel workers (pytest-xdist, ``--dist loadgroup``): every test that uses the
+cluster is put in one group, so one worker runs them all against one cluster."""
 
 from __future__ import annotations
 
@@ -127,6 +130,13 @@ def _stop(cluster: SlurmCluster, daemons: dict[str, subprocess.Popen]) -> None:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm_cluster"))
 
 
 @pytest.fixture(scope="session")

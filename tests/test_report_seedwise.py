@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from harness.report import seedwise
 from harness.report.dynamics import seed_dynamics
@@ -113,3 +114,33 @@ def test_the_papers_seeds_from_curves_and_from_the_dynamics_json_agree(tmp_path,
     for row in ("TPO, paper", "GRPO, paper"):
         assert from_json[row] == from_curves[row] and len(set(from_json[row][1:4])) == 3
     assert from_curves["GRPO"] == from_curves["GRPO, paper"]  # ours are the same curves, paired the same way
+
+
+def test_replicate_measures_the_papers_distance_in_units_of_an_independent_rerun(tmp_path, capsys, monkeypatch):
+    """Twenty seeds end at 20% or 40% (ten each): our final error is 30.0%, its bootstrap sd ≈ 10/√20 = 2.24 points.
+    The paper's 36.0% is +6.0 points away: z = 6.0/(√2 · 2.24) = 1.90, p = 0.06. GRPO's seed mean gets below 5% at
+    step 3, but never on some resamples, so its steps-to has no sd: n/a; a cell the paper does not print reads "–".
+    Bugs caught: the √2 dropped (z = 2.7), the sign of the difference flipped, the sd taken as the seeds' own
+    spread (z = 0.4)."""
+    from functools import partial
+
+    from harness.report import paper
+
+    numbers = tmp_path / "paper_numbers.csv"
+    numbers.write_text("artefact,stat,cell,value,low,high,unit,source,note\n"
+                       "synthetic,final,algorithm.name=tpo,36.0,,,%,test,\n"
+                       "synthetic,steps_to_0.05,algorithm.name=grpo,3,,,steps,test,\n")
+    monkeypatch.setattr(seedwise, "lookup", partial(paper.lookup, path=numbers))
+    _write(tmp_path / "runs", "tpo", np.repeat([[0.2], [0.4]], 10, axis=0) * np.ones((1, 4)))
+    rows = _run(capsys, "replicate", tmp_path / "runs", "--algorithms", "tpo", "--table", "synthetic",
+                "--resamples", "4000")
+    assert rows["TPO"][:2] == ["20", "30.0 [26.0, 34.0]"] and float(rows["TPO"][2]) == pytest.approx(2.24, abs=0.06)
+    assert rows["TPO"][3:6] == ["36.0", "+6.0", "+1.9"] and float(rows["TPO"][6]) == pytest.approx(0.06, abs=0.011)
+    grpo = np.full((4, 6), 0.5)
+    grpo[:3, 3:], grpo[3, 3:] = 0.0, 0.1  # the seed mean is 2.5% from step 3; resamples half seed 3 never cross
+    _write(tmp_path / "runs2", "grpo", grpo)
+    _write(tmp_path / "runs2", "tpo", np.zeros((4, 6)))
+    rows = _run(capsys, "replicate", tmp_path / "runs2", "--algorithms", "grpo,tpo", "--table", "synthetic",
+                "--threshold", "0.05", "--resamples", "300")
+    assert rows["GRPO"][1] == "3 [3, never]" and rows["GRPO"][2:] == ["n/a", "3", "n/a", "n/a", "n/a"]
+    assert rows["TPO"][3] == "–"

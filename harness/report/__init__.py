@@ -6,8 +6,9 @@ Modules: ``load`` (run directories and W&B → frames), ``stats`` (docs/reproduc
 comparisons), ``specs`` (every table and figure as data), ``paper`` (published numbers), ``tables``, ``figures``,
 ``build`` (``write_report``), ``synthetic`` (fake run directories for tests, the bench and the notebook),
 ``dynamics`` (how each seed gets where it ends: solve and relapse events, relapse onsets, endings; its commands over
-cell folders are ``relapses`` and ``endings``). Names below are imported lazily so that ``python -m harness.report``
-can pin BLAS threads before numpy loads.
+cell folders are ``relapses`` and ``endings``), ``wandb_workspace`` (a saved W&B workspace of the live mirror's runs:
+``--wandb-workspace``). Names below are imported lazily so that ``python -m harness.report`` can pin BLAS threads
+before numpy loads.
 """
 
 import importlib

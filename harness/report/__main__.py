@@ -5,6 +5,11 @@ folders ``multirun/<experiment>/<time>``. Writes, under ``--out``: ``README.md``
 figure), ``runs.csv``, per paper table ``<table>.md|.csv|.tex`` (ours with a 95% bootstrap interval, the paper's
 number, paired difference to TPO), per figure ``<fig>.png|.pdf|.caption.md``, and ``missing.json`` (the commands
 that fill missing or partial cells).
+
+``python -m harness.report --wandb-workspace ENTITY/PROJECT --preset NAME`` writes no report: it saves a W&B workspace
+of the project's mirrored runs of the preset (or of ``--wandb-filters``), one section per metric against ``step``, a
+line per W&B group (mean ± s.e. over its seeds) in the figures' algorithm colours
+(``harness/report/wandb_workspace.py``).
 """
 
 from __future__ import annotations
@@ -49,10 +54,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
                         help="also read runs from this W&B project (full histories via scan_history)")
     parser.add_argument("--wandb-filters", type=json.loads, default=None,
-                        help='MongoDB-style W&B run filter as JSON, e.g. \'{"group": {"$regex": "^table3"}}\'')
+                        help='MongoDB-style W&B run filter as JSON, e.g. \'{"group": {"$regex": "^table3"}}\' '
+                             '(the runs --wandb reads, or those --wandb-workspace shows)')
+    parser.add_argument("--wandb-workspace", metavar="ENTITY/PROJECT",
+                        help="instead of a report, save a W&B workspace of this project's runs of --preset (and/or "
+                             "--wandb-filters): a section per metric against step, a line per group (mean ± s.e. "
+                             "over seeds) in the figures' algorithm colours")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="with --wandb-workspace: the experiment preset (conf/experiment/NAME.yaml) whose runs "
+                             "it shows")
     args = parser.parse_args(argv)
+    if args.wandb_workspace is not None:
+        save_workspace(parser, args)
+        return
+    if args.preset is not None:
+        parser.exit(2, f"{parser.prog}: --preset chooses the runs of --wandb-workspace; a report reads every run of "
+                       "its run folders (or --wandb projects)\n")
     if not args.paths and not args.wandb:
-        parser.error("give at least one run folder or --wandb ENTITY/PROJECT")
+        parser.error("give at least one run folder, --wandb ENTITY/PROJECT, or --wandb-workspace ENTITY/PROJECT")
     if args.resamples < MIN_RESAMPLES:  # 0 gives no interval at all, a negative count fails deep in numpy
         parser.exit(2, f"{parser.prog}: --resamples {args.resamples}: give at least {MIN_RESAMPLES} (an interval "
                        f"from fewer is noise; default {stats.RESAMPLES})\n")
@@ -63,6 +82,21 @@ def main(argv: list[str] | None = None) -> None:
                          seed=args.seed)
     print(table.to_string(index=False))
     print(f"\nwritten to {args.out}/")
+
+
+def save_workspace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--wandb-workspace``: refused in one line (exit 2, nothing saved) with run folders or ``--wandb``, which it
+    does not read, and for what ``wandb_workspace.save_workspace`` refuses."""
+    if args.paths or args.wandb:
+        parser.exit(2, f"{parser.prog}: --wandb-workspace shows the runs of its own W&B project: give no run folders "
+                       "or --wandb\n")
+    from harness.report import wandb_workspace  # wandb only where it is used: the report reads run folders
+
+    try:
+        workspace = wandb_workspace.save_workspace(args.wandb_workspace, args.preset, args.wandb_filters)
+    except wandb_workspace.WorkspaceError as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    print(f"saved W&B workspace {workspace.name!r} in {args.wandb_workspace}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,13 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
 * ``methods``: per method, final error, its paired difference to the reference, steps to ``--threshold`` (seed
   mean), seeds solved and, of those, relapsed (the report's thresholds, ``specs.SOLVED`` and ``RELAPSED``), and
   the mean error over the run.
+* ``replicate``: per method, ours beside the paper's number for the same cell of ``--table``, and their difference
+  in units of the spread of a second run of as many seeds. "The paper's value inside our interval" treats the
+  paper's number as exact; it is itself one run of its seeds. If both came from the same process, paper − ours
+  would have standard deviation √2·sd (sd: the standard deviation of ours over bootstrap resamples, taken for
+  both), so z = (paper − ours)/(√2·sd) and its two-sided normal p say whether the two runs differ by more than
+  seed noise. It assumes the paper's seed-to-seed spread equals ours; "n/a" where a statistic is "never" on some
+  resample or the paper gives no single number.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import norm
 
 from harness.report import stats
 from harness.report.load import load_runs, warn
-from harness.report.paper import parse_cell
+from harness.report.paper import lookup, parse_cell
 from harness.report.specs import FINAL, MEAN, RELAPSED, SOLVED, Stat, algorithm_rank, label
 from harness.report.tables import Report, fmt
 
@@ -231,6 +239,36 @@ def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int
                      f"of those, relapsed (> {100 * RELAPSED.relapse_above:g}%)", "mean error over the run"], rows)
 
 
+def replicate_table(cells: list[Cell], stat: Stat, table: str, where: dict, resamples: int, seed: int) -> str:
+    """Per method: ours [interval], the bootstrap sd, the paper's number for the cell, paper − ours, z and p (see the
+    module docstring)."""
+    rows = []
+    for cell in cells:
+        name = label({"algorithm.name": cell.algorithm})
+        paper = lookup(table, stat.name, {**where, "algorithm.name": cell.algorithm})
+        published = paper.text if paper is not None else "–"
+        if cell.matrix is None:
+            rows.append([name, "0", cell.status, "n/a", published, "n/a", "n/a", "n/a"])
+            continue
+        counts = stats.resample_counts(len(cell.matrix.seeds), resamples, seed)
+        samples = stats.bootstrap(stat, cell.matrix, counts)
+        ours = stats.summarize(stat, cell.matrix, resamples, seed)
+        value = "never" if np.isinf(ours.value) else fmt(stat, ours.value)
+        row = [name, str(len(cell.matrix.seeds)), f"{value} [{fmt(stat, ours.low)}, "
+               f"{'never' if np.isinf(ours.high) else fmt(stat, ours.high)}]"]
+        spread = float(np.std(samples)) if np.isfinite(samples).all() else np.nan
+        shown = f"{spread:.1f}" if stat.kind == "steps_to" else number(stat, spread)
+        centre = (paper.low + paper.high) / 2 if paper is not None else np.nan
+        if not (np.isfinite(spread) and spread > 0 and np.isfinite(centre) and np.isfinite(ours.value)):
+            rows.append([*row, shown if np.isfinite(spread) else "n/a", published, "n/a", "n/a", "n/a"])
+            continue
+        z = (centre - ours.value) / (np.sqrt(2) * spread)
+        rows.append([*row, shown, published, number(stat, centre - ours.value, signed=True),
+                     f"{z:+.1f}".replace("-", MINUS), f"{2 * norm.sf(abs(z)):.2f}"])
+    return markdown(["", "seeds", "ours [95% CI]", "bootstrap sd", "paper", f"paper {MINUS} ours",
+                     "z (independent rerun)", "p"], rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.report.seedwise", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -256,6 +294,11 @@ def main(argv: list[str] | None = None) -> None:
                        ("methods", "final error, Δ, steps to a threshold, solved and relapsed seeds, run mean")):
         commands.add_parser(name, parents=[common], help=text).add_argument(
             "--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
+    replicate = commands.add_parser("replicate", parents=[common],
+                                    help="ours against the paper's number, in units of an independent rerun's spread")
+    replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
+    replicate.add_argument("--threshold", type=float, default=None,
+                           help="steps to this error (e.g. 0.01); without it, the final error")
     args = parser.parse_args(argv)
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
@@ -267,6 +310,10 @@ def main(argv: list[str] | None = None) -> None:
         print(paired_tables(sides, args.windows, args.resamples, args.seed))
     elif args.command == "perseed":
         print(perseed_table(cells, args.threshold))
+    elif args.command == "replicate":
+        stat = FINAL if args.threshold is None else Stat("steps_to", threshold=args.threshold)
+        print(replicate_table(cells, stat, args.table, parse_cell(args.where.replace(",", " ")), args.resamples,
+                              args.seed))
     else:
         print(methods_table(cells, args.threshold, args.resamples, args.seed))
 
