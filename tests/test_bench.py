@@ -148,3 +148,17 @@ def test_side_by_side_differences_each_sides_own_budgets(monkeypatch):
     assert row["reference"] == pytest.approx(2.0) and row["ours"] == pytest.approx(0.25)
     assert row["ratio"] == pytest.approx(8.0) and row["budgets"] == {"reference": [10, 160], "ours": [10, 2000]}
     assert "terminal_h10_tpo_run" not in side.QUICK and "terminal_h10_tpo" in side.QUICK
+
+
+def test_reference_curves_refuses_a_folder_that_is_not_the_papers_repository_before_building_anything(tmp_path,
+                                                                                                     capsys):
+    """``bench/reference_curves.py --reference`` names the paper's checkout; any other folder is refused in one
+    line (exit 2) before its environment is built or an output written. Bug caught: the check dropped (pip would
+    build the reference's venv, then the run fail deep in an import)."""
+    import reference_curves
+
+    with pytest.raises(SystemExit) as stop:
+        reference_curves.main(["--reference", str(tmp_path), "--algorithm", "dg", "--V", "16", "--seeds", "0-1",
+                               "--venv", str(tmp_path / "venv"), "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2 and "not a checkout of the paper's repository" in capsys.readouterr().err
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "out").exists()

@@ -144,3 +144,29 @@ def test_replicate_measures_the_papers_distance_in_units_of_an_independent_rerun
                 "--threshold", "0.05", "--resamples", "300")
     assert rows["GRPO"][1] == "3 [3, never]" and rows["GRPO"][2:] == ["n/a", "3", "n/a", "n/a", "n/a"]
     assert rows["TPO"][3] == "–"
+
+
+def test_rerun_sets_another_runs_seeds_beside_ours_unpaired(tmp_path, capsys):
+    """Ours: six seeds whose error drops to 0 at episodes 3..8. The other run: the same seeds 2 episodes later, in an
+    ``.npz`` as the paper's code writes curves. Its seed mean crosses 2 episodes later (+2 for the point), its median
+    seed too, and the Mann–Whitney p is scipy's on the two sets of per-seed first episodes. A copy of ours reads +0
+    and p = 1.00 (medians 5.5 and 7.5 shown rounded). Bugs caught: the difference taken ours − other (−2), the p
+    computed on the seed-mean curves."""
+    from scipy.stats import mannwhitneyu
+
+    firsts = np.arange(3, 9)
+    ours = np.ones((6, 14))
+    later = np.ones((6, 14))
+    for seed, first in enumerate(firsts):
+        ours[seed, first:] = 0.0
+        later[seed, first + 2:] = 0.0
+    _write(tmp_path / "runs", "dg", ours)
+    np.savez(tmp_path / "later.npz", dg_errors=later.astype(np.float32), episodes=np.arange(14))
+    np.savez(tmp_path / "same.npz", dg_errors=ours.astype(np.float32), episodes=np.arange(14))
+    rows = _run(capsys, "rerun", tmp_path / "runs", "--algorithms", "dg", "--threshold", "0.01", "--resamples", "300",
+                "--other", tmp_path / "later.npz", "--other", tmp_path / "same.npz")
+    assert rows["DG"][:1] + rows["DG"][2:] == ["6", "6", "–", "–"] and rows["DG"][1].startswith("8 [")
+    later_row, same_row = rows["DG, later.npz"], rows["DG, same.npz"]
+    assert later_row[1].startswith("10 [") and later_row[2] == "8" and later_row[3].startswith("+2 [")
+    assert later_row[4] == f"{mannwhitneyu(firsts + 2, firsts).pvalue:.2f}" != "1.00"
+    assert same_row[1] == rows["DG"][1] and same_row[3].startswith("0 [") and same_row[4] == "1.00"

@@ -25,6 +25,11 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
   both), so z = (paper − ours)/(√2·sd) and its two-sided normal p say whether the two runs differ by more than
   seed noise. It assumes the paper's seed-to-seed spread equals ours; "n/a" where a statistic is "never" on some
   resample or the paper gives no single number.
+* ``rerun``: per method, ours beside other runs of the same cell whose seeds are not ours (``--other``: per-seed
+  curves in an ``.npz``, ``<algorithm>_errors`` seeds × episodes, as the paper's own code writes them): the
+  statistic with its interval for each, their difference with an interval from resampling each side's seeds on its
+  own (unpaired), and, per seed, the median first episode below ``--threshold`` and a Mann–Whitney p on those
+  (does the typical seed differ, or only the seed mean's slowest seed?).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import mannwhitneyu, norm
 
 from harness.report import stats
 from harness.report.load import load_runs, warn
@@ -269,6 +274,47 @@ def replicate_table(cells: list[Cell], stat: Stat, table: str, where: dict, resa
                      "z (independent rerun)", "p"], rows)
 
 
+def other_cell(path: Path, algorithm: str) -> Cell:
+    data = np.load(path)
+    errors = np.asarray(data[f"{algorithm}_errors"], dtype=float)
+    return Cell(algorithm, stats.SeedMatrix(np.arange(len(errors)), np.arange(errors.shape[1]), errors), "ok")
+
+
+def rerun_table(cells: list[Cell], others: list[Path], threshold: float, resamples: int, seed: int) -> str:
+    """Per method: ours and each other run of its cell, steps to ``threshold`` [interval], the per-seed median first
+    episode below it, and for the others: other − ours [unpaired interval] and the Mann–Whitney p of the per-seed
+    first episodes (see the module docstring)."""
+    stat = Stat("steps_to", threshold=threshold)
+    rows = []
+    for cell in cells:
+        name = label({"algorithm.name": cell.algorithm})
+        if cell.matrix is None:
+            rows.append([name, "0", cell.status, "n/a", "–", "–"])
+            continue
+        mine = stats.bootstrap(stat, cell.matrix, stats.resample_counts(len(cell.matrix.seeds), resamples, seed))
+        for path in [None, *others]:
+            matrix = cell.matrix if path is None else other_cell(path, cell.algorithm).matrix
+            n = len(matrix.seeds)
+            summary = stats.summarize(stat, matrix, resamples, seed)
+            first = stats.per_seed(stat, matrix)
+            median = np.median(first)
+            row = [name if path is None else f"{name}, {path.name}", str(n),
+                   f"{'never' if np.isinf(summary.value) else fmt(stat, summary.value)} [{fmt(stat, summary.low)}, "
+                   f"{'never' if np.isinf(summary.high) else fmt(stat, summary.high)}]",
+                   "never" if np.isinf(median) else fmt(stat, median)]
+            if path is None:
+                rows.append([*row, "–", "–"])
+                continue
+            theirs = stats.bootstrap(stat, matrix, stats.resample_counts(n, resamples, seed + 1))  # independent
+            low, high = stats.interval(theirs - mine)
+            difference = with_interval(stat, summary.value - stats.point(stat, cell.matrix), low, high, signed=True)
+            p = mannwhitneyu(first, stats.per_seed(stat, cell.matrix)).pvalue
+            rows.append([*row, difference, f"{p:.2f}"])
+    return markdown(["", "seeds", f"steps to {100 * threshold:g}% [95% CI]",
+                     f"per-seed median (first episode below {100 * threshold:g}%)", f"other {MINUS} ours [95% CI]",
+                     "Mann–Whitney p (per seed)"], rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.report.seedwise", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -299,6 +345,10 @@ def main(argv: list[str] | None = None) -> None:
     replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
     replicate.add_argument("--threshold", type=float, default=None,
                            help="steps to this error (e.g. 0.01); without it, the final error")
+    rerun = commands.add_parser("rerun", parents=[common], help="ours against runs of the same cell on other seeds")
+    rerun.add_argument("--other", type=Path, action="append", required=True,
+                       help="per-seed curves of another run (.npz with <algorithm>_errors); repeat for several")
+    rerun.add_argument("--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
     args = parser.parse_args(argv)
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
@@ -310,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         print(paired_tables(sides, args.windows, args.resamples, args.seed))
     elif args.command == "perseed":
         print(perseed_table(cells, args.threshold))
+    elif args.command == "rerun":
+        print(rerun_table(cells, args.other, args.threshold, args.resamples, args.seed))
     elif args.command == "replicate":
         stat = FINAL if args.threshold is None else Stat("steps_to", threshold=args.threshold)
         print(replicate_table(cells, stat, args.table, parse_cell(args.where.replace(",", " ")), args.resamples,
