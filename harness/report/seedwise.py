@@ -256,19 +256,19 @@ def replicate_table(cells: list[Cell], stat: Stat, table: str, where: dict, resa
             rows.append([name, "0", cell.status, "n/a", published, "n/a", "n/a", "n/a"])
             continue
         counts = stats.resample_counts(len(cell.matrix.seeds), resamples, seed)
-        samples = stats.bootstrap(stat, cell.matrix, counts)
-        ours = stats.summarize(stat, cell.matrix, resamples, seed)
-        value = "never" if np.isinf(ours.value) else fmt(stat, ours.value)
-        row = [name, str(len(cell.matrix.seeds)), f"{value} [{fmt(stat, ours.low)}, "
-               f"{'never' if np.isinf(ours.high) else fmt(stat, ours.high)}]"]
+        samples = stats.bootstrap(stat, cell.matrix, counts)  # the interval's resamples give the sd too
+        point, (low, high) = stats.point(stat, cell.matrix), stats.interval(samples)
+        value = "never" if np.isinf(point) else fmt(stat, point)
+        row = [name, str(len(cell.matrix.seeds)), f"{value} [{fmt(stat, low)}, "
+               f"{'never' if np.isinf(high) else fmt(stat, high)}]"]
         spread = float(np.std(samples)) if np.isfinite(samples).all() else np.nan
         shown = f"{spread:.1f}" if stat.kind == "steps_to" else number(stat, spread)
         centre = (paper.low + paper.high) / 2 if paper is not None else np.nan
-        if not (np.isfinite(spread) and spread > 0 and np.isfinite(centre) and np.isfinite(ours.value)):
+        if not (np.isfinite(spread) and spread > 0 and np.isfinite(centre) and np.isfinite(point)):
             rows.append([*row, shown if np.isfinite(spread) else "n/a", published, "n/a", "n/a", "n/a"])
             continue
-        z = (centre - ours.value) / (np.sqrt(2) * spread)
-        rows.append([*row, shown, published, number(stat, centre - ours.value, signed=True),
+        z = (centre - point) / (np.sqrt(2) * spread)
+        rows.append([*row, shown, published, number(stat, centre - point, signed=True),
                      f"{z:+.1f}".replace("-", MINUS), f"{2 * norm.sf(abs(z)):.2f}"])
     return markdown(["", "seeds", "ours [95% CI]", "bootstrap sd", "paper", f"paper {MINUS} ours",
                      "z (independent rerun)", "p"], rows)
