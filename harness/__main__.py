@@ -7,24 +7,17 @@ conf/hydra/help/harness.yaml, its groups listed from conf/ (``config_groups_help
 
 from __future__ import annotations
 
-import signal
-import sys
+from harness import process
 
 if __name__ == "__main__":  # Ctrl-C or a kill while the modules load (seconds): nothing is written yet
-    def _stopped_while_loading(signum, frame) -> None:
-        print("Interrupted before the run started", file=sys.stderr)
-        sys.exit(130)
-
-    signal.signal(signal.SIGINT, _stopped_while_loading)  # ``launch`` installs the handlers of a started launch
-    signal.signal(signal.SIGTERM, _stopped_while_loading)
-
-from harness import process  # noqa: E402
+    process.exit_at_once_on_stop("Interrupted before the run started")  # ``launch`` installs a launch's handlers
 
 process.tune_memory()  # before torch allocates anything
 
 import logging  # noqa: E402
 import os  # noqa: E402
 import shlex  # noqa: E402
+import sys  # noqa: E402
 import textwrap  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -1,5 +1,6 @@
-"""Process-wide memory settings for CPU training, applied by the entry points (``python -m harness``, the bench
-scripts) before torch allocates anything; neither changes a number.
+"""Process-wide settings of the entry points. ``exit_at_once_on_stop``: how a stop ends a process whose modules are
+still loading. Two memory settings for CPU training, applied by the entry points (``python -m harness``, the bench
+scripts) before torch allocates anything; neither changes a number:
 
 - ``THP_MEM_ALLOC_ENABLE=1`` (unless set): PyTorch's CPU allocator asks for transparent huge pages on tensors of
   2 MB or more. The MNIST bandit gathers random rows of its training-image table every step, and with 4 KB pages
@@ -15,6 +16,8 @@ scripts) before torch allocates anything; neither changes a number.
 import ctypes
 import os
 import platform
+import signal
+import sys
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 _HEAP_BLOCK_LIMIT = 32 * 1024 * 1024  # the largest mmap threshold glibc accepts on 64-bit systems
@@ -27,3 +30,17 @@ def tune_memory() -> bool:
         return False
     mallopt = ctypes.CDLL("libc.so.6").mallopt
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCK_LIMIT)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def exit_at_once_on_stop(message: str) -> None:
+    """Make SIGINT and SIGTERM print ``message`` and end the process with 130 where it stands, for an entry point
+    whose modules are still loading: nothing is written yet, so nothing needs unwinding, and unwinding half-imported
+    modules can fail in their own cleanup (a half-built OmegaConf node turned the stop into an AttributeError)."""
+
+    def stop(signum, frame) -> None:
+        sys.stdout.flush()
+        print(message, file=sys.stderr, flush=True)
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)

@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -69,6 +70,26 @@ def test_a_stopped_joblib_sweep_stops_its_jobs_at_their_checkpoints_and_continue
     for job in jobs:
         summary = json.loads((job / outputs.SUMMARY_FILE).read_text())
         assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
+
+
+def test_a_stop_while_modules_load_ends_at_once_even_where_cleanup_would_fail():
+    """The stop handler of a loading entry point ends the process where it stands: a signal that lands inside a
+    library's ``finally`` whose cleanup fails (a half-built OmegaConf node did) still ends in the one line and 130.
+    Bug caught: harness/process.py:exit_at_once_on_stop — ``sys.exit(130)`` in place of ``os._exit(130)`` unwinds
+    into the failing cleanup and exits 1 with its traceback."""
+    child = textwrap.dedent("""
+        import os, signal, time
+        from harness import process
+        process.exit_at_once_on_stop("Interrupted before the run started")
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        finally:
+            raise AttributeError("cleanup of a half-built object")
+        """)
+    result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "Interrupted before the run started\n")
 
 
 def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp_path):
