@@ -6,6 +6,14 @@ figure), ``runs.csv``, per paper table ``<table>.md|.csv|.tex`` (ours with a 95%
 number, paired difference to TPO), per figure ``<fig>.png|.pdf|.caption.md``, and ``missing.json`` (the commands
 that fill missing or partial cells).
 
+With ``--compare KEY --baseline VALUE [--windows final,mean]`` it also compares every value of a config key
+(``algorithm``, ``algorithm.eta``, ``experiment``, ...) with the baseline value on each task (the distinct values
+of the runs' other keys), on the normalised score 1 − error: per task paired over seeds, ``compare_tasks.md|.csv``;
+across tasks with rliable (IQM, optimality gap, probability of improvement), ``compare_aggregates.md|.csv``; and
+rliable's performance profiles and IQM against the step, ``compare_profiles`` and ``compare_sample_efficiency``
+(png, pdf, caption). Tasks without usable runs of the baseline are left out with a warning
+(``harness/report/compare.py``).
+
 ``python -m harness.report --wandb-workspace ENTITY/PROJECT --preset NAME`` writes no report: it saves a W&B workspace
 of the project's mirrored runs of the preset (or of ``--wandb-filters``), one section per metric against ``step``, a
 line per W&B group (mean ± s.e. over its seeds) in the figures' algorithm colours
@@ -26,7 +34,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only, never a window
 
-from harness.report import stats  # noqa: E402
+from harness.report import compare, stats  # noqa: E402
 from harness.report.build import write_report  # noqa: E402
 from harness.report.specs import FIGURES, TABLES  # noqa: E402
 
@@ -63,6 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", metavar="NAME",
                         help="with --wandb-workspace: the experiment preset (conf/experiment/NAME.yaml) whose runs "
                              "it shows")
+    parser.add_argument("--compare", metavar="KEY",
+                        help="also compare every value of this config key (algorithm, algorithm.eta, experiment, "
+                             "task.V, ...) with --baseline on each task (the distinct values of the other keys) and "
+                             "across tasks (rliable), on the score 1 − error")
+    parser.add_argument("--baseline", metavar="VALUE", help="with --compare: the value the others are compared with")
+    parser.add_argument("--windows", metavar="W,...",
+                        help=f"with --compare: comma list of {', '.join(compare.WINDOWS)} (the score at the last "
+                             "logged step; its mean over the run); default final")
     args = parser.parse_args(argv)
     if args.wandb_workspace is not None:
         save_workspace(parser, args)
@@ -77,11 +93,30 @@ def main(argv: list[str] | None = None) -> None:
                        f"from fewer is noise; default {stats.RESAMPLES})\n")
     if args.seed < 0:  # numpy refuses it, deep in the first bootstrap, after the output folder is made
         parser.exit(2, f"{parser.prog}: --seed {args.seed}: give a non-negative integer (default {stats.SEED})\n")
-    table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
-                         wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
-                         seed=args.seed)
+    comparison = comparison_request(parser, args)
+    try:
+        table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
+                             wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
+                             seed=args.seed, comparison=comparison)
+    except compare.CompareError as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
     print(table.to_string(index=False))
     print(f"\nwritten to {args.out}/")
+
+
+def comparison_request(parser: argparse.ArgumentParser, args: argparse.Namespace) -> compare.Request | None:
+    """``--compare``/``--baseline``/``--windows`` as a request, or None; refused in one line (exit 2, before any run
+    is read) when one of the first two comes without the other or a window is not one of ``compare.WINDOWS``."""
+    if args.compare is None and args.baseline is None and args.windows is None:
+        return None
+    if args.compare is None or args.baseline is None:
+        parser.exit(2, f"{parser.prog}: --compare KEY and --baseline VALUE go together (--windows only with them)\n")
+    windows = tuple(dict.fromkeys(args.windows.split(","))) if args.windows is not None else ("final",)
+    unknown = [window for window in windows if window not in compare.WINDOWS]
+    if unknown:
+        parser.exit(2, f"{parser.prog}: --windows {args.windows}: unknown {', '.join(unknown)}; choose from "
+                       f"{', '.join(compare.WINDOWS)}\n")
+    return compare.Request(args.compare, args.baseline, windows)
 
 
 def save_workspace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.outputs import SUMMARY_FILE, temporary_path
-from harness.report import dynamics, stats
+from harness.report import compare, dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, conflict_note, write_figure
 from harness.report.load import load_runs
 from harness.report.specs import (
@@ -226,10 +226,12 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                  wandb: list[str] = (), wandb_api=None, wandb_filters: dict | None = None,
                  resamples: int = stats.RESAMPLES,
                  seed: int = stats.SEED, table_specs: dict[str, Table] = TABLES,
-                 figure_specs: dict[str, Figure] = FIGURES) -> pd.DataFrame:
-    """Write README.md, one md/csv/tex per paper table and png/pdf/caption per figure under ``out``, whole or not at
-    all (``staged``); return the per-run table. ``out`` must be new, empty (but for a hand-written
-    ``conclusions.md``) or a folder an earlier report wrote (``claim_out``)."""
+                 figure_specs: dict[str, Figure] = FIGURES, comparison: compare.Request | None = None) -> pd.DataFrame:
+    """Write README.md, one md/csv/tex per paper table and png/pdf/caption per figure under ``out``, and the
+    ``comparison``'s tables and figures where one is asked for (``compare.CompareError``, before anything is
+    written, when the runs cannot give it), whole or not at all (``staged``); return the per-run table. ``out``
+    must be new, empty (but for a hand-written ``conclusions.md``) or a folder an earlier report wrote
+    (``claim_out``)."""
     previous = claim_out(out)
     needed = metrics_needed(table_specs, figure_specs)
     runs, curves = load_runs(paths, metrics=lambda experiment: GENERIC_METRICS | needed.get(experiment, set()),
@@ -237,9 +239,13 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     if runs.empty:
         raise SystemExit(f"no run directories (with {SUMMARY_FILE}) found under: {', '.join(map(str, paths))}")
     report = Report(runs, curves, resamples, seed)
+    compared = compare.prepare(report, comparison) if comparison is not None else None
     sources = " ".join([*map(str, paths), *(f"--wandb {w}" for w in wandb)])
     selection = "".join(f" --{kind} {choice}" for kind, choice in (("tables", tables), ("figures", figures))
                         if choice != "auto")
+    if comparison is not None:
+        selection += (f" --compare {comparison.key} --baseline {comparison.baseline} "
+                      f"--windows {','.join(comparison.windows)}")
     command = f"python -m harness.report {sources} --out {out}{selection}"
     experiments = set(runs.experiment)
 
@@ -285,6 +291,9 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
             for figure in written:
                 sections.append(f"### {figure.title}\n\n![{figure.name}]({figure.name}.png)\n\n"
                                 f"Caption and provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
+
+        if compared is not None:
+            sections.append(compare.write(compared, report, stage, command))
 
         records = pd.concat(records) if records else pd.DataFrame(columns=RECORD)
         commands = missing_commands(records)

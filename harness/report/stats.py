@@ -14,6 +14,12 @@ comparisons.
   P(better) = fraction of paired seeds on which the algorithm's own per-seed value is better (lower; higher for
   ``Stat.higher_is_better``) than the reference's (ties count ½); per-seed steps_to is the seed's own first step
   below X.
+
+Why not ``scipy.stats.bootstrap`` or rliable: from ``default_rng(SEED)`` scipy's percentile method draws these very
+resamples (paired ones too) but interpolates its quantiles linearly, with no ``inverted_cdf`` choice, so every
+interval end would move (the tables' CSVs with it) and an end between a finite resample and a never one would become
+never; its BCa is another interval altogether. rliable's intervals (arch's percentile bootstrap) interpolate too, and
+draw from numpy's global generator.
 """
 
 from __future__ import annotations

@@ -233,10 +233,11 @@ class Report:
     def resolve(self, preset: str, key: dict, budget: tuple[int, int, str]) -> Resolved:
         cache_key = (preset, key_text(key), budget)
         if cache_key not in self._resolved:
-            self._resolved[cache_key] = self._resolve(self.matching(preset, key), budget)
+            self._resolved[cache_key] = self.resolve_runs(self.matching(preset, key), budget)
         return self._resolved[cache_key]
 
-    def _resolve(self, candidates: pd.DataFrame, budget: tuple[int, int, str]) -> Resolved:
+    def resolve_runs(self, candidates: pd.DataFrame, budget: tuple[int, int, str]) -> Resolved:
+        """The cell over ``candidates``, the runs matching its key, by the module docstring's rules."""
         seeds_wanted, steps_wanted, source = budget
         if candidates.empty:
             return Resolved("missing")

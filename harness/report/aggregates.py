@@ -1,0 +1,315 @@
+"""Across tasks with rliable (Agarwal et al. 2021), for ``compare``: IQM, optimality gap and probability of
+improvement with stratified bootstrap intervals, performance profiles and the IQM against the step, from the
+tasks' normalised scores (``compare``'s docstring defines tasks, scores and windows). Imported only where a
+comparison is made: rliable brings arch and seaborn, a second of start-up for every report otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from rliable import library as rly
+from rliable import metrics, plot_utils
+
+from harness.report import stats
+from harness.report.compare import CONFIG_KEY, WINDOWS, Comparison, task_text, text, with_interval
+from harness.report.figures import BAND_RESAMPLES, caption, series_style, wrapped_title
+from harness.report.load import warn
+from harness.report.specs import Figure, Series, axis_labels
+from harness.report.tables import Report, write_file
+
+TAUS = np.linspace(0.0, 1.0, 101)  # performance-profile thresholds over the score's whole range
+CURVE_POINTS = 50  # steps of the sample-efficiency curve: its bootstrap costs resamples × points IQMs per value
+AGGREGATES, PROFILES, SAMPLE_EFFICIENCY = "compare_aggregates", "compare_profiles", "compare_sample_efficiency"
+
+
+@contextlib.contextmanager
+def global_seed(seed: int):
+    """numpy's global generator seeded with ``seed`` for the block, then put back as it was. rliable 1.2 draws its
+    bootstrap indices there (``np.random.choice`` in ``StratifiedBootstrap.update_indices``) whatever
+    ``random_state`` it is given (one ``RandomState(0)`` passed twice gives two intervals), and its performance
+    profiles take no generator at all."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def iqm_and_gap(scores: np.ndarray) -> np.ndarray:
+    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_optimality_gap(scores)])
+
+
+def iqm_per_step(scores: np.ndarray) -> np.ndarray:
+    """The IQM at each step of (runs × tasks × steps) scores."""
+    return np.array([metrics.aggregate_iqm(scores[..., step]) for step in range(scores.shape[-1])])
+
+
+def estimate(data: np.ndarray | tuple[np.ndarray, ...], func: Callable, resamples: int,
+             seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """rliable's point estimate of ``func`` on ``data`` (one score matrix, or a tuple resampled independently) and
+    its 95% stratified percentile-bootstrap interval (2 × …), from the generator seeded ``seed``."""
+    with global_seed(seed):
+        points, intervals = rly.get_interval_estimates({"": data}, func, reps=resamples)
+    return np.atleast_1d(points[""]), np.asarray(intervals[""]).reshape(2, -1)
+
+
+def balanced(per_task: list[np.ndarray]) -> np.ndarray:
+    """(runs × tasks …) from each task's rows (seeds): the first n of each, n the fewest any task has."""
+    runs = min(len(rows) for rows in per_task)
+    return np.stack([rows[:runs] for rows in per_task], axis=1)
+
+
+@dataclass
+class Selection:
+    """What an aggregate covers: the tasks where the baseline has a score, the values with one in each of them
+    (the baseline first) and their (runs × tasks …) scores (``balanced``), and the values left out, in words."""
+
+    tasks: list[int]
+    scores: dict[object, np.ndarray]
+    left_out: list[str]
+
+
+def select(comparison: Comparison, rows: dict[tuple[int, object], np.ndarray], what: str) -> Selection:
+    """``rows``: each cell's scored seeds (task index, value) → (seeds …). A value without rows in some task is left
+    out (rliable's aggregates compare values over the same tasks), and so is every value when fewer than two
+    remain; a warning line says which, and one per value whose tasks hold more seeds than ``balanced`` keeps."""
+    key, baseline = comparison.key, comparison.baseline
+    tasks = [index for index in range(len(comparison.tasks)) if len(rows.get((index, baseline), ()))]
+    values, left_out = [], []
+    for value in comparison.values:
+        missing = sum(not len(rows.get((index, value), ())) for index in tasks)
+        if missing:
+            left_out.append(f"{text(key, value)} (no score in {missing} of {len(tasks)} task(s))")
+        else:
+            values.append(value)
+    if left_out:
+        warn(f"--compare {key}: {what}: left out of the aggregates: {'; '.join(left_out)}")
+    if len(values) < 2:
+        return Selection(tasks, {}, left_out)
+    counts = {value: [len(rows[index, value]) for index in tasks] for value in values}
+    fewer = [f"{text(key, value)} {min(n)} ({sum(n) - min(n) * len(n)} seed(s) left out)"
+             for value, n in counts.items() if max(n) > min(n)]
+    if fewer:
+        warn(f"--compare {key}: {what}: runs per task, the fewest of any task: {'; '.join(fewer)}")
+    return Selection(tasks, {value: balanced([rows[index, value] for index in tasks]) for value in values}, left_out)
+
+
+def window_scores(comparison: Comparison, window: str) -> Selection:
+    """Each value's scores in ``window``: per task its seeds in id order with a finite score (``select``)."""
+    stat = WINDOWS[window]
+    finite = {}
+    for cell, matrix in comparison.scores.items():
+        column = stats.per_seed(stat, matrix)
+        finite[cell] = column[np.isfinite(column)]
+    return select(comparison, finite, window)
+
+
+def curve_scores(comparison: Comparison) -> tuple[np.ndarray, Selection]:
+    """The steps at which every cell of the values with runs in every task logged its error (at most
+    ``CURVE_POINTS``, evenly spread, the last included) and the values' (runs × tasks × steps) scores there, seeds
+    scored at every one of those steps (``select``)."""
+    tasks = range(len(comparison.tasks))
+    values = [value for value in comparison.values if all((index, value) in comparison.scores for index in tasks)]
+    logged = [matrix.steps[np.isfinite(matrix.values).any(0)]
+              for matrix in (comparison.scores[index, value] for index in tasks for value in values)]
+    common = logged[0]
+    for steps in logged[1:]:
+        common = np.intersect1d(common, steps)
+    if len(values) < 2 or len(common) < 2:
+        return common, Selection(list(tasks), {}, [])
+    steps = common[np.unique(np.linspace(0, len(common) - 1, min(CURVE_POINTS, len(common))).round().astype(int))]
+    rows = {}
+    for index in tasks:
+        for value in values:
+            matrix = comparison.scores[index, value]
+            at = matrix.values[:, np.searchsorted(matrix.steps, steps)]
+            rows[index, value] = at[np.isfinite(at).all(1)]
+    return steps, select(comparison, rows, "IQM against the step")
+
+
+def aggregate(comparison: Comparison) -> tuple[pd.DataFrame, dict[str, tuple[Selection, dict, dict]]]:
+    """Per window and value: IQM, optimality gap and (but for the baseline) the probability of improvement over the
+    baseline, each with its interval (one row each); and per window what it covers and the values' performance
+    profiles with their intervals (by label)."""
+    rows, windows = [], {}
+    key, baseline = comparison.key, comparison.baseline
+    for window in comparison.windows:
+        selection = window_scores(comparison, window)
+        profiles, bands = {}, {}
+        for value, matrix in selection.scores.items():
+            shared = {"window": window, key: value, "tasks": len(selection.tasks), "runs_per_task": len(matrix)}
+            point, interval = estimate(matrix, iqm_and_gap, comparison.resamples, comparison.seed)
+            rows += [{**shared, "statistic": statistic, "over": "", "estimate": point[j], "low": interval[0, j],
+                      "high": interval[1, j]} for j, statistic in enumerate(("iqm", "optimality_gap"))]
+            if value != baseline:
+                point, interval = estimate((matrix, selection.scores[baseline]), metrics.probability_of_improvement,
+                                           comparison.resamples, comparison.seed)
+                rows.append({**shared, "statistic": "probability_of_improvement", "over": baseline,
+                             "estimate": point[0], "low": interval[0, 0], "high": interval[1, 0]})
+            with global_seed(comparison.seed):
+                profile, band = rly.create_performance_profile({text(key, value): matrix}, TAUS,
+                                                               reps=comparison.resamples)
+            profiles.update(profile)
+            bands.update(band)
+        windows[window] = (selection, profiles, bands)
+    columns = ["window", key, "tasks", "runs_per_task", "statistic", "over", "estimate", "low", "high"]
+    return pd.DataFrame(rows, columns=columns), windows
+
+
+def aggregate_markdown(comparison: Comparison, frame: pd.DataFrame, selections: dict[str, Selection]) -> str:
+    """Per window: the tasks it covers, then one row per value: runs per task, IQM, optimality gap, P(improvement);
+    the values left out."""
+    key, baseline = comparison.key, text(comparison.key, comparison.baseline)
+    header = [key, "runs per task", "IQM [95% CI]", "optimality gap [95% CI]", f"P(> {baseline}) [95% CI]"]
+    parts = []
+    for window, selection in selections.items():
+        left_out = f"Left out: {'; '.join(selection.left_out)}." if selection.left_out else ""
+        if not selection.scores:
+            parts.append(f"**{window}**: fewer than 2 values have a score in every task: no aggregates. {left_out}")
+            continue
+        lines = [f"**{window}**, {len(selection.tasks)} task(s): "
+                 + "; ".join(task_text(comparison.tasks[index]) for index in selection.tasks) + "\n",
+                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        rows = frame[frame.window == window]
+        for value, part in rows.groupby(key, sort=False):
+            by_name = part.set_index("statistic")
+            cells = [text(key, value), str(part.runs_per_task.iloc[0])]
+            for statistic in ("iqm", "optimality_gap", "probability_of_improvement"):
+                found = by_name.loc[statistic] if statistic in by_name.index else None
+                cells.append("ref" if found is None else with_interval(found.estimate, found.low, found.high))
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines + ([f"\n{left_out}"] if left_out else [])))
+    return "\n\n".join(parts)
+
+
+# ---- figures -----------------------------------------------------------------------------------------------------
+
+def colours(comparison: Comparison) -> dict[str, str]:
+    """The report's colours: an algorithm's own; other values along viridis (``figures.series_style``)."""
+    name = CONFIG_KEY.get(comparison.key, comparison.key)
+    count = len(comparison.values)
+    return {text(comparison.key, value): series_style(Series({name: value}), index, count)[0]
+            for index, value in enumerate(comparison.values)}
+
+
+def _legend(fig: plt.Figure, axes) -> None:
+    """One legend below the panels, each label once."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=min(len(handles), 6),
+               frameon=False, fontsize=8)
+
+
+def profile_figure(comparison: Comparison, profiles: dict[str, tuple[dict, dict]], title: str) -> plt.Figure:
+    """One panel per window: rliable's performance profile of each value, with its 95% band."""
+    fig, axes = plt.subplots(1, len(profiles), figsize=(max(6.0, 3.6 * len(profiles)), 3.6), squeeze=False,
+                             layout="constrained")
+    for ax, (window, (points, bands)) in zip(axes.flat, profiles.items()):
+        plot_utils.plot_performance_profiles(points, TAUS, performance_profile_cis=bands, colors=colours(comparison),
+                                             ax=ax, xlabel=f"{window} score τ",
+                                             ylabel="Fraction of runs with score > τ", labelsize="medium",
+                                             ticklabelsize="small", linewidth=1.4)
+    _legend(fig, axes.flat)
+    fig.suptitle(wrapped_title(title, fig.get_figwidth()), fontsize=10)
+    return fig
+
+
+def sample_efficiency_figure(comparison: Comparison, steps: np.ndarray, points: dict, intervals: dict, unit: str,
+                             title: str) -> plt.Figure:
+    """rliable's sample-efficiency plot: each value's IQM at ``steps`` with its 95% band."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
+    plot_utils.plot_sample_efficiency_curve(steps, points, intervals, colors=colours(comparison), ax=ax,
+                                            xlabel=unit, ylabel="IQM normalised score", labelsize="medium",
+                                            ticklabelsize="small", marker="", linewidth=1.4)
+    _legend(fig, [ax])
+    fig.suptitle(wrapped_title(title, fig.get_figwidth()), fontsize=10)
+    return fig
+
+
+def save_figure(fig: plt.Figure, out: Path, name: str, text_caption: str) -> None:
+    """<name>.png, .pdf and .caption.md, as ``figures.write_figure`` writes them."""
+    png, pdf = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=150)
+    fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})
+    plt.close(fig)
+    write_file(out / f"{name}.png", png.getvalue())
+    write_file(out / f"{name}.pdf", pdf.getvalue())
+    write_file(out / f"{name}.caption.md", text_caption)
+
+
+def _caption(comparison: Comparison, report: Report, name: str, title: str, lines: list[str],
+             selections: list[Selection], command: str) -> str:
+    """Two human lines, then ``figures.caption``'s provenance: the runs, configs, seeds and hardware of every cell
+    drawn."""
+    cells = {(index, value) for selection in selections for index in selection.tasks for value in selection.scores}
+    used = [(task_text(comparison.tasks[index]), text(comparison.key, value), comparison.cells[index, value])
+            for index in range(len(comparison.tasks)) for value in comparison.values if (index, value) in cells]
+    return "\n".join([*lines, ""]) + "\n" + caption(Figure(name, title, ()), used, report.runs, command)
+
+
+def write(comparison: Comparison, report: Report, out: Path, command: str, intro: str) -> list[str]:
+    """Write compare_aggregates.md|csv and the two figures (png, pdf, caption) into ``out``; return the README's
+    lines for them. ``intro``: the comparison's definitions, which the markdown file repeats."""
+    key, baseline = comparison.key, text(comparison.key, comparison.baseline)
+    resampling = f"{comparison.resamples:,} resamples, generator seed {comparison.seed}"
+    rules = ("rliable (Agarwal et al. 2021): interquartile mean and optimality gap (γ = 1) of the runs × tasks "
+             f"scores; probability of improvement over {baseline} (per task P(X > Y) over unpaired runs, averaged "
+             f"over tasks); 95% stratified bootstrap intervals (runs resampled within each task; {resampling}, set "
+             "for each value). Tasks: those with the baseline's runs; a value without a score in one of them is "
+             "left out. Each value keeps per task its first n seeds with a finite score, n the fewest any task "
+             "has.\n")
+    frame, windows = aggregate(comparison)
+    write_file(out / f"{AGGREGATES}.csv", frame.to_csv(index=False))
+    table = aggregate_markdown(comparison, frame, {window: selection for window, (selection, _, _) in windows.items()})
+    write_file(out / f"{AGGREGATES}.md", "\n".join([f"# Across tasks: {key}, against {baseline}\n", intro, rules,
+                                                     table, ""]))
+    lines = ["### Across tasks\n", rules, table, "",
+             f"Files: [{AGGREGATES}.md]({AGGREGATES}.md), [{AGGREGATES}.csv]({AGGREGATES}.csv)\n"]
+    drawn = {window: entry for window, entry in windows.items() if entry[0].scores}
+    if drawn:
+        title = "Performance profiles: normalised score 1 − error"
+        save_figure(profile_figure(comparison, {window: (profiles, bands) for window, (_, profiles, bands)
+                                                in drawn.items()}, title), out, PROFILES, _caption(
+            comparison, report, PROFILES, title,
+            [f"**{title}.** Per window, the fraction of runs (seeds × tasks) whose score exceeds τ, each value with "
+             f"its 95% stratified bootstrap band (rliable's `create_performance_profile`, {resampling}).",
+             "Tasks, values and runs as in the aggregates table."], [entry[0] for entry in drawn.values()], command))
+        lines += [f"### {title}\n", f"![{PROFILES}]({PROFILES}.png)\n",
+                  f"Caption and provenance: [{PROFILES}.caption.md]({PROFILES}.caption.md)\n"]
+    steps, selection = curve_scores(comparison)
+    if selection.scores:
+        unit = "/".join(dict.fromkeys(axis_labels(comparison.tasks[index].get("task"))[0]
+                                      for index in selection.tasks))
+        resamples = min(comparison.resamples, BAND_RESAMPLES)
+        points, intervals = {}, {}
+        for value, scores in selection.scores.items():
+            points[text(key, value)], intervals[text(key, value)] = estimate(scores, iqm_per_step, resamples,
+                                                                             comparison.seed)
+        title = f"IQM of the normalised score 1 − error against the {unit.lower()}"
+        save_figure(sample_efficiency_figure(comparison, steps, points, intervals, unit, title), out,
+                    SAMPLE_EFFICIENCY, _caption(
+                        comparison, report, SAMPLE_EFFICIENCY, title,
+                        [f"**{title}.** At {len(steps)} {unit.lower()}s that every task logged (up to the shortest "
+                         f"task's last), the IQM over runs and {len(selection.tasks)} task(s), with its 95% "
+                         f"stratified bootstrap band (rliable, {resamples:,} resamples, generator seed "
+                         f"{comparison.seed}, set for each value).",
+                         "Runs per task: each value's first n seeds scored at every one of those steps, n the "
+                         "fewest any task has; values without runs in every task are left out."], [selection],
+                        command))
+        lines += [f"### {title}\n", f"![{SAMPLE_EFFICIENCY}]({SAMPLE_EFFICIENCY}.png)\n",
+                  f"Caption and provenance: [{SAMPLE_EFFICIENCY}.caption.md]({SAMPLE_EFFICIENCY}.caption.md)\n"]
+    else:
+        lines.append("No IQM against the step: fewer than 2 values have runs in every task, or the tasks share fewer "
+                     "than 2 logged steps (their budgets or logging intervals differ).\n")
+    return lines
