@@ -293,7 +293,10 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                                 f"Caption and provenance: [{figure.name}.caption.md]({figure.name}.caption.md)\n")
 
         if compared is not None:
-            sections.append(compare.write(compared, report, stage, command))
+            from harness.report import aggregates  # rliable only where a comparison is made (see its docstring)
+
+            sections.append("\n".join([compare.write(compared, stage),
+                                       *aggregates.write(compared, report, stage, command, compare.intro(compared))]))
 
         records = pd.concat(records) if records else pd.DataFrame(columns=RECORD)
         commands = missing_commands(records)

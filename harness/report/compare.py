@@ -230,16 +230,18 @@ def task_markdown(comparison: Comparison, table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write(comparison: Comparison, report: Report, out: Path, command: str) -> str:
-    """Write compare_tasks.md|csv and, through ``aggregates``, the across-task tables and figures into ``out``;
-    return the README's section."""
-    from harness.report import aggregates  # rliable only where a comparison is made (see its docstring)
+def intro(comparison: Comparison) -> str:
+    """What is compared and how it is scored: the opening of the per-task and the across-task files."""
+    return (f"Every value of `{comparison.key}` against {text(comparison.key, comparison.baseline)}, on "
+            f"{len(comparison.tasks)} task(s): the distinct values of the runs' other keys. Normalised score = 1 − "
+            "error (in [0, 1] on every task; 1 = solved); final = each seed's score at the last logged step, mean = "
+            "its mean over every logged step (`harness/report/compare.py`).\n")
 
+
+def write(comparison: Comparison, out: Path) -> str:
+    """Write compare_tasks.md|csv into ``out``; return the README's section on it (``build`` adds the across-task
+    one, ``aggregates.write``)."""
     key, baseline = comparison.key, text(comparison.key, comparison.baseline)
-    intro = (f"Every value of `{key}` against {baseline}, on {len(comparison.tasks)} task(s): the distinct values of "
-             "the runs' other keys. Normalised score = 1 − error (in [0, 1] on every task; 1 = solved); final = each "
-             "seed's score at the last logged step, mean = its mean over every logged step "
-             "(`harness/report/compare.py`).\n")
     rules = (f"Score [95% percentile bootstrap over seeds]; Δ = value − {baseline} on the seed ids both have [95% "
              "bootstrap, the same resampled seeds for both]; P(better) = share of those seeds on which the value "
              "scores higher (ties ½); n=k: k paired seeds; † partial (fewer seeds or steps than the budget). "
@@ -247,7 +249,7 @@ def write(comparison: Comparison, report: Report, out: Path, command: str) -> st
     frame = task_table(comparison)
     write_file(out / f"{TASKS}.csv", frame.to_csv(index=False))
     table = task_markdown(comparison, frame)
-    write_file(out / f"{TASKS}.md", "\n".join([f"# Per task: {key}, against {baseline}\n", intro, rules, table, ""]))
-    return "\n".join([f"## Comparison: {key}, against {baseline}\n", intro, "### Per task\n", rules, table, "",
-                      f"Files: [{TASKS}.md]({TASKS}.md), [{TASKS}.csv]({TASKS}.csv)\n",
-                      *aggregates.write(comparison, report, out, command, intro)])
+    write_file(out / f"{TASKS}.md", "\n".join([f"# Per task: {key}, against {baseline}\n", intro(comparison), rules,
+                                              table, ""]))
+    return "\n".join([f"## Comparison: {key}, against {baseline}\n", intro(comparison), "### Per task\n", rules, table,
+                      "", f"Files: [{TASKS}.md]({TASKS}.md), [{TASKS}.csv]({TASKS}.csv)\n"])
