@@ -223,7 +223,8 @@ _OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config
                        "--shell-completion", "-sc", "--version", "--help", "-h", "--hydra-help", "--info", "-i")
 
 # the config groups picked on this command line (conf/ has more: campaign/ is for python -m harness.campaign,
-# accelerate/ for `accelerate launch`, task/llm/ holds the LLM tasks' shared keys): what --help lists
+# scorecard/ for python -m harness.scorecard, accelerate/ for `accelerate launch`, task/llm/ holds the LLM tasks'
+# shared keys): what --help lists
 GROUPS = {
     "algorithm": "the RL method",
     "task": "the problem it learns",

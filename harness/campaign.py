@@ -96,6 +96,7 @@ MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measure
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # every run's, see Job.command
 BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run's identity: seed ranges merge
 LOCK_FILE = ".campaign.lock"
+SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.scorecard): no report of the campaign's
 STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
@@ -668,6 +669,8 @@ def report(preset: str, results: Path) -> list[str]:
     report folders that failed, each named in one line (``REPORT FAILED``) with the report's last error line."""
     from harness.report.specs import FIGURES, TABLES, report_sources, report_specs
 
+    if preset.startswith(SCORECARD_PRESETS):  # read by python -m harness.scorecard, which writes its own report
+        return []
     owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
     readers = [name for name in owners if name != preset and preset in report_sources(name)]
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)

@@ -20,6 +20,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests' models and data are l
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
+
+# rliable's absl.logging holds the sys.stderr of its import (here: pytest's capture) and closes it when Hydra
+# reconfigures logging: every later test of the worker would fail. As harness/report/aggregates.py does for itself.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 from omegaconf import open_dict
 
 from harness.config import compose_config as harness_compose

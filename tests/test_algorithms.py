@@ -377,6 +377,7 @@ HARNESS_FLOORS = (
      "harness.process", "harness.sweep", "harness.interrupts"),
     ("harness.trainers", "harness.llm", "harness.run"),
     ("harness.__main__", "harness.campaign", "harness.report"),
+    ("harness.scorecard",),  # runs through the campaign, reads through the report
 )
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +239,18 @@ def test_a_baseline_without_usable_runs_in_any_task_is_refused_naming_the_tasks(
         f"python -m harness.report: --baseline tpo: no task has usable runs of it ({EXPERIMENT}, single-context bandit "
         "(failed))"]
     assert not (tmp_path / "out").exists()
+
+
+def test_importing_the_aggregates_leaves_a_captured_stderr_open_through_a_logging_reconfiguration():
+    """A captured stderr (a notebook cell's, a test phase's) survives ``logging.config.dictConfig`` (Hydra's
+    composition) after the aggregates (rliable, so absl.logging) were imported under it. Bug caught:
+    harness/report/aggregates.py without the line that points absl's handler at the process's own stderr (absl closes the captured one)."""
+    child = ("import io, logging.config, sys\n"
+             "sys.stderr = captured = io.StringIO()\n"
+             "from harness.report import aggregates\n"
+             "sys.stderr = io.StringIO()\n"  # as pytest moves from one capture to the next
+             "logging.config.dictConfig({'version': 1})\n"
+             "print(captured.closed)\n")
+    result = subprocess.run([sys.executable, "-c", child], cwd=CONF.parent, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(CONF.parent)}, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr

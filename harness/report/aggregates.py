@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from absl import logging as absl_logging
 from rliable import library as rly
 from rliable import metrics, plot_utils
 
@@ -24,6 +26,11 @@ from harness.report.figures import BAND_RESAMPLES, caption, series_style, wrappe
 from harness.report.load import warn
 from harness.report.specs import Figure, Series, axis_labels
 from harness.report.tables import Report, write_file
+
+# rliable imports absl.logging, whose handler holds the sys.stderr of that moment and closes it when the logging
+# handlers are shut down (logging.config.dictConfig does: Hydra's composition) unless it is the process's own; under a
+# notebook's or pytest's captured stderr, that closes the capture. Point it at the process's own stderr.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 TAUS = np.linspace(0.0, 1.0, 101)  # performance-profile thresholds over the score's whole range
 CURVE_POINTS = 50  # steps of the sample-efficiency curve: its bootstrap costs resamples × points IQMs per value
