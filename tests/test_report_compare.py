@@ -244,7 +244,8 @@ def test_a_baseline_without_usable_runs_in_any_task_is_refused_naming_the_tasks(
 def test_importing_the_aggregates_leaves_a_captured_stderr_open_through_a_logging_reconfiguration():
     """A captured stderr (a notebook cell's, a test phase's) survives ``logging.config.dictConfig`` (Hydra's
     composition) after the aggregates (rliable, so absl.logging) were imported under it. Bug caught:
-    harness/report/aggregates.py without the line that points absl's handler at the process's own stderr (absl closes the captured one)."""
+    harness/report/aggregates.py without the line that points absl's handler at the process's own stderr (absl
+    closes the captured one)."""
     child = ("import io, logging.config, sys\n"
              "sys.stderr = captured = io.StringIO()\n"
              "from harness.report import aggregates\n"
