@@ -47,6 +47,8 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if not multirun:  # ``launch`` ended a stop at once while Hydra composed; from here a stop is handled below
+        interrupts.raise_on_stop()
     if multirun:  # a job that SLURM requeued (preempted, or at its time limit) continues its run
         sweep.continue_if_requeued(cfg)
     launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
@@ -199,6 +201,16 @@ class LaunchLog:
         finally:
             os.close(self._descriptor)
             self._descriptor = None
+
+
+def _remove_unstarted_run() -> None:
+    """A single run stopped before ``main`` ran: the folders Hydra made for it go, with a log in the run folder if
+    this launch alone wrote it (as a refused launch's, ``_remove_launch_files``); nothing when none was made yet."""
+    created = sweep.launch_folders("run")
+    if created:  # the run folder first (harness.sweep.LaunchFolders)
+        for path in created[0].glob("*.log"):
+            LaunchLog(path).remove_if_own()
+        sweep.remove_new_folders(created)
 
 
 def _remove_launch_files(run_dir: Path, launch_log: LaunchLog | None, created: list[Path] | None) -> None:
@@ -608,7 +620,10 @@ def launch(argv: list[str]) -> None:
     interrupts.record_launch_argv(argv)
     interrupts.quiet_pool_teardown()
     stop = interrupts.StopJobs()
-    stop.install()
+    if "-m" in argv or "--multirun" in argv:
+        stop.install()
+    else:  # a single run: until ``main`` starts, a stop ends the process at once and what Hydra made for it goes
+        process.exit_at_once_on_stop("Interrupted before the run started", cleanup=_remove_unstarted_run)
     try:
         main()
     except KeyboardInterrupt:  # only a sweep's launching process gets here: a job's own interrupt ends in main()

@@ -36,6 +36,13 @@ def record_launch_argv(argv: list[str]) -> None:
     os.environ[LAUNCH_ARGV_ENV] = shlex.join(argv)
 
 
+def raise_on_stop() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in this process: a single run stops at its checkpoint
+    (``harness.run``), or before it starts as ``harness.__main__.main`` says."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 def quiet_pool_teardown() -> None:
     """Silence, in the processes this one starts, the warnings joblib's resource tracker prints when a stopped
     sweep tears its worker pool down: it reports a semaphore as leaked and then finds it already removed. The

@@ -32,14 +32,20 @@ def tune_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCK_LIMIT)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
-def exit_at_once_on_stop(message: str) -> None:
-    """Make SIGINT and SIGTERM print ``message`` and end the process with 130 where it stands, for an entry point
-    whose modules are still loading: nothing is written yet, so nothing needs unwinding, and unwinding half-imported
-    modules can fail in their own cleanup (a half-built OmegaConf node turned the stop into an AttributeError)."""
+def exit_at_once_on_stop(message: str, cleanup=None) -> None:
+    """Make SIGINT and SIGTERM print ``message``, call ``cleanup`` (what the process made so far goes) and end the
+    process with 130 where it stands, for an entry point whose modules are loading or whose launch is being composed:
+    nothing of a run is written yet, and unwinding half-imported modules or a half-built config can fail in their own
+    cleanup (a half-built OmegaConf node turned the stop into an AttributeError)."""
 
     def stop(signum, frame) -> None:
         sys.stdout.flush()
         print(message, file=sys.stderr, flush=True)
+        if cleanup is not None:
+            try:
+                cleanup()
+            except OSError:
+                pass
         os._exit(130)
 
     signal.signal(signal.SIGINT, stop)

@@ -93,17 +93,19 @@ def test_a_stop_while_modules_load_ends_at_once_even_where_cleanup_would_fail():
 
 
 def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp_path):
-    """Ctrl-C while the modules load, or while the task is being built (MNIST loads its data), ends in one line and
-    exit 130; the new run folder Hydra made goes. Bug caught: harness/__main__.py:main — the ``_remove_launch_files``
-    call of the interrupted-before-start branch dropped (the folder stays with an empty ``__main__.log``)."""
+    """Ctrl-C while the modules load, while Hydra composes the launch, or while the task is being built (MNIST loads
+    its data) ends in one line and exit 130; the new run folder Hydra made goes. Bugs caught: harness/__main__.py:main
+    — the ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an
+    empty ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     command = [sys.executable, "-m", "harness", "experiment=fig4_mnist", "algorithm=tpo", "seeds=1",
                "trainer.steps=5", "logger=none", "hydra.run.dir=run"]
-    for wait_for in (None, tmp_path / "run" / "__main__.log"):
+    for wait_for in (0.3, 0.8, 1.5, tmp_path / "run" / "__main__.log"):  # loading, composing, building the task
         process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE)
-        deadline = time.time() + (0.3 if wait_for is None else 120)
-        while time.time() < deadline and (wait_for is None or not wait_for.exists()):
+        timed = isinstance(wait_for, float)
+        deadline = time.time() + (wait_for if timed else 120)
+        while time.time() < deadline and (timed or not wait_for.exists()):
             time.sleep(0.01)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
