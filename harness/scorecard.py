@@ -168,7 +168,7 @@ def parse_candidate(arguments: list[str], suite: Suite) -> Candidate:
     return Candidate(algorithm, tuple(overrides))
 
 
-def cell_folder(suite: Suite, cell: Cell, label: str) -> str:
+def cell_folder(cell: Cell, label: str) -> str:
     """The campaign's cell name of one algorithm's runs of ``cell``: results/runs/<preset>/<this>/seeds0-<n-1>."""
     return f"{cell.name}/{label}"
 
@@ -176,7 +176,7 @@ def cell_folder(suite: Suite, cell: Cell, label: str) -> str:
 def queue(suite: Suite, candidates: list[Candidate]) -> dict:
     """A campaign queue (``harness.campaign``) of every cell of the suite for each candidate, all its seeds in
     one run; cell by cell, so that a campaign stopped early has whole cells."""
-    cells = [{"priority": "S", "preset": suite.preset, "name": cell_folder(suite, cell, candidate.label),
+    cells = [{"priority": "S", "preset": suite.preset, "name": cell_folder(cell, candidate.label),
               "seeds": cell.seeds, "chunk": cell.seeds, "cost": cell.cost,
               "overrides": [*cell.overrides, *candidate.arguments]}
              for cell in suite.cells for candidate in candidates]
@@ -205,7 +205,7 @@ def _runs(suite: Suite, labels: list[str], results: Path):
     from harness.report.load import load_runs
     from harness.report.tables import Report
 
-    folders = [results / "runs" / suite.preset / cell_folder(suite, cell, label)
+    folders = [results / "runs" / suite.preset / cell_folder(cell, label)
                for cell in suite.cells for label in labels]
     runs, curves = load_runs([folder for folder in folders if folder.exists()], metrics=["error"])
     if runs.empty:

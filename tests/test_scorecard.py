@@ -57,7 +57,8 @@ def write_synthetic(results: Path, errors: dict) -> None:
 
 def test_the_committed_suites_compose_pin_a_version_and_stay_within_their_cost():
     """Both suites load, every cell composes with every baseline (their runs would start), and the quick suite's
-    estimated cost for one algorithm is under an hour of one core."""
+    estimated cost for one algorithm is under an hour of one core. Bug caught: a tabular_multi cell in
+    conf/scorecard/quick.yaml (its exact updates refuse rloo, dapo, ...)."""
     for name in scorecard.suite_names():
         suite = scorecard.load_suite(name)
         assert suite.version >= 1 and suite.preset == f"scorecard_{name}"
@@ -80,6 +81,7 @@ def test_the_committed_suites_compose_pin_a_version_and_stay_within_their_cost()
                   "seeds: 0, cost: 0.001, overrides: [task=tabular_single]}"), "cells[0].seeds=0"),
 ])
 def test_a_malformed_suite_is_refused_in_one_line_naming_the_key(tmp_path, text, message):
+    """Bug caught: harness/scorecard.py:load_suite without its check of the suite's keys (``SUITE_KEYS``)."""
     with pytest.raises(scorecard.ScorecardError, match=message.replace("[", r"\[").replace(".", r"\.")) as caught:
         tiny_suite(tmp_path, text)
     assert "\n" not in str(caught.value)
@@ -94,6 +96,7 @@ def test_a_malformed_suite_is_refused_in_one_line_naming_the_key(tmp_path, text,
     (["algorithm=tpo", "algorithm.eta=a/b"], "cannot name the runs' folder"),
 ])
 def test_anything_but_the_algorithm_and_its_keys_is_refused(tmp_path, arguments, message):
+    """Bug caught: parse_candidate taking any ``key=value`` as an override (a task key would change the runs)."""
     suite = tiny_suite(tmp_path)
     with pytest.raises(scorecard.ScorecardError) as caught:
         scorecard.parse_candidate(arguments, suite)
@@ -101,6 +104,7 @@ def test_anything_but_the_algorithm_and_its_keys_is_refused(tmp_path, arguments,
 
 
 def test_a_candidates_label_names_its_overrides_and_its_runs_are_the_suites_cells(tmp_path):
+    """Bug caught: queue without ``*candidate.arguments`` in a cell's overrides (the default algorithm runs)."""
     suite = tiny_suite(tmp_path)
     candidate = scorecard.parse_candidate(["algorithm=tpo", "algorithm.eta=0.5"], suite)
     assert candidate.label == "tpo,eta=0.5"
@@ -116,7 +120,9 @@ def test_a_candidates_label_names_its_overrides_and_its_runs_are_the_suites_cell
 
 def test_the_scorecard_is_the_paired_and_rliable_numbers_of_its_runs(tmp_path):
     """Every number recomputed from the errors: the per-cell Δ (candidate − baseline, mean and final windows), the
-    families' Δ and verdicts, rliable's IQM and the candidate's probability of improvement over each baseline."""
+    families' Δ and verdicts, rliable's IQM and the candidate's probability of improvement over each baseline.
+    Bugs caught: ``oriented`` not negating Δ; ``aggregate_frame`` not turning P(improvement); the verdict read from
+    the point estimate instead of the interval."""
     suite = tiny_suite(tmp_path)
     errors = synthetic_errors()
     write_synthetic(tmp_path / "results", errors)
@@ -168,6 +174,7 @@ def test_the_scorecard_is_the_paired_and_rliable_numbers_of_its_runs(tmp_path):
 
 
 def test_a_candidate_that_is_a_baseline_is_compared_with_the_others(tmp_path):
+    """Bug caught: baselines_of returning every baseline (the candidate compared with itself)."""
     suite = tiny_suite(tmp_path)
     write_synthetic(tmp_path / "results", synthetic_errors())
     compared = scorecard.comparison(suite, scorecard.Candidate("tpo"), tmp_path / "results", RESAMPLES)
@@ -175,6 +182,7 @@ def test_a_candidate_that_is_a_baseline_is_compared_with_the_others(tmp_path):
 
 
 def test_missing_runs_are_named_with_the_command_that_runs_them(tmp_path):
+    """Bug caught: missing_text giving the candidate's command for a baseline's missing cell."""
     suite = tiny_suite(tmp_path)
     errors = {key: value for key, value in synthetic_errors().items() if key != ("b", "pg")}
     write_synthetic(tmp_path / "results", errors)
@@ -185,6 +193,7 @@ def test_missing_runs_are_named_with_the_command_that_runs_them(tmp_path):
 
 
 def test_a_folder_holding_files_no_scorecard_wrote_is_refused(tmp_path):
+    """Bug caught: claim returning without looking (the scorecard's files written beside the user's)."""
     suite = tiny_suite(tmp_path)
     write_synthetic(tmp_path / "results", synthetic_errors())
     out = tmp_path / "mine"
@@ -198,7 +207,8 @@ def test_a_folder_holding_files_no_scorecard_wrote_is_refused(tmp_path):
 def test_the_candidates_cells_run_through_the_campaign_and_a_run_of_another_configuration_is_refused(tmp_path,
                                                                                                      capsys):
     """Real runs: the baselines' cells, then the candidate's, land in results/runs/<preset>/<cell>/<label>/; a
-    second call runs nothing; a candidate folder holding another configuration's run is refused (exit 2)."""
+    second call runs nothing; a candidate folder holding another configuration's run is refused (exit 2). Bug
+    caught: harness/campaign.py:report without its scorecard-preset skip (a report folder appears)."""
     text = """version: 1
 preset: scorecard_quick
 baselines: [tpo]
@@ -226,6 +236,7 @@ cells:
 
 
 def test_the_command_refuses_in_one_line_and_exits_2(capsys):
+    """Bug caught: main without its ``except ScorecardError`` (a traceback and exit 1)."""
     with pytest.raises(SystemExit) as exit_code:
         scorecard.main(["algorithm=grpo", "task.V=4", "--quick"])
     assert exit_code.value.code == 2
