@@ -51,8 +51,8 @@ def test_read_idx_uint8_and_big_endian(tmp_path, compress):
     (_idx_bytes(np.zeros((2, 3), np.uint8))[:-1], "implies"),  # truncated data
     (b"\x00\x00\x08\x03\x00\x00", "truncated IDX header"),
     (b"\x00\x01\x08\x01" + bytes(8), "not an IDX file"),
-    (gzip.compress(_idx_bytes(np.zeros(4, np.uint8)))[:-6], "corrupt gzip"),
-])
+    (gzip.compress(_idx_bytes(np.zeros(4, np.uint8)), mtime=0)[:-6], "corrupt gzip"),
+], ids=["truncated data", "truncated header", "bad magic", "corrupt gzip"])
 def test_read_idx_rejects_corrupt_files(tmp_path, content, message):
     (tmp_path / "bad").write_bytes(content)
     with pytest.raises(MnistFormatError, match=message):
