@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from algorithms.functional import softmax
+from common.kernels import softmax
 from algorithms.scores import standardize
 
 

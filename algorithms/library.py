@@ -3,8 +3,8 @@
 A class states the method's formula through three methods of ``registry.Algorithm``: ``signal`` (frozen per
 batch), ``terms`` (the loss terms, aggregated by ``algorithm.aggregation``) and ``weights`` (first-epoch weights w
 with ∇loss(θ_old) = −aggregate(w ∇ℓ)). The loss functions themselves are the pure ones of ``losses.py``. Its
-``Hyperparameters`` declare each key of its YAML once (``checks.hyperparameter``: default, valid values, doc); the
-keys several methods share are declared below, and a class may give one another default.
+``Hyperparameters`` declare each key of its YAML once (``hyperparameters.hyperparameter``: default, valid values,
+doc); the keys several methods share are declared below, and a class may give one another default.
 
 Paper methods: docs/reproduction.md §2 (TPO Eq. 1–3, GRPO App. F, PPO, DG, PG, the ablations). Modern baselines:
 docs/reproduction.md §16 (RLOO, Dr. GRPO, DAPO, GSPO, CISPO as TRL and verl implement them).
@@ -20,7 +20,8 @@ from functools import partial
 import torch
 
 from algorithms import exact, losses
-from algorithms.checks import ConfigError, hyperparameter
+from algorithms.hyperparameters import hyperparameter
+from common.checks import ConfigError
 from algorithms.registry import AGGREGATION, Aggregation, Algorithm, Groups, Rollout, register, token_count
 from algorithms.scores import ZERO_VARIANCE_MODES, Spread, standardize, zscore_advantages
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from algorithms.functional import log_softmax
+from common.kernels import log_softmax
 from algorithms.scores import DEFAULT_SPREAD, Spread, standardize
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from algorithms.library import DG, GRPO, PG, TPO, GroupPG
 from algorithms.registry import Algorithm
 

@@ -3,8 +3,8 @@
 An algorithm is a subclass of ``Algorithm`` decorated with ``@register`` (see ``library.py``): its id, the
 rollout shapes it runs on, its default epochs, its hyperparameters (a frozen dataclass built once from
 ``conf/algorithm/<id>.yaml``, each field declared once with its default, valid values and doc:
-``algorithms.checks.hyperparameter``; ``aggregation`` and ``epochs`` are hyperparameters of every algorithm), and
-three methods on one rollout batch:
+``algorithms.hyperparameters.hyperparameter``; ``aggregation`` and ``epochs`` are hyperparameters of every
+algorithm), and three methods on one rollout batch:
 
 * ``signal(groups)``: the frozen per-batch signal (TPO's target q, or advantages), from ℓ_old and the scores;
   computed once per batch, so it cannot drift across epochs;
@@ -31,8 +31,9 @@ from typing import Any, ClassVar
 import torch
 
 from algorithms import losses
-from algorithms.checks import ConfigError, check_hyperparameter, hyperparameter
-from algorithms.functional import log_softmax
+from algorithms.hyperparameters import check_hyperparameter, hyperparameter
+from common.checks import ConfigError
+from common.kernels import log_softmax
 from algorithms.scores import ZERO_VARIANCE_THRESHOLD, Spread, population_std
 
 
@@ -296,7 +297,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
 
 
 def declarations(cls: type[Algorithm]) -> dict[str, dataclasses.Field]:
-    """Name → declaration (``algorithms.checks.hyperparameter``) of every hyperparameter of ``cls``."""
+    """Name → declaration (``algorithms.hyperparameters.hyperparameter``) of every hyperparameter of ``cls``."""
     return {field.name: field for field in dataclasses.fields(cls.Hyperparameters)}
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.checks import hyperparameter
+from algorithms.hyperparameters import hyperparameter
 
 ZERO_VARIANCE_THRESHOLD = 1e-6
 ZERO_VARIANCE_MODES = ("centered", "zero")

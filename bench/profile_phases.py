@@ -140,7 +140,8 @@ def profile(overrides: list[str], seeds: int, episodes: int, warm: int) -> dict:
 def logging_cost(overrides: list[str], seeds: int, steps: int) -> dict[str, float]:
     """One run through the real trainer with W&B offline, timing every logging call (outermost calls only): the
     host copy of metrics, the CSV writer, and W&B (its per-seed run start separately, as a once-per-run cost)."""
-    from harness import outputs, run, tracking
+    from harness import run, tracking
+    from harness.rundir import outputs
 
     spent: dict[str, float] = defaultdict(float)
     depth = [0]

@@ -27,10 +27,11 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from harness import interrupts, outputs, rundir, sweep  # noqa: E402
+from harness import interrupts, rundir, sweep  # noqa: E402
+from harness.rundir import outputs  # noqa: E402
 from harness.config import CONFIG_DIR  # noqa: E402
 from harness.run import train  # noqa: E402
-from algorithms.checks import ConfigError, did_you_mean  # noqa: E402
+from common.checks import ConfigError, did_you_mean  # noqa: E402
 
 log = logging.getLogger("harness")
 REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the run directory is left as it was
@@ -374,7 +375,7 @@ def _check_values(job: list, cfg: DictConfig) -> None:
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from algorithms.checks import check_seed_ids
+    from common.checks import check_seed_ids
     from tasks.memory import check_memory
 
     cfg = copy.deepcopy(cfg)
@@ -496,7 +497,7 @@ PASS_THROUGH = ("task.generator", "model.chat_template_kwargs")  # handed on as 
 def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
     """Config node ("" for the top level) → the optional keys read there, for the task that ``cfg`` composes."""
     keys = {"": ("memory_cap_gb",),  # tasks/memory.py check_memory (auto)
-            "trainer": ("overwrite",),  # harness/rundir.py
+            "trainer": ("overwrite",),  # harness.rundir
             "logger": ("init_timeout",)}  # harness/tracking.py
     task = OmegaConf.select(cfg, "task.name", default=None)
     if task == "token_reversal":  # tasks/token_reversal.py

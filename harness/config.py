@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
-from algorithms.checks import (
+from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
     did_you_mean)
 from harness.tracking import check_logger_config

@@ -38,7 +38,7 @@ import pandas as pd
 import yaml
 
 from harness import campaign
-from algorithms.checks import did_you_mean
+from common.checks import did_you_mean
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "conf" / "scorecard"

@@ -75,7 +75,7 @@ DEFAULT_INIT_TIMEOUT = 10.0  # seconds; wandb's own default, 90 s, is how long a
 
 def check_logger_config(logger_cfg) -> None:
     """Validate the ``logger`` node before any work (ConfigError naming the key and the valid values)."""
-    from algorithms.checks import check_choice, check_number
+    from common.checks import check_choice, check_number
 
     if check_choice("logger.name", logger_cfg.name, ("wandb", "none")) == "none":
         return
@@ -129,7 +129,7 @@ def wandb_group(cfg, overrides: list[str] | None) -> str:
 
 def seed_summary(summary: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
     """The W&B summary of seed ``seed`` (``index`` in the run's seeds), read from summary.json's
-    (``harness.summary.run_summary``): status, last step (the report checks the history against it), final value
+    (``harness.rundir.summary.run_summary``): status, last step (the report checks the history against it), final value
     and mean over the run of each metric, steps-to of each threshold (the seed-mean curve's, as the paper reports
     it), CPU and wall seconds, hardware, commit."""
     row = {"status": summary.get("seed_status", {}).get(str(seed), summary.get("status")),

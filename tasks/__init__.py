@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks.base import Task
 
 TASKS: dict[str, str] = {

@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from algorithms import Aggregation, Algorithm, Groups, Rollout
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 
 @dataclass

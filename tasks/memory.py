@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks import get_task
 
 FLOAT, INDEX = 4, 8  # bytes of a float32, an int64

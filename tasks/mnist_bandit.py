@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from algorithms import Groups, Rollout, mechanism
-from algorithms.functional import log_softmax, softmax
+from common.kernels import log_softmax, softmax
 from tasks import rng
 from tasks.models.optim import FusedAdam
-from algorithms.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
+from common.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist

@@ -12,9 +12,9 @@ import torch
 
 from algorithms import Groups, Rollout
 from algorithms.exact import ce_direction
-from algorithms.functional import log_softmax, softmax
+from common.kernels import log_softmax, softmax
 from tasks import rng
-from algorithms.checks import check_number, check_positive_int
+from common.checks import check_number, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
 
 

@@ -30,7 +30,7 @@ from algorithms import Groups, Rollout
 from algorithms.scores import ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, population_std
 from tasks import rng
 from tasks.models.optim import GUARDS, MUON_SPLITS, Guard, transformer_optimizer
-from algorithms.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
+from common.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.models import transformer
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 import algorithms
 from algorithms import Groups, Rollout, losses
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from conftest import ROOT, compose_config
 
 BETA = 0.04

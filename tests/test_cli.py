@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from conftest import CONF, run_cli
 
 PICKED_GROUPS = ("algorithm", "task", "optim", "model", "logger", "experiment", "hydra/launcher")

@@ -63,7 +63,7 @@ def test_seed_counts_are_exempt(tmp_path):
 
 
 def test_computed_by_marker_exempts_the_next_table_only_and_must_name_a_module(tmp_path):
-    marker = "<!-- computed by: python -m harness.report.relapses results/runs/x -->\n"
+    marker = "<!-- computed by: python -m harness.report.dynamics relapses results/runs/x -->\n"
     path = _folder(tmp_path, "| TPO | 20 | 99.9 |\n", before=marker)
     path.write_text(path.read_text() + "\ntext\n\n| | ours |\n|---|---|\n| TPO | 98.8 |\n")
     result = quotes.check_file(path)

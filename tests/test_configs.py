@@ -12,7 +12,7 @@ from conftest import CONF, compose_config, run_config
 from harness.config import build_task
 from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 # LLM tasks and their presets need a language model: tests/test_llm_*.py cover them.
 LLM_TASKS = {name for name, target in TASKS.items() if target.startswith("tasks.llm.")}

@@ -13,12 +13,12 @@ import torch
 
 import algorithms
 from algorithms import Groups, Rollout
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from algorithms.scores import Spread, mid_ranks, standardize, zscore_advantages
 from conftest import compose_config, run_config, run_killed_at
 from harness import rundir
 from harness.report import stats
-from harness.summary import relapse_events
+from harness.rundir.summary import relapse_events
 from harness.report.load import read_config
 from harness.report.specs import RELAPSED, RELAPSES, SOLVED, Stat
 from harness.config import build_task

@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from algorithms import functional
+from common import kernels
 from conftest import compose_config
 from tasks import rng
 from harness.config import build_task
@@ -157,7 +157,7 @@ def test_block_draws_equal_per_step_draws():
 def test_softmax_primitives_equal_torch_values_and_gradients(shape):
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 5).requires_grad_()
     weights = torch.randn(shape, generator=torch.Generator().manual_seed(1))
-    for ours, theirs in [(functional.log_softmax, torch.log_softmax), (functional.softmax, torch.softmax)]:
+    for ours, theirs in [(kernels.log_softmax, torch.log_softmax), (kernels.softmax, torch.softmax)]:
         (grad_ours,) = torch.autograd.grad((ours(x) * weights).sum(), x)
         (grad_theirs,) = torch.autograd.grad((theirs(x, -1) * weights).sum(), x)
         torch.testing.assert_close(ours(x), theirs(x, -1), atol=1e-6, rtol=1e-6)
@@ -168,13 +168,13 @@ def test_softmax_primitives_equal_torch_values_and_gradients(shape):
 def test_gelu_through_the_logistic_function_equals_torchs_tanh_gelu(dtype, tolerance):
     x = torch.linspace(-12.0, 12.0, 20001, dtype=dtype).requires_grad_()
     upstream = torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)
-    ours, theirs = functional.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh")
+    ours, theirs = kernels.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh")
     torch.testing.assert_close(ours, theirs, atol=tolerance, rtol=0)
     (grad_ours,) = torch.autograd.grad((ours * upstream).sum(), x)
     (grad_theirs,) = torch.autograd.grad((theirs * upstream).sum(), x)
     torch.testing.assert_close(grad_ours, grad_theirs, atol=tolerance, rtol=2 * tolerance)
     with torch.no_grad():  # sampling's forward skips the derivative
-        torch.testing.assert_close(functional.gelu_tanh(x), theirs.detach(), atol=tolerance, rtol=0)
+        torch.testing.assert_close(kernels.gelu_tanh(x), theirs.detach(), atol=tolerance, rtol=0)
 
 
 @pytest.mark.parametrize("overrides", [["algorithm=tpo"], ["algorithm=tpo", "algorithm.zero_variance=zero"],

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
-from harness import outputs
+from harness.rundir import outputs
 from harness.config import build_task
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks.base import StepOutput
 from harness.trainers import episode, trainer_class
 

@@ -7,7 +7,7 @@ import torch
 
 from conftest import compose_config
 from harness.config import build_task
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks.models import linear
 
 pytestmark = pytest.mark.skipif(not linear.onednn_available(), reason="no oneDNN linear (torch build or CPU)")

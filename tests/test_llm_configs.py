@@ -14,7 +14,7 @@ from harness.trainers.trl import check_llm_config
 from harness.config import build_task
 from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 LLM_TASKS = sorted(name for name, target in TASKS.items() if target.startswith("tasks.llm."))
 LLM_PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")

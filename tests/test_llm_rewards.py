@@ -326,7 +326,7 @@ def test_json_nesting_and_number_limits():
 ])
 def test_a_damaged_gsm8k_line_is_one_line_naming_file_and_line_before_any_model(line, message, gsm8k_dir, tmp_path):
     """The task reads its local data when it is built (before a model loads): a bad line fails the launch there."""
-    from algorithms.checks import ConfigError
+    from common.checks import ConfigError
 
     folder = tmp_path / "gsm8k"
     folder.mkdir()

@@ -57,7 +57,7 @@ def test_mechanism_table_averages_seeds_at_step_2000():
 
 
 def test_steps_to_and_final_agree_with_the_trainers_summary():
-    """Same rule as harness/outputs.py on the committed MNIST runs."""
+    """Same rule as harness/rundir/outputs.py on the committed MNIST runs."""
     runs, curves = load_runs([RUNS / "fig4_mnist"], metrics=["error"])
     for run in runs.itertuples():
         summary = json.loads((Path(run.run_dir) / "summary.json").read_text())

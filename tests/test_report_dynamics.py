@@ -74,7 +74,7 @@ def test_locked_seeds_end_with_zero_variance_groups_above_the_relapse_threshold(
 
 def test_relapse_onsets_their_climbs_and_the_episodes_at_risk_with_their_zero_gradient_streaks():
     from harness.report.dynamics import Onsets, onsets, risk_by_streak
-    from harness.summary import relapse_events
+    from harness.rundir.summary import relapse_events
 
     errors = np.array([1.0, 0.5, 0.01, 0.0, 0.1, 0.5, 0.3, 0.0, 0.25, 0.0, np.nan, 0.0, 0.9])
     zero = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0], dtype=bool)
@@ -105,7 +105,7 @@ def test_drift_is_the_update_in_zero_gradient_episodes_over_the_others():
 def test_relapse_summary_counts_each_seed_once_and_refuses_a_seed_in_two_runs_or_two_configurations(tmp_path):
     from harness.report import synthetic
     from harness.report.load import episodes
-    from harness.report.relapses import summarize
+    from harness.report.dynamics import cell_relapses
 
     steps = np.arange(8)
     errors = np.array([[1.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
@@ -114,7 +114,7 @@ def test_relapse_summary_counts_each_seed_once_and_refuses_a_seed_in_two_runs_or
     for offset in (0, 2):
         config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 8, seed_offset=offset)
         synthetic.write_run(tmp_path / "cell" / f"seeds{offset}", config, metrics, steps=steps)
-    row, found = summarize(tmp_path / "cell")
+    row, found = cell_relapses(tmp_path / "cell")
     assert (row["seeds"], row["onsets"], row["seeds with onsets"], row["median climb"]) == (4, 2, 2, 1)
     assert row["Muon drift, median [range] (seeds)"] == "0.50 [0.50, 0.50] (2)"  # seeds that never solve: no zeros
     config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 8)  # seeds 0-1 again
@@ -171,7 +171,7 @@ def test_a_seeds_ending_is_read_from_its_last_episodes_and_its_first_reach_from_
 
 def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
     from harness.report import synthetic
-    from harness.report.endings import endings, main, summary
+    from harness.report.dynamics import cell_endings, ending_counts, main
 
     steps = np.arange(0, 200, 10)
     errors = np.array([np.full(20, 0.0), np.full(20, 0.97)])
@@ -181,13 +181,13 @@ def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
                                        **{"task.reward_noise": 0.01})
         synthetic.write_run(tmp_path / "cell" / f"seeds{offset}", config,
                             {"error": errors, "grad_norm": grad_norm, "all_fail": errors}, steps=steps)
-    seeds = endings(tmp_path / "cell", last=10)
+    seeds = cell_endings(tmp_path / "cell", last=10)
     assert seeds["ending"].tolist() == ["learned", "stuck", "learned", "moving"]
-    row = summary(tmp_path / "cell", seeds)
+    row = ending_counts(seeds)
     assert (row["seeds"], row["learned"], row["stuck"], row["moving"], row["never < 0.05"]) == (4, 2, 1, 1, 2)
-    main([str(tmp_path / "cell"), "--last", "10"])
+    main(["endings", str(tmp_path / "cell"), "--last", "10"])
     printed = [[cell.strip() for cell in line.split("|")[2:-1]] for line in capsys.readouterr().out.splitlines()]
     assert printed[2] == ["4", "2", "1", "1", "0", "2"]  # the folder's row: seeds, the four endings, never < 0.05
     assert printed[-1] == ["moving", "0.970", "0.000", "0.970", "never", "190"]  # seed 3
     with pytest.raises(SystemExit):
-        main([str(tmp_path / "cell"), "--last", "0"])
+        main(["endings", str(tmp_path / "cell"), "--last", "0"])

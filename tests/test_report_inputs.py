@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import outputs
+from harness.rundir import outputs
 from harness.report import synthetic
 from harness.report.__main__ import main
 from harness.report.build import GENERATED, claim_out, listed_files, results_table, write_report

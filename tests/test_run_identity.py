@@ -21,9 +21,10 @@ import pytest
 import torch
 
 from conftest import ROOT, compose_config, run_cli, run_config
-from harness import outputs, rundir
+from harness import rundir
+from harness.rundir import outputs
 from harness.trainers import trainer_class
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
 

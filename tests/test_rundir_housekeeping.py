@@ -1,5 +1,5 @@
 """What a launch may remove from a run directory (only what tpo-bench wrote), the experiment_name a run keeps, which
-experiment names are valid, a full disk, and how an interrupted run ends (harness/rundir.py, harness/outputs.py)."""
+experiment names are valid, a full disk, and how an interrupted run ends (harness.rundir and its outputs)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
-from harness import outputs, rundir
+from harness import rundir
+from harness.rundir import outputs
 from harness.trainers import trainer_class
 from harness.config import build_task
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
 FOREIGN = {"notes.txt": "n", "draft.tmp": "d", "backup.tmp/file": "b", "wandb/offline-run-123/run.wandb": "w"}
@@ -45,7 +46,7 @@ def kept(folder: Path, files: dict[str, str]) -> bool:
 
 def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_path):
     """The reported case: before, exit 0 and draft.tmp, backup.tmp/, wandb/ and the user's .hydra/ were gone.
-    Bug caught: harness/rundir.py:housekeeping — `if is_own_temporary(entry) or ...` →
+    Bug caught: harness.rundir.housekeeping — `if is_own_temporary(entry) or ...` →
     `if entry.endswith(".tmp") or ...` (the user's draft.tmp and backup.tmp/ removed)."""
     user = tmp_path / "userdir"
     make(user, {**FOREIGN, ".hydra/config.yaml": "mine"})
@@ -67,7 +68,7 @@ def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_
 
 def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
     """A new folder holding only this launch's Hydra log (__main__.log) counts as empty: the run starts there.
-    Bug caught: harness/rundir.py:_launch_files — `names.add(f"{HydraConfig.get().job.name}.log")` →
+    Bug caught: harness.rundir._launch_files — `names.add(f"{HydraConfig.get().job.name}.log")` →
     `names.add(HydraConfig.get().job.name)`."""
     result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=new"], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -76,7 +77,7 @@ def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
 
 def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_own(tmp_path):
     """trainer.overwrite removes only what tpo-bench wrote: entries recorded as foreign and new foreign files stay,
-    in wandb/ and .hydra/ too. Bug caught: harness/rundir.py:housekeeping — `... and entry not in kept` dropped (the
+    in wandb/ and .hydra/ too. Bug caught: harness.rundir.housekeeping — `... and entry not in kept` dropped (the
     recorded foreign wandb/offline-run-123 is removed); also `entry in own_wandb` → `True` (wandb/mynotes.txt goes)."""
     run_dir = tmp_path / "run"
     make(run_dir, FOREIGN)
@@ -113,7 +114,7 @@ def test_overwrite_keeps_foreign_files_in_a_run_directory_and_removes_only_its_o
 @pytest.mark.parametrize("entry", ["metrics.csv", ".hydra/config.yaml", "trl/checkpoint-5/x", "identity.json"])
 def test_a_foreign_file_where_a_run_writes_is_refused_even_with_overwrite(tmp_path, entry):
     """A foreign entry where a run writes its own is refused even with overwrite, in one line, touching nothing.
-    Bug caught: harness/rundir.py:Housekeeping.in_the_way — `entry.split("/")[0] in RESULT_FILES` →
+    Bug caught: harness.rundir.Housekeeping.in_the_way — `entry.split("/")[0] in RESULT_FILES` →
     `entry in RESULT_FILES` (.hydra/config.yaml no longer in the way)."""
     folder = tmp_path / "folder"
     make(folder, {entry: "mine"})
@@ -126,7 +127,7 @@ def test_a_foreign_file_where_a_run_writes_is_refused_even_with_overwrite(tmp_pa
 
 def test_own_temporaries_are_recognised_by_their_exact_name():
     """Only ``<file>.<pid>.tmp`` beside a file tpo-bench writes is its temporary; any other *.tmp is foreign.
-    Bug caught: harness/rundir.py:is_own_temporary — `_TEMPORARY.fullmatch(entry)` → `_TEMPORARY.match(entry)`."""
+    Bug caught: harness.rundir.is_own_temporary — `_TEMPORARY.fullmatch(entry)` → `_TEMPORARY.match(entry)`."""
     for name in ("metrics.csv.123.tmp", "checkpoint.pt.1.tmp", "summary.json.99.tmp", ".hydra/config.yaml.5.tmp"):
         assert rundir.is_own_temporary(name), name
     for name in ("draft.tmp", "backup.tmp", "metrics.csv.tmp", "checkpoint.pt.x.tmp", "notes.txt.12.tmp",
@@ -143,7 +144,7 @@ def _killed(run_dir: Path, name: str) -> None:
 
 def test_resuming_under_another_experiment_name_keeps_the_runs_own(tmp_path, caplog):
     """A resume under another experiment_name keeps the run's own name, with a warning naming both.
-    Bug caught: harness/rundir.py:plan_run — `_keep_experiment_name(cfg, run_dir, recorded)` deleted on the resume
+    Bug caught: harness.rundir.plan_run — `_keep_experiment_name(cfg, run_dir, recorded)` deleted on the resume
     path."""
     run_dir = tmp_path / "run"
     _killed(run_dir, "fig4_mnist")
@@ -158,7 +159,7 @@ def test_resuming_under_another_experiment_name_keeps_the_runs_own(tmp_path, cap
 
 def test_a_run_recorded_before_identity_kept_its_name_keeps_it_from_its_summary(tmp_path):
     """A run whose identity.json does not record experiment_name keeps the name its summary.json records.
-    Bug caught: harness/rundir.py:_keep_experiment_name — `recorded_experiment_name(run_dir, record)` →
+    Bug caught: harness.rundir._keep_experiment_name — `recorded_experiment_name(run_dir, record)` →
     `record.get("experiment_name")`."""
     run_dir = tmp_path / "run"
     _killed(run_dir, "fig4_mnist")
@@ -236,7 +237,7 @@ def _disk_fills_at_step_15(monkeypatch, full: dict) -> tuple[type, Callable]:
 def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypatch):
     """A full disk fails the run without leaving a temporary (the best-effort failure record does not raise over
     it); the resume removes a killed process's temporaries (exact names only) and ends as an uninterrupted run.
-    Bug caught: harness/rundir.py:plan_run — `RunStart(..., resume=True, ..., _remove=orphans)` → without
+    Bug caught: harness.rundir.plan_run — `RunStart(..., resume=True, ..., _remove=orphans)` → without
     `_remove=orphans`."""
     run_config(TABULAR, tmp_path / "full")
     run_dir = tmp_path / "run"
@@ -263,7 +264,7 @@ def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypat
 
 def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
     """A durable write that fails leaves the old file whole and no temporary beside it.
-    Bug caught: harness/outputs.py:atomic_write_text — `except BaseException:` → `except KeyboardInterrupt:`."""
+    Bug caught: harness/rundir/outputs.py:atomic_write_text — `except BaseException:` → `except KeyboardInterrupt:`."""
     _disk_full(monkeypatch, {"on": True})
     target = tmp_path / "checkpoint.pt"
     target.write_bytes(b"old")
@@ -303,7 +304,7 @@ def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
 def test_a_full_disk_raises_its_error_once(tmp_path, monkeypatch, fail):
     """The write that fails (the rows' flush, or the checkpoint just after it) raises; the writer's close on the way
     out does not raise the same error again over it (no 'During handling of the above exception').
-    Bug caught: harness/outputs.py:MetricsWriter.close — `if not self._failed and self.rows != self._durable_rows:`
+    Bug caught: harness.rundir.outputs.MetricsWriter.close — `if not self._failed and self.rows != self._durable_rows:`
     → `if self.rows != self._durable_rows:`."""
     real = outputs.atomic_write_text
 
@@ -387,7 +388,7 @@ def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_pa
 @pytest.mark.parametrize("summary", ["{", '{"note": 1}', "[1]"])
 def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, summary):
     """A run whose summary.json is unreadable or records no status is refused naming that, not as having no summary.
-    Bug caught: harness/rundir.py:_status — `except (OSError, ValueError) as error:` → `except OSError as error:`."""
+    Bug caught: harness.rundir._status — `except (OSError, ValueError) as error:` → `except OSError as error:`."""
     run_dir = tmp_path / "run"
     run_config(TABULAR, run_dir)
     (run_dir / "summary.json").write_text(summary)
@@ -402,7 +403,7 @@ def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, s
 @pytest.mark.parametrize("resume", ["false", "auto", "true"])
 def test_a_foreign_metrics_csv_is_refused_as_files_tpo_bench_did_not_write(tmp_path, resume):
     """A metrics.csv tpo-bench did not write is refused as a foreign file, whatever trainer.resume, not as a run.
-    Bug caught: harness/rundir.py:plan_run — `if overwrite or not has_results(run_dir) or not
+    Bug caught: harness.rundir.plan_run — `if overwrite or not has_results(run_dir) or not
     is_run_directory(run_dir):` → `if overwrite or not has_results(run_dir):`."""
     folder = tmp_path / "folder"
     make(folder, {"metrics.csv": "a,b\n1,2\n", "notes.txt": "n"})

@@ -12,7 +12,7 @@ import torch
 from algorithms import mechanism
 from algorithms.library import DG, TPO, GroupPG
 from algorithms.registry import declarations
-from algorithms.checks import SEED_ID_MAX, ConfigError, check_seed_ids
+from common.checks import SEED_ID_MAX, ConfigError, check_seed_ids
 from conftest import CONF, ROOT, compose_config, run_cli
 from harness.__main__ import PASS_THROUGH, check_launch, optional_keys
 from harness.config import build_task
@@ -90,7 +90,7 @@ def test_an_unknown_key_no_longer_invites_adding_it():
 def test_every_optional_key_is_read_somewhere(task):
     """The declared optional keys are keys the code reads (``.get("key"``, a dataclass field), searched outside
     harness/__main__.py, where they are declared (its own quoted names would match every key).
-    Bug caught: harness/rundir.py — `cfg.trainer.get("overwrite", ...)` → `get("replace", ...)`."""
+    Bug caught: harness.rundir — `cfg.trainer.get("overwrite", ...)` → `get("replace", ...)`."""
     declared = ROOT / "harness" / "__main__.py"
     sources = "\n".join(path.read_text() for folder in ("harness", "tasks", "algorithms")
                         for path in (ROOT / folder).rglob("*.py") if path != declared)
@@ -129,7 +129,7 @@ def test_seed_offset_beyond_int64_is_refused_in_one_line():
 
 def test_check_seed_ids():
     """check_seed_ids accepts exactly the offsets whose seed ids and their end fit an int64 (an LLM's: 32 bits).
-    Bug caught: algorithms/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
+    Bug caught: common/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
     `high = SEED_ID_MAX - seeds + 1`."""
     check_seed_ids(1, SEED_ID_MAX - 1)
     for seeds, offset in ((1, SEED_ID_MAX), (2, SEED_ID_MAX - 1), (SEED_ID_MAX + 1, 0), (1, -1)):
@@ -142,7 +142,7 @@ def test_check_seed_ids():
 
 def test_the_largest_valid_seed_offset_runs():
     """The largest valid seed_offset builds and steps with finite metrics.
-    Bug caught: algorithms/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
+    Bug caught: common/checks.py:check_seed_ids — `high = SEED_ID_MAX - seeds` →
     `high = SEED_ID_MAX - seeds - 1`."""
     task = build_task(compose_config([SINGLE, "seeds=2", f"seed_offset={SEED_ID_MAX - 2}", "task.arms=5",
                                       "task.batch_size=3"]))
@@ -168,7 +168,7 @@ def test_a_vanishing_eta_is_refused(overrides):
     [*TINY_TOKEN, "algorithm=tpo_token"], [*TINY_TOKEN, "algorithm=dg"]])
 def test_the_smallest_valid_eta_trains_finite(overrides):
     """At η = 1e-6 every algorithm's loss and metrics stay finite for a few steps.
-    Bug caught: algorithms/functional.py:softmax — `e = (x - x.amax(-1, keepdim=True)).exp()` → `e = x.exp()`
+    Bug caught: common/kernels.py:softmax — `e = (x - x.amax(-1, keepdim=True)).exp()` → `e = x.exp()`
     (tabular_multi/tpo: NaN)."""
     task = build_task(compose_config([*overrides, "algorithm.eta=1e-6", "seeds=2"]))
     for step in range(3):

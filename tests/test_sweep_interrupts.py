@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from harness import outputs, rundir
+from harness import rundir
+from harness.rundir import outputs
 
 SWEEP = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=6000", "task.checkpoint_every=50",
          "logger=none", "seed_offset=0,100", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",

@@ -15,7 +15,7 @@ from harness.config import build_task
 from harness.trainers import episode
 from harness.trainers.batched import GroupTrainer, update_metric_names
 from tasks import token_reversal as tr
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks.models import transformer
 
 TINY = ["task=token_reversal", "task.H=3", "task.batch_size=4", "task.K=2", "seeds=2"]

@@ -111,7 +111,7 @@ def test_a_config_without_init_timeout_still_runs(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_init_timeout_must_be_positive(value):
     from harness.config import build_task
-    from algorithms.checks import ConfigError
+    from common.checks import ConfigError
 
     with pytest.raises(ConfigError, match=f"logger.init_timeout={value if value != 'abc' else repr(value)} is not "
                                           "valid; expected a number > 0"):

@@ -77,7 +77,7 @@ def test_single_epoch_tasks_have_no_update_metrics():
 def test_a_closed_form_update_refuses_an_aggregation_it_would_not_honour(task, algorithm, aggregation):
     """MNIST's gradient and the exact tabular direction are written for the algorithm's own aggregation; another is
     refused in one line rather than silently trained with the default."""
-    from algorithms.checks import ConfigError
+    from common.checks import ConfigError
 
     overrides = [f"task={task}", f"algorithm={algorithm}", f"algorithm.aggregation={aggregation}"]
     with pytest.raises(ConfigError, match=rf"^algorithm.aggregation={aggregation} is not valid for task={task}, "

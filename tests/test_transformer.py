@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from tasks.models import transformer
 
 torch.set_num_threads(1)

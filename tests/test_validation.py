@@ -14,7 +14,7 @@ from algorithms.registry import declarations
 from conftest import CONF, compose_config, run_cli
 from harness.config import build_task, experiment_presets
 from harness.config import compose_config as harness_compose
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 
 TOKEN, MNIST = "task=token_reversal", "task=mnist_bandit"
 SINGLE, MULTI = "task=tabular_single", "task=tabular_multi"

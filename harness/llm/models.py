@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from algorithms.checks import ConfigError, check_choice
+from common.checks import ConfigError, check_choice
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

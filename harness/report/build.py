@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.outputs import SUMMARY_FILE, temporary_path
+from harness.rundir.outputs import SUMMARY_FILE, temporary_path
 from harness.report import compare, dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, conflict_note, write_figure
 from harness.report.load import load_runs

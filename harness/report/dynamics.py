@@ -1,6 +1,12 @@
 """Seed dynamics: how each seed of a cell gets where it ends, not only where the seed mean ends (README "Beyond the
-paper"). Arrays and frames in, numbers out; ``harness.report.relapses`` and ``harness.report.endings`` are the
-commands that read cell folders into it. The events along one curve are summary.json's (``harness.summary``).
+paper"): the definitions below, and the commands that read cell folders into them (each folder: the runs of one
+configuration), one row per folder then its details:
+
+    python -m harness.report.dynamics relapses results/runs/table3_terminal/prompts_h7_tpo ...
+    python -m harness.report.dynamics endings results/runs/beyond_amplification/noise0.01_grpo ...
+    python -m harness.report.dynamics paper --paper-npz PATH
+
+The events along one curve are summary.json's (``harness.rundir.summary``).
 
 Events along one curve (``relapse_events``): a seed *solves* when, unsolved, its error falls below ``SOLVED``
 (2%); it *relapses* when, solved, its error rises above ``RELAPSE`` (20%), and may then solve again. A non-finite
@@ -56,8 +62,8 @@ first episode below ``reach`` and its last logged episode (a seed shorter than t
 ending: ``learned`` (mean error below ``learned``), ``stuck`` (not, with the gradient vanishing in at least
 ``STUCK`` of those episodes), ``moving`` (not, otherwise), ``diverged`` (its error became NaN).
 
-``python -m harness.report.dynamics --paper-npz PATH`` computes the per-seed dynamics from the paper's own per-seed
-data for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
+``python -m harness.report.dynamics paper --paper-npz PATH`` computes the per-seed dynamics from the paper's own
+per-seed data for Fig 1b (``assets/token_reversal_sparse_reward_results.npz`` in the reference repository, github
 JeanKaddour/tpo) and writes them to ``results/paper/fig1b_seed_dynamics.json``, which the report sets beside ours.
 """
 
@@ -71,7 +77,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.summary import relapse_events, until_diverged
+from harness.report.load import episodes
+from harness.rundir.summary import relapse_events, until_diverged
 
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
 EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
@@ -348,18 +355,71 @@ def ending_counts(seeds: pd.DataFrame, reach: float = 0.05) -> dict:
             f"never < {reach:g}": int(seeds[first_reach_column(reach)].isna().sum())}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m harness.report.dynamics --paper-npz PATH``: the paper's Fig 1b seeds → ``PAPER_FILE``."""
-    parser = argparse.ArgumentParser(prog="python -m harness.report.dynamics", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--paper-npz", type=Path, required=True, help="token_reversal_sparse_reward_results.npz")
-    parser.add_argument("--out", type=Path, default=PAPER_FILE)
-    args = parser.parse_args(argv)
+def cell_relapses(path: Path, wide: pd.DataFrame | None = None) -> tuple[dict, Onsets]:
+    """A cell folder's row (``relapse_summary`` of its episodes, ``wide`` when already read) and its pooled onsets."""
+    row, found = relapse_summary(episodes(path, RELAPSE_METRICS) if wide is None else wide)
+    return {"runs": str(path), **row}, found
+
+
+def cell_endings(path: Path, last: int = 100, reach: float = 0.05, learned: float = 0.05) -> pd.DataFrame:
+    """Every seed of a cell folder: one row each, indexed by seed (``seed_endings``)."""
+    return seed_endings(episodes(path, ENDING_METRICS), last, reach, learned)
+
+
+def _print_relapses(args: argparse.Namespace) -> None:
+    tables = {path: episodes(path, RELAPSE_METRICS) for path in args.paths}
+    rows = {path: cell_relapses(path, wide) for path, wide in tables.items()}
+    print(pd.DataFrame([row for row, _ in rows.values()]).to_markdown(index=False))
+    for path, wide in tables.items():
+        print(f"\n{path}: relapse risk by zero-gradient streak\n\n"
+              + risk_by_streak(rows[path][1]).to_markdown(index=False, floatfmt=".4f"))
+        print(f"\n{path}: episodes by gradient norm\n\n" + by_gradient_norm(wide).to_markdown(floatfmt=".4f"))
+
+
+def _print_endings(args: argparse.Namespace) -> None:
+    tables = {path: cell_endings(path, args.last, args.reach, args.learned) for path in args.paths}
+    print(pd.DataFrame([{"runs": str(path), **ending_counts(seeds, args.reach)}
+                        for path, seeds in tables.items()]).to_markdown(index=False))
+    first = first_reach_column(args.reach)
+    for path, seeds in tables.items():
+        shown = seeds.assign(**{first: ["never" if pd.isna(step) else step for step in seeds[first]]})
+        print(f"\n{path}: last {args.last} episodes\n\n" + shown.to_markdown(floatfmt=".3f"))
+
+
+def _write_paper(args: argparse.Namespace) -> None:
     data = np.load(args.paper_npz)
     result = {algorithm: seed_dynamics(data[f"{algorithm}_errors"], data["episodes"])
               for algorithm in ("tpo", "grpo", "dg")}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(seed_dynamics_markdown({}, result))
+
+
+def _at_least_one(text: str) -> int:
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.dynamics", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    folders = {"nargs": "+", "type": Path, "help": "run folders, one cell each (e.g. under results/runs)"}
+    relapses = commands.add_parser("relapses", help="relapse onsets, risk by zero-gradient streak, optimizer drift")
+    relapses.add_argument("paths", **folders)
+    relapses.set_defaults(action=_print_relapses)
+    endings = commands.add_parser("endings", help="how each seed ends: learned, stuck, moving or diverged")
+    endings.add_argument("paths", **folders)
+    endings.add_argument("--last", type=_at_least_one, default=100, help="logged episodes a seed's ending is read from")
+    endings.add_argument("--reach", type=float, default=0.05, help="error threshold of the first-episode column")
+    endings.add_argument("--learned", type=float, default=0.05, help="mean error below this: learned")
+    endings.set_defaults(action=_print_endings)
+    paper = commands.add_parser("paper", help="the paper's Fig 1b seeds (its per-seed npz) → " + PAPER_FILE.name)
+    paper.add_argument("--paper-npz", type=Path, required=True, help="token_reversal_sparse_reward_results.npz")
+    paper.add_argument("--out", type=Path, default=PAPER_FILE)
+    paper.set_defaults(action=_write_paper)
+    args = parser.parse_args(argv)
+    args.action(args)
 
 
 if __name__ == "__main__":

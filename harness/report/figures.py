@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from algorithms import ALGORITHMS
-from harness.outputs import git_commit
+from harness.rundir.outputs import git_commit
 from harness.report import paper, stats
 from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
 from harness.report.tables import Report, Resolved, fill_command, write_file

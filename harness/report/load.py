@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from algorithms.registry import neutral_hyperparameters
-from harness.outputs import METRICS_FILE, SUMMARY_FILE
+from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE
 from harness.rundir import NEUTRAL_DEFAULTS
 from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
 

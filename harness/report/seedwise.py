@@ -12,7 +12,7 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
   mean error over the second half, the late phase of ``dynamics``), the value with its interval, then each
   method − the reference, paired. ``--paper`` adds the paper's Fig 1b seeds, paired the same way: the reference
   repository's per-seed curves (``assets/token_reversal_sparse_reward_results.npz``) or
-  ``results/paper/fig1b_seed_dynamics.json``, which ``python -m harness.report.dynamics`` writes from them.
+  ``results/paper/fig1b_seed_dynamics.json``, which ``python -m harness.report.dynamics paper`` writes from them.
 * ``perseed``: per method, the seeds whose own curve gets below ``--threshold`` and the median seed's first episode
   below it (a seed that never does counts as later than any).
 * ``methods``: per method, final error, its paired difference to the reference, steps to ``--threshold`` (seed

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.summary import relapse_events
+from harness.rundir.summary import relapse_events
 from harness.report.specs import Stat
 
 RESAMPLES, SEED, LEVEL = 2000, 0, 0.95

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.outputs import atomic_write_bytes
+from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
 from harness.report.load import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label

@@ -24,7 +24,7 @@ import wandb
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
-from algorithms.checks import did_you_mean
+from common.checks import did_you_mean
 from harness.config import experiment_presets
 from harness.report.figures import series_style
 from harness.report.specs import FIGURES, Series, axis_labels

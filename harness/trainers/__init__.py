@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from algorithms.checks import ConfigError
+from common.checks import ConfigError
 from harness.trainers.base import Trainer
 from tasks.base import StepOutput, Task
 

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 from harness import rundir
-from harness.session import Session
+from harness.rundir.session import Session
 
 
 @dataclass

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import outputs
+from harness.rundir import outputs
 from harness.config import build_task
-from harness.session import Session
+from harness.rundir.session import Session
 from harness.trainers.base import Resume, Trainer
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.models import linear

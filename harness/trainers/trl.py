@@ -24,13 +24,14 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from algorithms import ALGORITHMS
-from harness import outputs, rundir
+from harness import rundir
+from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.session import Session
+from harness.rundir.session import Session
 from harness.trainers.base import Resume, Trainer
 from harness.tracking import TRL_PREFIX, TRL_STEP
-from algorithms.checks import (
+from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
 log = logging.getLogger(__name__)

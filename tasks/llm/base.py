@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig
 
 from algorithms import Rollout
-from algorithms.checks import ConfigError, check_number, check_positive_int
+from common.checks import ConfigError, check_number, check_positive_int
 from tasks.base import Task
 
 # error = 1 − reward_mean, the same training-rollout error the token tasks log, so every report table reads LLM runs.

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from algorithms.checks import ConfigError, check_choice
+from common.checks import ConfigError, check_choice
 from tasks.llm.answers import final_number, gsm8k_reference
 from tasks.llm.base import LLMTask, chat
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from algorithms.checks import ConfigError, check_choice, check_number
+from common.checks import ConfigError, check_choice, check_number
 from tasks.llm.answers import last_json_object, tagged_answer
 from tasks.llm.base import LLMTask, chat
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from algorithms.checks import ConfigError, check_positive_int
-from algorithms.functional import gelu_tanh, log_softmax
+from common.checks import ConfigError, check_positive_int
+from common.kernels import gelu_tanh, log_softmax
 from tasks import rng
 from tasks.models.linear import seed_dense
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.outputs import METRICS_FILE, git_commit
+from harness.rundir.outputs import METRICS_FILE, git_commit
 
 
 def _finite_or_none(value: float) -> float | None:

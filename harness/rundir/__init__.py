@@ -1,4 +1,10 @@
-"""Run identity: what a run directory already holds decides whether a launch may start, resume or skip it.
+"""A run directory: what it holds, who may write there, and what a launch does with it.
+
+The package is everything about one run's folder. This module is its identity and plan (below); beside it
+``outputs`` writes its files whole (metrics, checkpoints, JSON), ``summary`` reads metrics.csv back into
+summary.json, and ``session`` is the open run every trainer writes through (metrics writer, W&B mirror, SIGTERM).
+
+Run identity: what a run directory already holds decides whether a launch may start, resume or skip it.
 
 Each run directory records the fingerprint of its resolved configuration in ``identity.json``: everything that
 changes the numbers, so neither logging, progress bars, thread count, the CPU matmul library (both move only float
@@ -57,8 +63,8 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness import outputs
-from algorithms.checks import ConfigError
+from harness.rundir import outputs
+from common.checks import ConfigError
 from algorithms.registry import neutral_hyperparameters
 
 IDENTITY_FILE, LOCK_FILE = "identity.json", "run.lock"

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import outputs
-from harness.summary import run_summary
+from harness.rundir import outputs
+from harness.rundir.summary import run_summary
 from harness.tracking import NullTracker, make_tracker
 
 

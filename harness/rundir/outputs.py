@@ -2,7 +2,7 @@
 
 ``metrics.csv``: columns ``step, seed`` then one per metric (``error`` first).
 ``summary.json``: status, final values (mean, s.e. with population std, per seed), steps-to thresholds
-(``harness.summary``).
+(``harness.rundir.summary``).
 ``checkpoint.pt``: everything needed to resume, with a checksum and the run's fingerprint.
 
 Every file is replaced whole (written to a temporary file, then renamed), never rewritten or appended in place: a

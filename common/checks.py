@@ -3,10 +3,8 @@ keys, the trainer's): a bad value is refused before any work, in one line naming
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
-from enum import Enum
 from typing import Any
 
 
@@ -79,31 +77,6 @@ def check_bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: true, false")
     return value
-
-
-def hyperparameter(default: Any, doc: str, *, choices: tuple | type[Enum] | None = None, added_later: bool = False,
-                   **bounds) -> Any:
-    """An algorithm hyperparameter's one declaration, as its ``Hyperparameters`` dataclass field: the default, the
-    valid values (``choices``: a tuple or an Enum; a bool default: true or false; else ``check_number``'s ``bounds``)
-    and a one-line ``doc``. ``added_later``: it joined ``conf/algorithm/<id>.yaml`` after runs were recorded, so at
-    its default it stays out of a run's identity (harness/rundir.py) and those runs still resume."""
-    return dataclasses.field(default=default, metadata={"doc": doc, "choices": choices, "bounds": bounds,
-                                                        "added_later": added_later})
-
-
-def check_hyperparameter(key: str, value: Any, declaration: dataclasses.Field) -> Any:
-    """``value`` as the algorithm reads it (a number as float, an integer as int, an Enum's value as its member),
-    checked against its ``hyperparameter`` declaration; a one-line ConfigError naming ``key``, the value and the valid
-    values otherwise."""
-    choices, bounds = declaration.metadata["choices"], declaration.metadata["bounds"]
-    if isinstance(choices, type) and issubclass(choices, Enum):
-        return choices(check_choice(key, value, [member.value for member in choices]))
-    if choices is not None:
-        return check_choice(key, value, choices)
-    if isinstance(declaration.default, bool):
-        return check_bool(key, value)
-    check_number(key, value, **bounds)
-    return value if value is None or bounds.get("integer") else float(value)
 
 
 SEED_ID_MAX = 2**63 - 1  # seed ids are int64 (tasks/rng.py hashes them as torch.int64)
