@@ -262,6 +262,27 @@ def test_a_full_disk_leaves_no_temporary_and_the_run_resumes(tmp_path, monkeypat
     assert (tmp_path / "full" / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
 
 
+def test_a_fresh_start_writes_its_identity_first_so_a_kill_at_any_point_leaves_a_run_that_resumes(tmp_path,
+                                                                                                   monkeypatch):
+    """identity.json is the first file a fresh start writes; a process killed right after it leaves a folder that
+    resume=auto starts afresh, to the same numbers. (Written last, a kill between the .hydra files and it left files
+    a relaunch refuses as not tpo-bench's.) Bug caught: harness.rundir.RunStart.apply writing .hydra/config.yaml
+    before identity.json."""
+    clean = tmp_path / "clean"
+    written, real = [], outputs.atomic_write_text
+    monkeypatch.setattr(outputs, "atomic_write_text", lambda path, *args, **kwargs: (
+        written.append(Path(path).relative_to(clean).as_posix()) if clean in Path(path).parents else None,
+        real(path, *args, **kwargs))[1])
+    run_config(TABULAR, clean)
+    assert written[0] == rundir.IDENTITY_FILE and ".hydra/config.yaml" in written
+    killed = tmp_path / "killed"  # as a kill just after identity.json leaves it (a temporary of the next write too)
+    make(killed, {rundir.IDENTITY_FILE: (clean / rundir.IDENTITY_FILE).read_text(),
+                  f".hydra/config.yaml.{os.getpid() + 1}.tmp": "half"})
+    summary = run_config([*TABULAR, "trainer.resume=auto"], killed)
+    assert summary["status"] == "completed" and not list(killed.rglob("*.tmp"))
+    assert (killed / "metrics.csv").read_bytes() == (clean / "metrics.csv").read_bytes()
+
+
 def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
     """A durable write that fails leaves the old file whole and no temporary beside it.
     Bug caught: harness/rundir/outputs.py:atomic_write_text — `except BaseException:` → `except KeyboardInterrupt:`."""

@@ -322,12 +322,14 @@ class RunStart:
                 pass
         if self._record is None:
             return
+        # identity.json first: a process killed after it leaves a run directory (started afresh by resume=auto),
+        # never .hydra files without one, which a relaunch would refuse as files tpo-bench did not write
+        outputs.write_json(run_dir / IDENTITY_FILE, self._record)
         (run_dir / HYDRA_DIR).mkdir(exist_ok=True)
         outputs.atomic_write_text(run_dir / HYDRA_DIR / "config.yaml", [OmegaConf.to_yaml(self._config)])
         overrides = _launch_overrides()
         if overrides is not None:
             outputs.atomic_write_text(run_dir / HYDRA_DIR / "overrides.yaml", [OmegaConf.to_yaml(overrides)])
-        outputs.write_json(run_dir / IDENTITY_FILE, self._record)
 
 
 def _launch_overrides():
