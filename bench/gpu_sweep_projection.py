@@ -83,6 +83,11 @@ def seconds_per_episode(overrides: list[str], seeds: int, episodes: int = 2) -> 
     return (time.perf_counter() - start) / episodes
 
 
+def failure(error: BaseException) -> str:
+    """One line for the report: the exception's type and its first line."""
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
 def preset_jobs(preset: str) -> tuple[list[list[str]], int, int]:
     """The sweep's jobs (override lists, as Hydra's basic sweeper expands them), its seed count and episodes."""
     cfg = compose_config([f"experiment={preset}"], with_hydra=True)
@@ -113,8 +118,12 @@ def main() -> None:
 
     if not args.skip_checks:
         for overrides in CHECKS:
-            report["checks"].append(result := check(overrides))
-            print(f"check {result['config']}: {result['max_abs_diff']}", flush=True)
+            try:
+                result = check(overrides)
+            except Exception as error:  # one failing setting is reported; the rest are still measured
+                result = {"config": " ".join(overrides), "error": failure(error)}
+            report["checks"].append(result)
+            print(f"check {result['config']}: {result.get('max_abs_diff', result.get('error'))}", flush=True)
             save()
     speed_runs = [(f"terminal H=10 {a} {m}", [*TERMINAL, f"algorithm={a}", f"task.match={m}"])
                   for a in ("tpo", "grpo", "grpo_no_kl", "ppo", "dg") for m in ("prompts", "interactions")
@@ -122,20 +131,32 @@ def main() -> None:
     speed_runs += [("terminal H=10 tpo dedup=true", [*TERMINAL, "algorithm=tpo", "task.dedup=true"])]
     speed_runs += [(f"dense V={v} tpo_token", [*DENSE, f"task.V={v}"]) for v in (2, 16)]
     for name, overrides in speed_runs:
-        seconds = seconds_per_episode(overrides, 20)
+        try:
+            seconds = seconds_per_episode(overrides, 20)
+        except Exception as error:
+            report["speed"].append({"setting": name, "error": failure(error)})
+            print(f"{name}: {failure(error)}", flush=True)
+            continue
         report["speed"].append({"setting": name, "seeds": 20, "s_per_episode": seconds, "episodes_per_s": 1 / seconds,
                                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30})
         print(f"{name:<36} 20 seeds: {1 / seconds:7.2f} episodes/s ({seconds * 1e3:.1f} ms)", flush=True)
         save()
     for preset in args.tables.split(","):
         jobs, seeds, episodes = preset_jobs(preset)
-        timed = [(job, seconds_per_episode(job, seeds)) for job in jobs]
-        hours = sum(seconds * episodes for _, seconds in timed) / 3600
-        report["tables"][preset] = {"jobs": len(jobs), "seeds": seeds, "episodes": episodes, "projected_hours": hours,
-                                    "per_job_s_per_episode": {" ".join(job[1:]): s for job, s in timed}}
-        print(f"{preset}: {len(jobs)} jobs × {seeds} seeds × {episodes} episodes → projected {hours:.2f} h "
-              f"on this GPU, one job after another", flush=True)
-        save()
+        timed = report["tables"][preset] = {"jobs": len(jobs), "seeds": seeds, "episodes": episodes,
+                                            "projected_hours": 0.0, "per_job_s_per_episode": {}}
+        for job in jobs:  # saved job by job: a run stopped at its time limit keeps the jobs it timed
+            try:
+                seconds = seconds_per_episode(job, seeds)
+            except Exception as error:
+                timed.setdefault("errors", {})[" ".join(job[1:])] = failure(error)
+                continue
+            timed["per_job_s_per_episode"][" ".join(job[1:])] = seconds
+            timed["projected_hours"] += seconds * episodes / 3600
+            save()
+        print(f"{preset}: {len(timed['per_job_s_per_episode'])} of {len(jobs)} jobs timed × {seeds} seeds × "
+              f"{episodes} episodes → projected {timed['projected_hours']:.2f} h on this GPU, one job after another",
+              flush=True)
     save(complete=True)
     print(f"wrote {path}")
 

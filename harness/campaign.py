@@ -440,9 +440,10 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
     """Seeds of the finished runs of ``steps`` episodes already below ``cell_dir`` (any seed-range layout, earlier
     runs included) whose configuration is ``expected`` (a cell's identity; None: not checked), and what those runs
     cost: per recorded CPU model ("" where none was recorded), CPU-seconds (wall seconds for runs older than
-    ``cpu_seconds``) and seed-episodes. A shorter run's seeds are run again (the report ignores it beside full ones)
-    but its cost counts; a run of another configuration (a longer one too) counts for nothing and is listed in
-    ``stale``; a damaged one is skipped with a warning."""
+    ``cpu_seconds``) and seed-episodes, of the runs trained on a CPU (a GPU run's seeds count, its cost does not). A
+    shorter run's seeds are run again (the report ignores it beside full ones) but its cost counts; a run of another
+    configuration (a longer one too) counts for nothing and is listed in ``stale``; a damaged one is skipped with a
+    warning."""
     found = CellRuns(set(), {})
     for summary in sorted(cell_dir.rglob("summary.json")) if cell_dir.exists() else ():
         if summary.parent.name.endswith(".tmp"):  # an export cut short (``export`` writes there, then renames)
@@ -464,8 +465,9 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
         if record["steps"] >= steps:
             found.seeds.update(record["seeds"])
         seconds = record.get("cpu_seconds") or record.get("wall_seconds")  # wall: runs from before cpu_seconds
-        if seconds:
-            model = (record.get("hardware") or {}).get("cpu") or ""
+        hardware = record.get("hardware") or {}
+        if seconds and hardware.get("device", "cpu") == "cpu":  # a GPU run's CPU seconds say nothing of a CPU's
+            model = hardware.get("cpu") or ""
             total, work = found.spent.get(model, (0.0, 0))
             found.spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
     return found

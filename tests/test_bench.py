@@ -82,6 +82,34 @@ def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch)
     assert not report["complete"] and len(report["speed"]) == 3
 
 
+@pytest.mark.usefixtures("stub_cuda")
+def test_a_failing_setting_is_reported_and_the_others_still_measured(tmp_path, monkeypatch):
+    """One lent GPU session runs the script once: an error in one setting must not lose the rest."""
+    def check(overrides):
+        if overrides is gpu_sweep_projection.CHECKS[1]:
+            raise RuntimeError("CUDA error: an illegal memory access\nmore lines")
+        return {"config": " ".join(overrides), "max_abs_diff": {"error": 0.0}}
+
+    def timing(overrides, seeds, episodes=2):
+        if "algorithm=grpo" in overrides or "task.V=4" in overrides:
+            raise ValueError("boom")
+        return 0.5
+
+    monkeypatch.setattr(gpu_sweep_projection, "check", check)
+    monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode", timing)
+    monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--tables",
+                                      "table1_vocab_sweep"])
+    gpu_sweep_projection.main()
+    report = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())
+    assert report["complete"] and len(report["checks"]) == len(gpu_sweep_projection.CHECKS)
+    assert report["checks"][1]["error"] == "RuntimeError: CUDA error: an illegal memory access"
+    assert [row.get("error") for row in report["speed"]].count("ValueError: boom") == 1  # GRPO, prompt-matched
+    assert len(report["speed"]) == 10
+    table = report["tables"]["table1_vocab_sweep"]
+    assert len(table["errors"]) == 4 and len(table["per_job_s_per_episode"]) == 12  # V = 4: its 4 algorithms
+    assert table["projected_hours"] == pytest.approx(12 * 1000 * 0.5 / 3600)
+
+
 def test_workload_counts_the_prefix_rows_the_sampler_decodes():
     answers = torch.tensor([[[[0, 0, 1], [0, 1, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 1], [1, 1, 0]]]])  # (1, 2, 3, 3)
     # prompt 0: depth 1 {0}, depth 2 {00, 01}; prompt 1: depth 1 {1}, depth 2 {11}

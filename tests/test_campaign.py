@@ -121,7 +121,8 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
     try:
         campaign.main(["nosuch", "--dry-run"])
     except SystemExit as error:
-        assert "campaign queue 'nosuch' not found; valid choices: beyond, failure_modes, paper" in str(error)
+        assert ("campaign queue 'nosuch' not found; valid choices: beyond, failure_modes, paper, section4_gpu"
+                in str(error))
     else:
         raise AssertionError("an unknown queue was accepted")
 
@@ -290,6 +291,39 @@ def test_a_report_folder_shows_its_own_tables_and_figures_not_those_of_the_runs_
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
+
+
+def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue():
+    """section4_gpu's cells are the paper queue's P6 cells with all seeds batched on a GPU: same preset, name, seeds
+    and configuration but the device (which the report ignores), so their runs land in the paper's cell folders."""
+    paper = {(c["preset"], c["name"]): c for c in campaign.load_queue("paper")["cells"]}
+    gpu_cells = campaign.load_queue("section4_gpu")["cells"]
+    assert gpu_cells
+    for cell in gpu_cells:
+        twin = paper[(cell["preset"], cell["name"])]
+        assert cell["seeds"] == twin["seeds"] == cell["chunk"] and cell["gpus"] == 1
+        overrides = tuple(cell["overrides"])
+        assert campaign.differences(campaign.cell_identity(cell["preset"], overrides),
+                                    campaign.cell_identity(twin["preset"], tuple(twin["overrides"])),
+                                    campaign._exported_ignores()) == []
+        assert campaign.cell_identity(cell["preset"], overrides)["device"] == "cuda"
+
+
+def test_a_gpu_runs_seeds_count_as_done_but_its_cpu_seconds_are_no_cpus_cost(tmp_path):
+    cell_dir = tmp_path / "results" / "runs" / "fig3_tabular_multi" / "tpo"
+    record_run(cell_dir / "seeds0-1", QUEUE["cells"][0], {
+        "status": "completed", "seeds": [0, 1], "steps": STEPS, "cpu_seconds": 2 * STEPS * 2.0,
+        "hardware": {"cpu": "CPU A", "device": "cpu"}})
+    record_run(cell_dir / "seeds2-4", QUEUE["cells"][0], {  # its seeds batched on a GPU: seconds of CPU A, barely
+        "status": "completed", "seeds": [2, 3, 4], "steps": STEPS, "cpu_seconds": 3 * STEPS * 0.01,
+        "hardware": {"cpu": "CPU A", "device": "cuda"}})
+    identity_file = cell_dir / "seeds2-4" / "identity.json"
+    identity = json.loads(identity_file.read_text())
+    identity_file.write_text(json.dumps({"config": {**identity["config"], "device": "cuda"}}))
+    expected = campaign.cell_identity(QUEUE["cells"][0]["preset"], tuple(QUEUE["cells"][0]["overrides"]))
+    found = campaign.exported(cell_dir, STEPS, expected)
+    assert found.seeds == {0, 1, 2, 3, 4} and not found.stale  # the device is a setting the report ignores
+    assert found.spent == {"CPU A": (2 * STEPS * 2.0, 2 * STEPS)}
 
 
 def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tmp_path):
