@@ -81,7 +81,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -100,7 +100,7 @@ SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.s
 STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
-RUN_ENV = {"PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher
+RUN_ENV = {"WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher (and ``run_environment``)
 CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
              "gpu_hours")
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
@@ -113,6 +113,19 @@ SLURM_RECORD = ".slurm.json"  # beside a run folder: the SLURM job that runs it 
 ENDED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "TIMEOUT")  # SLURM states of a job that no longer runs (squeue lists them a while); PREEMPTED may requeue
 
+
+def run_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """A local run's environment: ``environ`` with ``RUN_ENV`` and this repository first on ``PYTHONPATH``. Paths
+    already there stay after it: packages a machine provides outside the project's environment (``make gpu-site``'s
+    on a GPU machine) reach the runs as they reach the campaign."""
+    earlier = environ.get("PYTHONPATH")
+    return {**environ, **RUN_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), *([earlier] if earlier else [])])}
+
+
+def slurm_setup() -> list[str]:
+    """The shell lines a SLURM job runs before its run: ``run_environment`` for the job's inherited environment."""
+    return [*(f"export {name}={shlex.quote(value)}" for name, value in RUN_ENV.items()),
+            f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
 
 @dataclass(frozen=True)
 class Job:
@@ -798,7 +811,7 @@ class LocalLauncher:
     def __init__(self, work: Path):
         self.work = work
         self.cores = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
-        self.env = {**os.environ, **RUN_ENV}
+        self.env = run_environment(os.environ)
 
     def attach(self, jobs: list[Job]) -> dict[Job, subprocess.Popen]:
         return {}  # no run outlives the runner that started it
@@ -987,7 +1000,7 @@ class SlurmLauncher:
         executor.update_parameters(
             name=f"{job.preset}/{job.cell}/{job.name}", timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
             cpus_per_task=resources.cpus, mem_gb=resources.mem_gb, slurm_stderr_to_stdout=True,
-            slurm_setup=[f"export {name}={shlex.quote(value)}" for name, value in RUN_ENV.items()],
+            slurm_setup=slurm_setup(),
             **({"gpus_per_node": resources.gpus} if resources.gpus else {}),
             **({"slurm_partition": self.partition} if self.partition else {}))
         command = job.command(self.work)

@@ -293,6 +293,20 @@ def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
 
 
+@pytest.mark.parametrize("inherited", [None, "/opt/site:/opt/more"])
+def test_runs_find_this_repository_first_and_the_machines_own_paths_after_it(inherited):
+    """Locally and in a SLURM job alike: a GPU machine's packages outside the project's environment (on PYTHONPATH)
+    reach the runs, and this checkout's modules come first."""
+    environ = {"HOME": "/h", **({"PYTHONPATH": inherited} if inherited else {})}
+    expected = str(ROOT) + (os.pathsep + inherited if inherited else "")
+    local = campaign.run_environment(environ)
+    assert local == {**environ, "PYTHONPATH": expected, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    script = "; ".join([*campaign.slurm_setup(), 'echo "$PYTHONPATH|$WANDB_MODE|$OMP_NUM_THREADS"'])
+    shell_env = {"PATH": os.environ["PATH"], **({"PYTHONPATH": inherited} if inherited else {})}
+    said = subprocess.run(["bash", "-c", script], env=shell_env, capture_output=True, text=True, check=True).stdout
+    assert said.strip() == f"{expected}|disabled|1"
+
+
 def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue():
     """section4_gpu's cells are the paper queue's P6 cells with all seeds batched on a GPU: same preset, name, seeds
     and configuration but the device (which the report ignores), so their runs land in the paper's cell folders."""
