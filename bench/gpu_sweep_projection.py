@@ -14,7 +14,8 @@
    from initialisation are the most expensive; the target is Table 3 under one hour on an H100/H200-class GPU).
 
 Writes gpu_sweep_projection.json (and prints a summary) into --out (default $OUT, else results/bench), rewritten
-after every measurement so that a run stopped at its time limit keeps what it measured ("complete": false).
+after every measurement so that a run stopped at its time limit keeps what it measured ("complete": false); a
+setting that raises is recorded with its error (``"error"``, one line) and the others are still measured.
 Exits with a clear message and status 2 when no CUDA device is visible.
 """
 
