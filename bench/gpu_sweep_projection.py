@@ -137,6 +137,7 @@ def main() -> None:
         except Exception as error:
             report["speed"].append({"setting": name, "error": failure(error)})
             print(f"{name}: {failure(error)}", flush=True)
+            save()
             continue
         report["speed"].append({"setting": name, "seeds": 20, "s_per_episode": seconds, "episodes_per_s": 1 / seconds,
                                 "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30})
@@ -151,6 +152,7 @@ def main() -> None:
                 seconds = seconds_per_episode(job, seeds)
             except Exception as error:
                 timed.setdefault("errors", {})[" ".join(job[1:])] = failure(error)
+                save()
                 continue
             timed["per_job_s_per_episode"][" ".join(job[1:])] = seconds
             timed["projected_hours"] += seconds * episodes / 3600

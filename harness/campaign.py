@@ -127,6 +127,7 @@ def slurm_setup() -> list[str]:
     return [*(f"export {name}={shlex.quote(value)}" for name, value in RUN_ENV.items()),
             f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
 
+
 @dataclass(frozen=True)
 class Job:
     """One run: ``seeds`` seeds from ``offset`` of one cell."""
@@ -139,6 +140,7 @@ class Job:
     seeds: int
     steps: int
     cost: float  # CPU-seconds per seed-episode
+    gpu_hours: float | None = None  # a GPU cell's job: its seeds' share of the cell's projected GPU-hours
 
     @property
     def name(self) -> str:
@@ -153,6 +155,11 @@ class Job:
     @property
     def cpu_hours(self) -> float:
         return self.cost * self.seeds * self.steps / 3600
+
+    @property
+    def hours(self) -> float:
+        """The hours the job is expected to take on its device: a GPU cell's GPU-hours, else its CPU-hours."""
+        return self.cpu_hours if self.gpu_hours is None else self.gpu_hours
 
     def command(self, work: Path) -> list[str]:
         return [sys.executable, "-m", "harness", f"experiment={self.preset}", *self.overrides, f"seeds={self.seeds}",
@@ -545,15 +552,20 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
             note = f" (estimate × {calibration[0]:.2f}, as {calibration[1]})"
         elif cost is None:
             cost, note = float(cell["cost"]), " (cost estimated)"
+
+        def share(count: int) -> float | None:  # a GPU cell's projected GPU-hours for ``count`` of its seeds
+            return float(cell["gpu_hours"]) * count / seeds if "gpu_hours" in cell else None
+
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
-                             len(finished), steps, cost), f"done: seeds {_ranges(sorted(finished))}"))
-        chunk = int(cell.get("chunk", queue.get("chunk", 5)))  # a GPU cell batches all its seeds in one job
+                             len(finished), steps, cost, share(len(finished))),
+                         f"done: seeds {_ranges(sorted(finished))}"))
+        chunk = int(cell.get("chunk", queue.get("chunk", 5)))  # a cell's own: a GPU cell batches all its seeds
         for start in range(0, seeds, chunk):  # runs of chunk-aligned seed ranges: stable names, any seed done skipped
             block = [seed for seed in range(start, min(start + chunk, seeds)) if seed not in finished]
             for offset, count in _contiguous(block):
                 jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
-                                 cost), "to run" + note))
+                                 cost, share(count)), "to run" + note))
     return jobs, factor
 
 
@@ -571,11 +583,12 @@ def calibrate(ratios: list[tuple[str, bool, float]], priority: str) -> tuple[flo
     return None
 
 
-def breadth_first(planned: list[tuple[Job, str]], chunk: int) -> list[tuple[Job, str]]:
-    """``plan``'s jobs reordered so that, within each priority, every cell's first seed range runs before any
-    cell's second: a campaign stopped early then compares all of a priority's methods on the same seeds."""
+def breadth_first(planned: list[tuple[Job, str]]) -> list[tuple[Job, str]]:
+    """``plan``'s jobs reordered so that, within each priority, the runs go by their first seed (cells in queue
+    order among equals): every cell's lowest seeds run before any cell's higher ones, whatever seeds per run each
+    cell has, so a campaign stopped early compares all of a priority's methods on the same seeds."""
     ranks = {priority: rank for rank, priority in enumerate(dict.fromkeys(job.priority for job, _ in planned))}
-    return sorted(planned, key=lambda item: (ranks[item[0].priority], item[0].offset // chunk))
+    return sorted(planned, key=lambda item: (ranks[item[0].priority], item[0].offset))
 
 
 def _ranges(seeds: list[int]) -> str:
@@ -778,7 +791,7 @@ def progress(job: Job, work: Path) -> float:
 
 def seconds_needed(job: Job, work: Path) -> float:
     """The wall time ``--finish-within`` allows for the job: its episodes left at its cell's cost, times MARGIN."""
-    return MARGIN * 3600 * job.cpu_hours * (1 - progress(job, work))
+    return MARGIN * 3600 * job.hours * (1 - progress(job, work))
 
 
 def fit_plan(jobs: list[Job], parallel: int, seconds: float, work: Path) -> list[Job]:
@@ -912,8 +925,7 @@ class SlurmLauncher:
     def resources(self, job: Job) -> Resources:
         """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
         cell = self.cells.get((job.preset, job.cell), {})
-        gpu_hours = launcher_gpu_hours(list(self.cells.values()), job)  # a GPU cell's time is its GPU-hours
-        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * (job.cpu_hours if gpu_hours is None else gpu_hours)))
+        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * job.hours))  # a GPU cell's: from its GPU-hours
         return Resources(cell.get("cpus", 1), cell.get("mem_gb", MEM_GB), cell.get("time_min", minutes),
                          cell.get("gpus", 0))
 
@@ -1220,12 +1232,6 @@ def _cuda_here() -> bool:
     return torch.cuda.is_available()
 
 
-def launcher_gpu_hours(cells: list[dict], job: Job) -> float | None:
-    """The job's share of its cell's projected ``gpu_hours`` (by seeds); None when the cell gives none."""
-    cell = next((c for c in cells if (c["preset"], c["name"]) == (job.preset, job.cell)), {})
-    return float(cell["gpu_hours"]) * job.seeds / int(cell["seeds"]) if "gpu_hours" in cell else None
-
-
 def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> int:
     """Plan, print, refuse or replace runs of another configuration, then run (``main``'s body); the exit code."""
     from tasks.models.linear import cpu_model
@@ -1233,7 +1239,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     stale: list[tuple[Path, str, list[str]]] = []
     planned, factor = plan(queue, args.results, only, cpu_model(), stale)
     if args.breadth:
-        planned = breadth_first(planned, int(queue.get("chunk", 5)))
+        planned = breadth_first(planned)
     slurm = args.launcher == "slurm"
     if not slurm and not _cuda_here():  # a GPU cell's runs would fail here: they wait for a cluster or a GPU
         planned = [(job, "GPU cell: for --launcher slurm (no GPU here)" if GPU_OVERRIDE in job.overrides
@@ -1266,15 +1272,14 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
         if slurm and state.startswith(("to run", "resumable")):
             state += f"; {launcher.describe(job)}"
         name = "" if state.startswith("done") else job.name
-        gpu_hours = launcher_gpu_hours(queue["cells"], job)
-        cost = f"{job.cpu_hours:6.2f} CPU-h" if gpu_hours is None else f"{gpu_hours:6.2f} GPU-h"
+        cost = f"{job.hours:6.2f} {'CPU' if job.gpu_hours is None else 'GPU'}-h"
         print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
               f"{cost}  {state}")
     hours = sum(job.cpu_hours for job in todo if GPU_OVERRIDE not in job.overrides)
     gpu_jobs = [job for job, state in planned if GPU_OVERRIDE in job.overrides and not state.startswith("done")]
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / parallel:.1f} h at {at}")
     if gpu_jobs:
-        gpu_hours = sum(launcher_gpu_hours(queue["cells"], job) or 0.0 for job in gpu_jobs)
+        gpu_hours = sum(job.gpu_hours or 0.0 for job in gpu_jobs)
         print(f"GPU jobs to go: {len(gpu_jobs)}, {gpu_hours:.1f} GPU-hours projected (cells' gpu_hours), one GPU each")
     if factor:
         print(f"this CPU ({cpu_model()}) runs cells at {factor:.2f}× the cost recorded elsewhere (median over cells "

@@ -80,6 +80,16 @@ def test_projection_stopped_midway_keeps_what_it_measured(tmp_path, monkeypatch)
         gpu_sweep_projection.main()
     report = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())
     assert not report["complete"] and len(report["speed"]) == 3
+    calls.clear()  # now stopped in a table's fourth job: the three timed before it are kept
+    monkeypatch.setattr(gpu_sweep_projection, "seconds_per_episode",
+                        lambda overrides, seeds, episodes=2: timing(overrides, seeds) if "experiment" in overrides[0]
+                        else 0.5)
+    monkeypatch.setattr(sys, "argv", ["gpu_sweep_projection.py", "--out", str(tmp_path), "--skip-checks",
+                                      "--tables", "table1_vocab_sweep"])
+    with pytest.raises(KeyboardInterrupt):
+        gpu_sweep_projection.main()
+    table = json.loads((tmp_path / "gpu_sweep_projection.json").read_text())["tables"]["table1_vocab_sweep"]
+    assert len(table["per_job_s_per_episode"]) == 3
 
 
 @pytest.mark.usefixtures("stub_cuda")

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -157,15 +158,33 @@ def test_a_queue_with_a_bad_cell_is_refused_before_anything_runs(tmp_path, chang
 def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
     cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
              dict(QUEUE["cells"][0], priority="P2", name="later", seeds=5)]
-    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path)[0], 5)
+    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path)[0])
     assert [(job.priority, job.cell, job.name) for job, _ in jobs] == [
         ("P1", "tpo", "seeds0-4"), ("P1", "grpo", "seeds0-4"), ("P1", "tpo", "seeds5-9"), ("P1", "grpo", "seeds5-9"),
         ("P2", "later", "seeds0-4")]
+    cells = [dict(QUEUE["cells"][0], seeds=4, chunk=2), dict(QUEUE["cells"][1], seeds=4, chunk=2)]  # cells' own
+    jobs = campaign.breadth_first(campaign.plan({"chunk": 5, "cells": cells}, tmp_path)[0])
+    assert [(job.cell, job.name) for job, _ in jobs] == [
+        ("tpo", "seeds0-1"), ("grpo", "seeds0-1"), ("tpo", "seeds2-3"), ("grpo", "seeds2-3")]
 
 
 def hour_job(name: str, hours: float, steps: int = 100) -> campaign.Job:
     """A one-seed job whose cell cost makes it exactly ``hours`` CPU-hours."""
     return campaign.Job("P1", "fig3_tabular_multi", name, (), 0, 1, steps, 3600 * hours / steps)
+
+
+def test_a_gpu_cells_runs_are_timed_by_its_gpu_hours_not_its_cpu_cost(tmp_path):
+    """--finish-within on a GPU machine: a GPU cell whose CPU cost would take 10 hours but whose 10 seeds take
+    0.3 GPU-hours fits in half an hour, each run by its seeds' share."""
+    cell = dict(QUEUE["cells"][0], seeds=10, chunk=5, cost=3600 * 10 / (10 * STEPS), gpus=1, gpu_hours=0.3,
+                overrides=[*QUEUE["cells"][0]["overrides"], "device=cuda"])
+    jobs = [job for job, _ in campaign.plan({"chunk": 5, "cells": [cell]}, tmp_path)[0]]
+    assert [(job.name, job.gpu_hours, job.hours) for job in jobs] == [("seeds0-4", 0.15, 0.15),
+                                                                        ("seeds5-9", 0.15, 0.15)]
+    assert jobs[0].cpu_hours == pytest.approx(5.0)
+    assert campaign.fit_plan(jobs, 1, 3600 * 0.5, tmp_path) == jobs  # 2 × 0.15 h × MARGIN 1.25
+    cpu_jobs = [replace(job, gpu_hours=None) for job in jobs]
+    assert campaign.fit_plan(cpu_jobs, 1, 3600 * 0.5, tmp_path) == []
 
 
 def test_finish_within_skips_runs_that_would_overrun_and_backfills_shorter_ones(tmp_path):
@@ -293,7 +312,7 @@ def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
 
 
-@pytest.mark.parametrize("inherited", [None, "/opt/site:/opt/more"])
+@pytest.mark.parametrize("inherited", [None, "", "/opt/site:/opt/more"])
 def test_runs_find_this_repository_first_and_the_machines_own_paths_after_it(inherited):
     """Locally and in a SLURM job alike: a GPU machine's packages outside the project's environment (on PYTHONPATH)
     reach the runs, and this checkout's modules come first."""
@@ -330,7 +349,7 @@ def test_a_gpu_runs_seeds_count_as_done_but_its_cpu_seconds_are_no_cpus_cost(tmp
         "hardware": {"cpu": "CPU A", "device": "cpu"}})
     record_run(cell_dir / "seeds2-4", QUEUE["cells"][0], {  # its seeds batched on a GPU: seconds of CPU A, barely
         "status": "completed", "seeds": [2, 3, 4], "steps": STEPS, "cpu_seconds": 3 * STEPS * 0.01,
-        "hardware": {"cpu": "CPU A", "device": "cuda"}})
+        "hardware": {"cpu": "CPU A", "device": "cuda:0"}})
     identity_file = cell_dir / "seeds2-4" / "identity.json"
     identity = json.loads(identity_file.read_text())
     identity_file.write_text(json.dumps({"config": {**identity["config"], "device": "cuda"}}))
