@@ -48,20 +48,20 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    if not multirun:  # ``launch`` ended a stop at once while Hydra composed; from here a stop is handled below
-        interrupts.raise_on_stop()
     if multirun:  # a job that SLURM requeued (preempted, or at its time limit) continues its run
         sweep.continue_if_requeued(cfg)
     launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
     had_results = rundir.has_results(run_dir)
     try:
+        if not multirun:  # until here ``launch`` ends a stop at once; from here it is handled below
+            interrupts.raise_on_stop()
         summary = train(cfg, run_dir)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
         if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
             sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
             line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
             os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
-            sys.exit(130)
+            process.exit_interrupted()
         if rundir.started(run_dir):
             print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
                   "again if it has none)", file=sys.stderr)
@@ -69,7 +69,7 @@ def main(cfg: DictConfig) -> float | None:
             print("Interrupted before the run started", file=sys.stderr)
             if not had_results:  # as a refused launch: the folder it made goes
                 _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
-        sys.exit(130)
+        process.exit_interrupted()
     except Exception as error:
         refused = isinstance(error, REFUSED)
         message = str(error) if refused else f"{type(error).__name__}: {error}"
@@ -631,7 +631,7 @@ def launch(argv: list[str]) -> None:
         if not stop.stopped:
             print("Interrupted while no run of this process or its workers was training (jobs on a cluster go on); "
                   f"to continue, re-run: {shlex.join(['python', '-m', 'harness', *argv])}", file=sys.stderr)
-        sys.exit(130)
+        process.exit_interrupted()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Process-wide settings of the entry points. ``exit_at_once_on_stop``: how a stop ends a process whose modules are
-still loading. Two memory settings for CPU training, applied by the entry points (``python -m harness``, the bench
+still loading; ``exit_interrupted``: how it ends one that handled the stop. Two memory settings for CPU training, applied by the entry points (``python -m harness``, the bench
 scripts) before torch allocates anything; neither changes a number:
 
 - ``THP_MEM_ALLOC_ENABLE=1`` (unless set): PyTorch's CPU allocator asks for transparent huge pages on tensors of
@@ -18,6 +18,7 @@ import os
 import platform
 import signal
 import sys
+from typing import NoReturn
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 _HEAP_BLOCK_LIMIT = 32 * 1024 * 1024  # the largest mmap threshold glibc accepts on 64-bit systems
@@ -50,3 +51,14 @@ def exit_at_once_on_stop(message: str, cleanup=None) -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+
+
+def exit_interrupted() -> NoReturn:
+    """``sys.exit(130)`` after a handled stop, with 130 as the exit status whatever the stop interrupted.
+
+    A KeyboardInterrupt that passes through ``exec`` of a string (dataclasses and namedtuples build their methods
+    so, on import) sets CPython's "KeyboardInterrupt unhandled" flag even when a caller handles it, and the
+    interpreter then ends by SIGINT instead of with the status asked for. Every ``exec`` of a string clears that
+    flag first, so an empty one does."""
+    exec("")
+    sys.exit(130)

@@ -93,21 +93,45 @@ def test_a_stop_while_modules_load_ends_at_once_even_where_cleanup_would_fail():
     assert (result.returncode, result.stderr) == (130, "Interrupted before the run started\n")
 
 
+def test_a_handled_stop_exits_130_even_where_it_passed_through_exec_of_a_string(tmp_path):
+    """A stop that lands while dataclasses build a class's methods (``exec`` of a string) leaves CPython's flag
+    "KeyboardInterrupt unhandled" set although the entry point handles it, and the interpreter then ends by SIGINT
+    (returncode -2) instead of with the 130 it was asked for. Bug caught: harness/process.py:exit_interrupted
+    without its ``exec("")`` (the child ends by SIGINT)."""
+    (tmp_path / "stopped.py").write_text(textwrap.dedent("""
+        from harness import process
+        try:
+            exec("raise KeyboardInterrupt")  # as a stop landing in a dataclass's generated __init__
+        except KeyboardInterrupt:
+            process.exit_interrupted()
+        """))
+    result = subprocess.run([sys.executable, "-m", "stopped"], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "")
+
+
 def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp_path):
-    """Ctrl-C while the modules load, while Hydra composes the launch, or while the task is being built (MNIST loads
-    its data) ends in one line and exit 130; the new run folder Hydra made goes. Bugs caught: harness/__main__.py:main
-    — the ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an
-    empty ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
+    """Ctrl-C while the task is being built (MNIST loads its data), while Hydra composes the launch, or while the
+    modules load ends in one line and exit 130; the new run folder Hydra made goes. The first stop comes as the run
+    folder's log appears (the task is built next: a few hundred ms), and times the others as fractions of that
+    delay, so they fall in the same phases on a fast or a slow machine. Bug caught: harness/__main__.py:main — the
+    ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an empty
+    ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     command = [sys.executable, "-m", "harness", "experiment=fig4_mnist", "algorithm=tpo", "seeds=1",
-               "trainer.steps=5", "logger=none", "hydra.run.dir=run"]
-    for wait_for in (0.3, 0.8, 1.5, tmp_path / "run" / "__main__.log"):  # loading, composing, building the task
+               "trainer.steps=200", "logger=none", "hydra.run.dir=run"]  # a valid run: it is built, not refused
+    launch_log = tmp_path / "run" / "__main__.log"
+    until_log = None
+    for fraction in (None, 0.55, 0.3, 0.1):  # building the task, composing, loading
+        started = time.time()
         process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE)
-        timed = isinstance(wait_for, float)
-        deadline = time.time() + (wait_for if timed else 120)
-        while time.time() < deadline and (timed or not wait_for.exists()):
-            time.sleep(0.01)
+        if fraction is None:
+            while time.time() < started + 120 and not launch_log.exists():
+                time.sleep(0.005)
+            until_log = time.time() - started
+        else:
+            time.sleep(fraction * until_log)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 130, stderr
