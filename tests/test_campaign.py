@@ -307,6 +307,33 @@ def test_a_report_folder_shows_its_own_tables_and_figures_not_those_of_the_runs_
     assert re.search(r"\| TPO, Muon +\| 25\.0", readme)  # Table 3's run is the Muon row
 
 
+def test_fig8_reads_table3_s_prompt_matched_runs_and_fig1b_s_not_the_interaction_matched_ones(tmp_path):
+    """Fig 8's TPO rows are Table 3's prompt-matched runs (H = 10: Fig 1b's, which Table 3 itself reads); Table 3's
+    interaction-matched TPO at the same H is another configuration and must not join the cell. Bugs caught:
+    specs.py without fig8's ``where=PROMPT_MATCHED`` (the H = 7 cell is a conflict of two configurations), or
+    without fig1b_sparse in its SHARED_RUNS (H = 10 missing: sharing is not transitive)."""
+    import numpy as np
+    import pandas as pd
+
+    from harness.report import synthetic
+
+    steps = np.arange(0, 2000, 100)
+    runs = {("table3_terminal", "prompts_h7_tpo", 7, "prompts"): 0.25,
+            ("table3_terminal", "interactions_h7_tpo", 7, "interactions"): 0.75,
+            ("fig1b_sparse", "tpo", 10, "prompts"): 0.10}
+    for (preset, cell, horizon, match), error in runs.items():
+        config = synthetic.make_config(preset, "token_reversal", "tpo", 2, 2000,
+                                       **{"task.H": horizon, "task.match": match})
+        synthetic.write_run(tmp_path / "runs" / preset / cell / "seeds0-1", config,
+                            {"error": np.full((2, len(steps)), error)}, steps=steps)
+    assert campaign.report("fig8_ablations", tmp_path) == []
+    table = pd.read_csv(tmp_path / "fig8_ablations" / "fig8.csv").set_index(["row", "col"])
+    assert table.loc[("TPO", "H=7"), ["status", "ours"]].tolist() == ["partial", 0.25]
+    assert table.loc[("TPO", "H=10"), ["status", "ours"]].tolist() == ["partial", 0.10]
+    assert table.loc[("TPO", "H=8"), "command"] == ("python -m harness -m experiment=table3_terminal algorithm=tpo "
+                                                    "task.H=8 task.match=prompts")  # run once, for both tables
+
+
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())

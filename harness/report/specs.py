@@ -196,10 +196,14 @@ def fmt_value(value) -> str:
 
 
 # presets whose table cells also read another preset's runs of the same configuration (the config fingerprints
-# agree; only the experiment's name differs): Fig 1b is Table 3's prompt-matched H = 10 column, and the modern
-# baselines' comparison reads TPO and GRPO from Table 3's prompt-matched H = 7 column
+# agree; only the experiment's name differs): Fig 1b is Table 3's prompt-matched H = 10 column, the modern
+# baselines' comparison reads TPO and GRPO from Table 3's prompt-matched H = 7 column, and Fig 8's TPO, GRPO and
+# GRPO (no KL) rows are Table 3's prompt-matched runs (H = 10 TPO and GRPO: Fig 1b's). Sharing is not transitive:
+# a preset lists every one it reads. A sharing table pins the keys that tell the shared runs apart (Fig 8:
+# task.match=prompts, or Table 3's interaction-matched runs of the same H would join its cells).
+PROMPT_MATCHED = {"task.match": "prompts"}
 SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines": ("table3_terminal",),
-               "beyond_relapse": ("table3_terminal",)}
+               "beyond_relapse": ("table3_terminal",), "fig8_ablations": ("table3_terminal", "fig1b_sparse")}
 
 
 def report_sources(preset: str) -> list[str]:
@@ -309,7 +313,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           steps=2000),
     Table("fig8", "Fig 8 — anchor and target-matching ablations: final exact-match error (%)", "fig8_ablations",
           rows=algorithms("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"),
-          cols=grid(**{"task.H": [7, 8, 10]}), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000),
+          cols=grid(**{"task.H": [7, 8, 10]}), where=PROMPT_MATCHED, reference={"algorithm.name": "tpo"}, seeds=20,
+          steps=2000),
     Table("fig1b", "Fig 1b — sparse-reward hero: final exact-match error (%) and steps to 5%", "fig1b_sparse",
           rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
           seeds=20, steps=2000,
@@ -391,9 +396,11 @@ FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["
 TARGETS = grid(**{"task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
 
 
-def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, **kwargs) -> tuple[Panel, ...]:
-    """A grid of curve panels, one per (row, col), titled by their keys."""
-    return tuple(Panel(preset, series, title=label({**row, **col}), where={**row, **col}, **kwargs)
+def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
+           **kwargs) -> tuple[Panel, ...]:
+    """A grid of curve panels, one per (row, col), titled by their keys; ``where`` pins keys of every panel (not in
+    its title)."""
+    return tuple(Panel(preset, series, title=label({**row, **col}), where={**(where or {}), **row, **col}, **kwargs)
                  for row in rows for col in cols)
 
 
@@ -458,7 +465,8 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
            ncols=4),
     Figure("fig8", "Fig 8 — anchor and target-matching ablations (prompt-matched)",
            panels("fig8_ablations", ({},), grid(**{"task.H": [7, 8, 10]}),
-                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), ylabel="Exact-match error")),
+                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), where=PROMPT_MATCHED,
+                  ylabel="Exact-match error")),
     Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
         Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(a) First-epoch gradient norm",
               metrics=("grad_norm",), ylabel="‖g‖₂"),
