@@ -816,10 +816,29 @@ class Ended:
     log: Path  # what the run printed
 
 
+def pinned_load(cores: list[int]) -> dict[int, int]:
+    """How many processes of this machine are pinned to each of ``cores`` alone: the runs of this runner and of any
+    other (a campaign and a scorecard side by side). Kernel threads (no command line) are left out: each core has
+    its own. Without /proc, every core counts 0."""
+    load = dict.fromkeys(cores, 0)
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if not (status.parent / "cmdline").read_bytes():
+                continue
+            allowed = next((line.split(":", 1)[1].strip() for line in status.read_text().splitlines()
+                            if line.startswith("Cpus_allowed_list:")), "")
+        except OSError:  # the process ended meanwhile
+            continue
+        if allowed.isdigit() and int(allowed) in load:
+            load[int(allowed)] += 1
+    return load
+
+
 class LocalLauncher:
-    """Runs each job as a process of this machine, pinned to a core of its own (the last cores first, leaving core 0
-    to interactive work when there are fewer runs than cores). The runs end with the runner: stopping it SIGTERMs
-    them (each writes its summary, "interrupted", and keeps its checkpoint)."""
+    """Runs each job as a process of this machine, pinned to a core of its own: the core with the fewest processes
+    pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
+    leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
+    it SIGTERMs them (each writes its summary, "interrupted", and keeps its checkpoint)."""
 
     def __init__(self, work: Path):
         self.work = work
@@ -829,9 +848,17 @@ class LocalLauncher:
     def attach(self, jobs: list[Job]) -> dict[Job, subprocess.Popen]:
         return {}  # no run outlives the runner that started it
 
+    def core(self, slot: int) -> int | None:
+        """The core for the run of ``slot``: the least pinned one, ties in slot order (the slot's own core first)."""
+        if not self.cores:
+            return None
+        load = pinned_load(self.cores)
+        start = slot % len(self.cores)
+        return min(self.cores[start:] + self.cores[:start], key=load.__getitem__)
+
     def start(self, job: Job, slot: int) -> subprocess.Popen:
         job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
-        core = self.cores[slot % len(self.cores)] if self.cores else None
+        core = self.core(slot)
         with open(job.work_dir(self.work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
             process = subprocess.Popen(job.command(self.work), cwd=ROOT, env=self.env, stdout=log,
                                        stderr=subprocess.STDOUT, preexec_fn=(

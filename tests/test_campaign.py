@@ -334,6 +334,31 @@ def test_fig8_reads_table3_s_prompt_matched_runs_and_fig1b_s_not_the_interaction
                                                     "task.H=8 task.match=prompts")  # run once, for both tables
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores to choose between")
+def test_a_run_is_pinned_to_a_core_no_other_run_holds_even_one_of_another_runner(tmp_path):
+    """A campaign and a scorecard runner side by side, each with --jobs 1: the second one's run goes to a free core,
+    not to the slot's core that the first one's run holds. Bug caught: campaign.py:LocalLauncher.core returning the
+    slot's core whatever is pinned there (both runs share one core, the other idles)."""
+    launcher = campaign.LocalLauncher(tmp_path)
+    busy = launcher.core(0)
+    before = campaign.pinned_load(launcher.cores)
+    wanted = max(before.values()) + 1  # busiest of all once the other runner's runs are there (whatever else runs)
+    others = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               preexec_fn=lambda: os.sched_setaffinity(0, {busy}))
+              for _ in range(wanted - before[busy])]
+    try:
+        deadline = time.time() + 10
+        while campaign.pinned_load(launcher.cores)[busy] < wanted and time.time() < deadline:
+            time.sleep(0.05)
+        assert campaign.pinned_load(launcher.cores)[busy] >= wanted
+        assert campaign.LocalLauncher(tmp_path).core(0) != busy
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+
+
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
     assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
     assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
