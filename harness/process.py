@@ -1,6 +1,7 @@
 """Process-wide settings of the entry points. ``exit_at_once_on_stop``: how a stop ends a process whose modules are
-still loading; ``exit_interrupted``: how it ends one that handled the stop. Two memory settings for CPU training, applied by the entry points (``python -m harness``, the bench
-scripts) before torch allocates anything; neither changes a number:
+still loading; ``exit_interrupted``: how it ends one that handled the stop. Two memory settings for CPU training,
+applied by the entry points (``python -m harness``, the bench scripts) before torch allocates anything; neither
+changes a number:
 
 - ``THP_MEM_ALLOC_ENABLE=1`` (unless set): PyTorch's CPU allocator asks for transparent huge pages on tensors of
   2 MB or more. The MNIST bandit gathers random rows of its training-image table every step, and with 4 KB pages
