@@ -53,12 +53,15 @@ one-line warning naming it. A cell with a value its run would refuse at its star
 algorithm rejects it: ``build_task`` on PyTorch's ``meta`` device says so) is refused in one line before anything
 runs, by ``--dry-run`` too.
 
-One campaign at a time per folder: a campaign holds ``<work>/.campaign.lock`` and ``<results>/.campaign.lock``
-(pid and host; a lock whose process is gone is taken over) and a second one refuses in one line (``--dry-run``
-reads only and takes no lock). At its start a campaign removes the export temporaries that campaigns cut short
-left behind (``results/runs/<preset>/<cell>/seeds<a>-<b>[.<pid>-<id>][.old].tmp``). An export is written to a
-folder of its own and renamed into place. A report that fails is named in one line (``REPORT FAILED``) and the
-campaign exits non-zero at its end, as it does for a failed run; its folder is listed in
+One campaign at a time per cell: a campaign holds ``.campaign-locks/<preset>/<cell>.lock`` (pid and host; a lock
+whose process is gone is taken over) under ``--work`` and ``--results`` for every cell of the priorities it runs, and
+a second campaign that wants one of them refuses in one line naming the cell (``--dry-run`` reads only and takes no
+lock). Campaigns of other cells share the folders: other ``--only`` priorities, a queue of other cells, a scorecard.
+Exports and reports are written one at a time (``.campaign-locks/results.lock`` under ``--results``; a campaign
+waits for another's, saying so). At its start a campaign removes the export temporaries that campaigns cut short
+left behind in its cells (``results/runs/<preset>/<cell>/seeds<a>-<b>[.<pid>-<id>][.old].tmp``). An export is
+written to a folder of its own and renamed into place. A report that fails is named in one line (``REPORT FAILED``)
+and the campaign exits non-zero at its end, as it does for a failed run; its folder is listed in
 ``<results>/.stale-reports.json`` and the next campaign regenerates it first.
 """
 
@@ -76,6 +79,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -95,7 +99,8 @@ DONE = ("completed", "diverged")
 MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measured cost (seeds and machine load vary)
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # every run's, see Job.command
 BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run's identity: seed ranges merge
-LOCK_FILE = ".campaign.lock"
+LOCKS = ".campaign-locks"  # under --work and --results: <preset>/<cell>.lock per cell held; results.lock
+OLD_LOCK = ".campaign.lock"  # a whole folder's, held by campaigns of earlier versions: a live one excludes all
 SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.scorecard): no report of the campaign's
 STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
@@ -464,8 +469,10 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
     shorter run's seeds are run again (the report ignores it beside full ones) but its cost counts; a run of another
     configuration (a longer one too) counts for nothing and is listed in ``stale``; a damaged one is skipped with a
     warning."""
+    from harness.rundir.outputs import summary_files
+
     found = CellRuns(set(), {})
-    for summary in sorted(cell_dir.rglob("summary.json")) if cell_dir.exists() else ():
+    for summary in summary_files(cell_dir):
         if summary.parent.name.endswith(".tmp"):  # an export cut short (``export`` writes there, then renames)
             continue
         record = _read_run(summary)
@@ -606,6 +613,13 @@ def _contiguous(seeds: list[int]) -> list[tuple[int, int]]:
 
 
 def export(job: Job, work: Path, results: Path) -> None:
+    """``_export`` holding ``results_lock``: a report of a campaign sharing ``results`` never reads a folder while
+    it is renamed into place."""
+    with results_lock(results):
+        _export(job, work, results)
+
+
+def _export(job: Job, work: Path, results: Path) -> None:
     """Copy a finished run's committed files into results/runs: written to a temporary folder of this call's own
     (``seeds<a>-<b>.<pid>-<id>.tmp``), then renamed into place; a run already there is first renamed aside
     (``….old.tmp``) and removed after. Safe against another exporter of the same run at the same time: the last
@@ -640,33 +654,94 @@ def export(job: Job, work: Path, results: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def clean_exports(results: Path) -> list[Path]:
+def clean_exports(results: Path, cells: list[tuple[str, str]]) -> list[Path]:
     """Remove the export temporaries (``EXPORT_TMP`` names, in results/runs/<preset>/<cell>/) that a campaign cut
-    short left behind; called holding the campaign lock, so no export is under way. Returns what was removed."""
+    short left behind in ``cells`` ((preset, cell) pairs); called holding their locks, so no export of theirs is
+    under way (another campaign's cells are its own). Returns what was removed."""
     removed = []
-    for folder in sorted((results / "runs").glob("*/*/*")):
+    for folder in sorted(path for preset, cell in cells for path in (results / "runs" / preset / cell).glob("*")):
         if EXPORT_TMP.match(folder.name) and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
 
 
+def queue_cells(queue: dict, only: set[str] | None = None) -> list[tuple[str, str]]:
+    """The (preset, cell) pairs of the queue's cells in the ``only`` priorities (all when None): what a campaign
+    of them locks."""
+    return sorted({(str(cell["preset"]), str(cell["name"])) for cell in queue.get("cells") or ()
+                   if only is None or str(cell["priority"]) in only})
+
+
 @contextmanager
-def campaign_lock(*folders: Path) -> Iterator[None]:
-    """Hold ``<folder>/.campaign.lock`` (pid and host) in each of ``folders`` for the ``with`` block; SystemExit
-    (one line) when a live campaign holds one. A lock whose process is gone (on this host) is taken over."""
+def campaign_lock(work: Path, results: Path, cells: list[tuple[str, str]]) -> Iterator[None]:
+    """Hold ``<folder>/LOCKS/<preset>/<cell>.lock`` (pid and host) under ``work`` and ``results`` for each of
+    ``cells`` for the ``with`` block: one campaign per cell, so campaigns of other cells share the folders.
+    SystemExit (one line, naming the cell) when a live campaign holds one, or a live campaign of an earlier version
+    holds a whole folder (``OLD_LOCK``); a lock whose process is gone (on this host) is taken over."""
     from harness import rundir
 
-    def busy(folder: Path) -> Callable[[str, Path], Exception]:
+    for folder in (work, results):
+        holder = rundir._lock_holder(folder / OLD_LOCK) if (folder / OLD_LOCK).exists() else None
+        if holder is not None:
+            raise SystemExit(f"Error: a campaign of an earlier version (process {holder}) holds all of {folder}; "
+                             f"wait for it or stop it (a lock left by a crash on another host: delete "
+                             f"{folder / OLD_LOCK})")
+
+    def busy(folder: Path, preset: str, cell: str) -> Callable[[str, Path], Exception]:
         return lambda holder, path: SystemExit(
-            f"Error: another campaign (process {holder}) is using {folder}; wait for it or stop it (a lock left by a "
-            f"crash on another host: delete {path})")
+            f"Error: another campaign (process {holder}) runs {preset}/{cell} in {folder}; wait for it or stop it "
+            f"(campaigns of other cells, e.g. other --only priorities, may run beside it; locks left by a crash on "
+            f"another host: delete the files naming process {holder} under {folder / LOCKS})")
 
     with ExitStack() as locks:
-        for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
-            locks.enter_context(rundir.lock_file(folder / LOCK_FILE, busy(folder)))
+        for folder in (work, results):
+            for preset, cell in cells:
+                path = folder / LOCKS / preset / cell  # "tpo/" and "./tpo" are one folder, so one lock
+                path = path.with_name(f"{path.name}.lock")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                locks.enter_context(rundir.lock_file(path, busy(folder, preset, cell)))
         yield
+
+
+_HELD: dict[Path, int] = {}  # results_lock's takes in this process, per lock file
+
+
+@contextmanager
+def results_lock(results: Path) -> Iterator[None]:
+    """Hold ``<results>/LOCKS/results.lock`` exclusively for the ``with`` block: campaigns sharing ``results``
+    export runs and write report folders (and the list of stale ones) one at a time, so a report never reads a
+    folder another campaign is renaming into place. Waits for another holder, saying so once; re-entrant in a
+    process; the kernel releases it when its process dies, so a killed campaign never leaves it held."""
+    import fcntl
+
+    path = (results / LOCKS / "results.lock").resolve()
+    if _HELD.get(path):
+        _HELD[path] += 1
+        try:
+            yield
+        finally:
+            _HELD[path] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            print(f"{time.strftime('%H:%M:%S')} waiting for process {holder}, which exports or reports into "
+                  f"{_shown(results)}", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+        handle.flush()
+        _HELD[path] = 1
+        try:
+            yield
+        finally:
+            del _HELD[path]
 
 
 def replace_stale(stale: list[tuple[Path, str, list[str]]], work: Path, results: Path) -> Path:
@@ -695,36 +770,43 @@ def report(preset: str, results: Path) -> list[str]:
     everything under results/runs. Each folder shows its own tables and figures only (``report_specs``), whatever
     other runs it reads. A variant preset with no table or figure of its own gets no report folder. Returns the
     report folders that failed, each named in one line (``REPORT FAILED``) with the report's last error line."""
-    from harness.report.specs import FIGURES, TABLES, report_sources, report_specs
+    from harness.report.specs import FIGURES, TABLES, report_sources
 
     if preset.startswith(SCORECARD_PRESETS):  # read by python -m harness.scorecard, which writes its own report
         return []
     owners = {spec.preset for spec in TABLES.values()} | {p.preset for f in FIGURES.values() for p in f.panels}
     readers = [name for name in owners if name != preset and preset in report_sources(name)]
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
-    failed = []
-    for target in targets:
-        sources = [results / "runs" / name for name in report_sources(target)]
-        chosen = []
-        if target in owners:  # its own tables and figures only, not those of the runs it shares
-            tables, figures = report_specs(target)
-            chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "generic"]
-        command = [sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
-                   "--out", _shown(results / target), *chosen]
-        try:
-            done = subprocess.run(command, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, errors="replace")
-            code, said = done.returncode, done.stderr or ""
-        except OSError as error:
-            code, said = None, str(error)
-        if code != 0:
-            last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "no message")
-            print(f"{time.strftime('%H:%M:%S')} REPORT FAILED {target} (for {preset}; exit {code}): {last}; "
-                  f"{_shown(results / target)} is not up to date: python -m harness.report "
-                  f"{' '.join(command[3:])}; the next campaign tries again", flush=True)
-            failed.append(target)
-    _note_stale_reports(results, add=failed, done=[target for target in targets if target not in failed])
+    with results_lock(results):
+        failed = [target for target in targets if not _regenerate(target, preset, owners, results)]
+        _note_stale_reports(results, add=failed, done=[target for target in targets if target not in failed])
     return failed
+
+
+def _regenerate(target: str, preset: str, owners: set[str], results: Path) -> bool:
+    """Write ``target``'s report folder from the runs it reads (for ``preset``'s new runs); False, said in one line
+    (``REPORT FAILED``), when the report fails."""
+    from harness.report.specs import report_sources, report_specs
+
+    sources = [results / "runs" / name for name in report_sources(target)]
+    chosen = []
+    if target in owners:  # its own tables and figures only, not those of the runs it shares
+        tables, figures = report_specs(target)
+        chosen = ["--tables", ",".join(tables) or "none", "--figures", ",".join(figures) or "generic"]
+    command = [sys.executable, "-m", "harness.report", *map(_shown, filter(Path.exists, sources)),
+               "--out", _shown(results / target), *chosen]
+    try:
+        done = subprocess.run(command, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, errors="replace")
+        code, said = done.returncode, done.stderr or ""
+    except OSError as error:
+        code, said = None, str(error)
+    if code != 0:
+        last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "no message")
+        print(f"{time.strftime('%H:%M:%S')} REPORT FAILED {target} (for {preset}; exit {code}): {last}; "
+              f"{_shown(results / target)} is not up to date: python -m harness.report "
+              f"{' '.join(command[3:])}; the next campaign tries again", flush=True)
+    return code == 0
 
 
 def _note_stale_reports(results: Path, add: list[str] = (), done: list[str] = ()) -> list[str]:
@@ -745,9 +827,10 @@ def _note_stale_reports(results: Path, add: list[str] = (), done: list[str] = ()
 
 
 def retry_stale_reports(results: Path) -> int:
-    """Regenerate the report folders a failed report left out of date (at a campaign's start, holding its lock);
-    the number that fail again."""
-    stale = _note_stale_reports(results)
+    """Regenerate the report folders a failed report left out of date (at a campaign's start); the number that fail
+    again."""
+    with results_lock(results):
+        stale = _note_stale_reports(results)
     for target in stale:
         print(f"{time.strftime('%H:%M:%S')} report {target} again: it failed before", flush=True)
     return sum(len(report(target, results)) for target in stale)
@@ -1245,8 +1328,9 @@ def main(argv: list[str] | None = None) -> None:
     check_cells(queue, args.queue)
     if args.dry_run:  # reads only: no lock, so that a running campaign can be watched
         sys.exit(campaign(queue, args, only))
-    with campaign_lock(args.work, args.results):
-        for folder in clean_exports(args.results):
+    cells = queue_cells(queue, only)
+    with campaign_lock(args.work, args.results, cells):
+        for folder in clean_exports(args.results, cells):
             print(f"removed {_shown(folder)}, an export cut short", flush=True)
         failed_reports = retry_stale_reports(args.results)
         code = campaign(queue, args, only) or (1 if failed_reports else 0)

@@ -8,9 +8,10 @@ runs are the suite's cells with ``algorithm=<id>`` and its ``algorithm.*`` overr
 task, trainer or seed key would make the runs another configuration than the baselines': refused in one line). They
 run through the campaign (``harness.campaign``: resumable, ``--jobs`` at a time, ``--finish-within``, a run of
 another configuration in their folders refused) into ``results/runs/<preset>/<cell>/<label>/``, beside the
-baselines' (``--baselines`` runs those, the same way). Every algorithm starts each seed from the same parameters
-and sees the same prompt stream (counter-based RNG), so a cell compares the candidate with a baseline on the seeds
-both have, paired.
+baselines' (``--baselines`` runs those, the same way). It takes the campaign's per-cell locks, so it runs beside
+a campaign of other cells (the paper's queue) or another candidate's scorecard, in the same folders. Every algorithm
+starts each seed from the same parameters and sees the same prompt stream (counter-based RNG), so a cell compares
+the candidate with a baseline on the seeds both have, paired.
 
 The scorecard (``results/scorecards/<suite>/<label>/``): per cell and baseline the candidate's score and Δ =
 candidate − baseline with 95% paired bootstrap intervals and P(better) (``harness.report.compare``); across the
@@ -194,7 +195,7 @@ def run_cells(suite: Suite, candidates: list[Candidate], args: argparse.Namespac
                                  max_jobs=campaign.MAX_JOBS, work=args.work, results=args.results)
     if args.dry_run:
         return campaign.campaign(plan, options, None)
-    with campaign.campaign_lock(args.work, args.results):
+    with campaign.campaign_lock(args.work, args.results, campaign.queue_cells(plan)):
         return campaign.campaign(plan, options, None)
 
 
@@ -363,8 +364,8 @@ def figure(comparison, frame: pd.DataFrame, families: pd.DataFrame, title: str):
     markers = dict(zip(families.family.unique(), "osD^vP*X"))
     for offset, (family, rows) in enumerate(families.groupby("family", sort=False)):
         y = [baselines.index(name) + 0.15 * (offset - 1.5) for name in rows.baseline]
-        left_err, right_err = rows["diff"] - rows.diff_low, rows.diff_high - rows["diff"]
-        right.errorbar(rows["diff"], y, xerr=[left_err, right_err], fmt=markers[family], label=family, ms=4)
+        diff, low, high = (rows[key].to_numpy() for key in ("diff", "diff_low", "diff_high"))  # arrays: a lone row
+        right.errorbar(diff, y, xerr=[diff - low, high - diff], fmt=markers[family], label=family, ms=4)
     right.axvline(0.0, color="grey", linewidth=0.8)
     right.set_yticks(range(len(baselines)), [text("algorithm", name) for name in baselines])
     right.invert_yaxis()

@@ -1,6 +1,6 @@
 """The campaign trusts nothing it did not verify: a run counts, is exported or is skipped only when its recorded
 configuration and step budget are its cell's; reports that fail, leftover export temporaries, a second campaign on
-the same folders, unknown ``--only`` names, overrides that do not compose and damaged result files are each
+the same cells, unknown ``--only`` names, overrides that do not compose and damaged result files are each
 refused or handled in one line. Every test works in ``tmp_path`` only."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from harness.config import compose_config
 
 PRESET = "fig3_tabular_multi"
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # as Job.command adds them
-LOCK = ".campaign.lock"
 
 
 def cell(alpha: float = 0.1, steps: int = 40, seeds: int = 2, **extra) -> dict:
@@ -225,17 +224,24 @@ def test_export_temporaries_left_by_a_kill_are_removed_at_start_and_nothing_else
 
 # 4. two campaigns ----------------------------------------------------------------------------------------------------
 
-def test_a_second_campaign_on_the_same_folders_refuses_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
-    """A live campaign's lock on either folder refuses a second campaign in one line; a dead one's lock is taken over.
-    Bug caught: harness/campaign.py:main — `campaign_lock(args.work, args.results)` → `campaign_lock(args.work)`."""
+def cell_lock(folder: Path, preset: str = PRESET, name: str = "tpo") -> Path:
+    """The lock a campaign holds on one of its cells in ``folder`` (its --work or --results)."""
+    return folder / ".campaign-locks" / preset / f"{name}.lock"
+
+
+def test_a_second_campaign_on_the_same_cells_refuses_and_a_dead_ones_lock_is_taken_over(tmp_path):
+    """A live campaign's lock on a cell, in either folder, refuses a second campaign of that cell in one line naming
+    it; a dead one's lock is taken over. Bug caught: harness/campaign.py:campaign_lock — ``for folder in (work,
+    results)`` → ``for folder in (work,)``."""
     queue = write_queue(tmp_path, cell(seeds=1))
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for folder in (tmp_path / "work", tmp_path / "results"):
-            folder.mkdir(exist_ok=True)
-            lock = folder / LOCK
+            lock = cell_lock(folder)
+            lock.parent.mkdir(parents=True, exist_ok=True)
             lock.write_text(f"{holder.pid} {os.uname().nodename}\n")
-            with pytest.raises(SystemExit, match=f"^Error: another campaign \\(process {holder.pid} on "):
+            with pytest.raises(SystemExit, match=f"^Error: another campaign \\(process {holder.pid} on .*\\) runs "
+                                                 f"{PRESET}/tpo in {folder};"):
                 campaign.main([str(queue), "--hours", "0", "--work", str(tmp_path / "work"), "--results",
                                str(tmp_path / "results")])
             assert lock.exists()
@@ -243,10 +249,148 @@ def test_a_second_campaign_on_the_same_folders_refuses_and_a_dead_ones_lock_is_t
     finally:
         holder.kill()
         holder.wait()
-    (tmp_path / "work" / LOCK).write_text(f"{holder.pid} {os.uname().nodename}\n")  # now dead
+    cell_lock(tmp_path / "work").write_text(f"{holder.pid} {os.uname().nodename}\n")  # now dead
     assert main(tmp_path, str(queue), "--hours", "0") == 0
-    assert not (tmp_path / "work" / LOCK).exists()  # taken over, then released
-    assert not (tmp_path / "results" / LOCK).exists()
+    assert not cell_lock(tmp_path / "work").exists()  # taken over, then released
+    assert not cell_lock(tmp_path / "results").exists()
+
+
+def test_campaigns_of_other_cells_share_the_folders_and_each_cleans_only_its_own_cells(tmp_path, capsys):
+    """While a live campaign holds cell P1's locks in both folders, a campaign of P2 in the same folders exports its
+    finished run and regenerates its report; it removes the export temporaries of its own cell, not of P1's (whose
+    export may be under way), and leaves P1's locks alone. Without --only the queue's P1 cell is refused. Bug caught:
+    harness/campaign.py:main — ``queue_cells(queue, only)`` → ``queue_cells(queue)`` (a whole-queue lock refuses P2),
+    or harness/campaign.py:clean_exports globbing every cell (P1's temporary removed)."""
+    first, second = cell(), {**cell(alpha=0.3), "priority": "P2", "name": "tpo_alpha0.3"}
+    queue = write_queue(tmp_path, first, second)
+    work, results = tmp_path / "work", tmp_path / "results"
+    held = [cell_lock(work), cell_lock(results)]
+    for lock in held:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(f"{os.getpid()} {os.uname().nodename}\n")  # this process: alive
+    theirs = results / "runs" / PRESET / "tpo" / "seeds0-1.77-0a1b2c3d.tmp"
+    ours = results / "runs" / PRESET / "tpo_alpha0.3" / "seeds0-1.tmp"
+    for folder in (theirs, ours):
+        folder.mkdir(parents=True)
+    fake_run(work / PRESET / "tpo_alpha0.3" / "seeds0-1", second["overrides"], 2)  # finished, to be exported
+    with pytest.raises(SystemExit, match=f"runs {PRESET}/tpo in "):
+        campaign.main([str(queue), "--hours", "0", "--work", str(work), "--results", str(results)])
+    assert main(tmp_path, str(queue), "--only", "P2", "--hours", "0") == 0
+    out = capsys.readouterr().out
+    assert f"exported {PRESET}/tpo_alpha0.3/seeds0-1" in out
+    assert (results / "runs" / PRESET / "tpo_alpha0.3" / "seeds0-1" / "summary.json").exists()
+    assert (results / PRESET / "README.md").exists()  # the report, written while P1's campaign holds its cell
+    assert theirs.exists() and not ours.exists()
+    assert all(lock.read_text().split()[0] == str(os.getpid()) for lock in held)
+    assert not cell_lock(work, name="tpo_alpha0.3").exists() and not cell_lock(results, name="tpo_alpha0.3").exists()
+
+
+def test_a_report_is_written_holding_the_results_lock_that_campaigns_sharing_results_wait_on(tmp_path,
+                                                                                              monkeypatch):
+    """Campaigns of different cells share ``results``, and one's new runs may regenerate a report folder another's
+    regenerates too (shared runs): the report subprocess runs while ``results.lock`` is held, so a second taker
+    would wait; it is released after. Bug caught: harness/campaign.py:report — its ``with results_lock(results):``
+    dropped."""
+    import fcntl
+
+    real_run, held = subprocess.run, []
+    lock = tmp_path / "results" / campaign.LOCKS / "results.lock"
+
+    def check_lock(command, **kwargs):
+        if command[1:3] == ["-m", "harness.report"]:
+            with open(lock) as other:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: conflicts while held
+                    held.append(False)
+                except BlockingIOError:
+                    held.append(True)
+            return subprocess.CompletedProcess(command, 0, stdout=None, stderr="")
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(campaign.subprocess, "run", check_lock)
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    assert campaign.report(PRESET, tmp_path / "results") == []
+    assert held == [True]
+    with open(lock) as other:  # released after the report
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_the_results_lock_waits_for_another_process_saying_so_and_nests_in_one_process(tmp_path, monkeypatch):
+    """A child process holds the results lock; taking it here says once which process it waits for (the holder's
+    pid, written in the lock file), then gets it when the child lets go. Taken again inside, in the same process,
+    it does not wait on itself (an export inside a report's hold would hang otherwise). Bug caught:
+    harness/campaign.py:results_lock — the ``_HELD`` re-entry branch dropped (the nested take blocks: the thread
+    is still alive after 20 s)."""
+    import threading
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from harness import campaign\n"
+         f"with campaign.results_lock(Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    said = []
+
+    def noted(*args, **kwargs):  # the waiting line: record it, then let the child go
+        said.append(" ".join(map(str, args)))
+        child.stdin.close()
+
+    try:
+        assert child.stdout.readline().strip() == "held"
+        monkeypatch.setattr(campaign, "print", noted, raising=False)
+        done = threading.Event()
+
+        def take_twice():
+            with campaign.results_lock(tmp_path):
+                with campaign.results_lock(tmp_path):
+                    done.set()
+
+        worker = threading.Thread(target=take_twice, daemon=True)
+        worker.start()
+        worker.join(20)
+        assert done.is_set() and not worker.is_alive()
+    finally:
+        child.kill()
+        child.wait()
+    assert len(said) == 1 and f"waiting for process {child.pid} " in said[0], said
+
+
+def test_a_live_campaign_of_an_earlier_version_holding_a_whole_folder_refuses(tmp_path):
+    """Campaigns before per-cell locks held ``<folder>/.campaign.lock`` and knew nothing of cells: while one lives,
+    a campaign refuses in one line rather than clean or export beside it; a dead one's lock is ignored. Bug caught:
+    harness/campaign.py:campaign_lock — its ``OLD_LOCK`` check dropped (the campaign runs and exits 0)."""
+    queue = write_queue(tmp_path, cell(seeds=1))
+    (tmp_path / "results").mkdir()
+    old = tmp_path / "results" / campaign.OLD_LOCK
+    old.write_text(f"{os.getpid()} {os.uname().nodename}\n")
+    with pytest.raises(SystemExit, match="^Error: a campaign of an earlier version \\(process "):
+        campaign.main([str(queue), "--hours", "0", "--work", str(tmp_path / "work"), "--results",
+                       str(tmp_path / "results")])
+    holder = subprocess.Popen([sys.executable, "-c", "pass"])
+    holder.wait()
+    old.write_text(f"{holder.pid} {os.uname().nodename}\n")  # its process is gone
+    assert main(tmp_path, str(queue), "--hours", "0") == 0
+
+
+def test_a_scan_of_results_passes_over_a_folder_renamed_away_while_it_walks(tmp_path, monkeypatch):
+    """Another campaign's export renames its temporary folder into place while this one's plan (``exported``) or a
+    report (``find_run_dirs``) walks the cell: listed, then gone. Simulated by a scandir that finds the folder gone.
+    Both scans go on with the runs that are there. Bug caught: ``summary_files`` written with ``Path.rglob`` (it
+    raises FileNotFoundError)."""
+    from harness.report.load import find_run_dirs
+
+    cell_dir = tmp_path / "results" / "runs" / PRESET / "tpo"
+    fake_run(cell_dir / "seeds0-1", cell()["overrides"], 2, layout="results")
+    fake_run(cell_dir / "seeds2-3.77-0a1b2c3d.tmp", cell()["overrides"], 2, offset=2, layout="results")
+    gone, real_scandir = cell_dir / "seeds2-3.77-0a1b2c3d.tmp", os.scandir
+
+    def scandir(path="."):
+        if Path(path) == gone:
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert campaign.exported(cell_dir, 40).seeds == {0, 1}
+    assert find_run_dirs([cell_dir]) == [cell_dir / "seeds0-1"]
 
 
 def _export_many(work: str, results: str, count: int) -> None:

@@ -170,3 +170,27 @@ def test_rerun_sets_another_runs_seeds_beside_ours_unpaired(tmp_path, capsys):
     assert later_row[1].startswith("10 [") and later_row[2] == "8" and later_row[3].startswith("+2 [")
     assert later_row[4] == f"{mannwhitneyu(firsts + 2, firsts).pvalue:.2f}" != "1.00"
     assert same_row[1] == rows["DG"][1] and same_row[3].startswith("0 [") and same_row[4] == "1.00"
+
+
+def test_diagnostics_reads_the_peak_of_the_averaged_seed_mean_and_its_decay_after_the_peak(tmp_path, capsys):
+    """Two seeds whose gradient norms are g and 3g (seed mean 2g) and a lone spike on one seed late; all-fail
+    fractions 1.0/0.8 falling by 0.1 per episode. Everything expected is recomputed here from its definition: the
+    3-episode centred (edge-padded) average of the seed mean, its peak, the first later episode below 10% of it, the
+    raw maximum, the last value, the all-fail means at episodes 0 and 5. The curve starts at 0, below 10% of the
+    peak, so a decay read from the start (not from the peak) answers 0. Bug caught: ``below`` searched from episode
+    0 (``averaged`` for ``averaged[peak:]``); the peak read from the raw mean (the spike, episode 9)."""
+    g = np.array([0.0, 1.0, 2.0, 4.0, 8.0, 4.0, 2.0, 1.0, 0.5, 0.05, 0.01, 0.0])
+    norms = np.stack([g, 3 * g])
+    norms[0, 9] = 40.0  # one seed's spike: the largest single-episode mean, not the averaged peak
+    fails = np.stack([1.0 - 0.1 * np.arange(12), 0.8 - 0.05 * np.arange(12)])
+    write_run(tmp_path / "tpo", make_config(EXPERIMENT, "token_reversal", "tpo", 2, 12),
+              {"error": fails, "grad_norm": norms, "all_fail": fails})
+    mean = norms.mean(axis=0)
+    padded = np.concatenate([mean[:1], mean, mean[-1:]])
+    averaged = np.array([padded[i:i + 3].mean() for i in range(12)])
+    peak = max(range(12), key=lambda i: averaged[i])
+    decay = next(i for i in range(peak, 12) if averaged[i] < 0.1 * averaged[peak])
+    assert 0 < peak < decay and peak != 9 and mean.argmax() == 9  # what the test relies on
+    rows = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "3", "--fraction", "0.1")
+    assert rows["TPO"] == ["2", f"{fails[:, 0].mean():.3f}", f"{fails[:, 5].mean():.3f}", f"{averaged[peak]:.3g}",
+                           str(peak), str(decay), f"{mean[9]:.3g} (9)", f"{mean[-1]:.2g}"]

@@ -4,6 +4,7 @@ aggregates)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -207,8 +208,10 @@ def test_a_folder_holding_files_no_scorecard_wrote_is_refused(tmp_path):
 def test_the_candidates_cells_run_through_the_campaign_and_a_run_of_another_configuration_is_refused(tmp_path,
                                                                                                      capsys):
     """Real runs: the baselines' cells, then the candidate's, land in results/runs/<preset>/<cell>/<label>/; a
-    second call runs nothing; a candidate folder holding another configuration's run is refused (exit 2). Bug
-    caught: harness/campaign.py:report without its scorecard-preset skip (a report folder appears)."""
+    second call runs nothing; a candidate folder holding another configuration's run is refused (exit 2); a live
+    campaign's lock on the candidate's cell refuses it, one on another cell does not. Bugs caught:
+    harness/campaign.py:report without its scorecard-preset skip (a report folder appears);
+    harness/scorecard.py:run_cells locking ``[]`` instead of its cells (no refusal)."""
     text = """version: 1
 preset: scorecard_quick
 baselines: [tpo]
@@ -228,7 +231,14 @@ cells:
     assert scorecard.run_cells(suite, [scorecard.Candidate("pg")], args) == 2
     assert "holds a run of another configuration than the cell scorecard_quick/a/pg" in capsys.readouterr().err
     shutil.rmtree(exported.parent.parent / "pg")
-    assert scorecard.run_cells(suite, [scorecard.Candidate("pg")], args) == 0
+    locks = tmp_path / "results" / ".campaign-locks" / "scorecard_quick" / "a"
+    locks.mkdir(parents=True, exist_ok=True)
+    for label in ("tpo", "pg"):  # a live campaign (this process) holds each cell in turn
+        (locks / f"{label}.lock").write_text(f"{os.getpid()} {os.uname().nodename}\n")
+    with pytest.raises(SystemExit, match="^Error: another campaign .* runs scorecard_quick/a/pg in "):
+        scorecard.run_cells(suite, [scorecard.Candidate("pg")], args)
+    (locks / "pg.lock").unlink()
+    assert scorecard.run_cells(suite, [scorecard.Candidate("pg")], args) == 0  # beside the holder of a/tpo
     assert scorecard.run_cells(suite, [scorecard.Candidate("pg")], args) == 0
     assert "0 runs to go" in capsys.readouterr().out
     card = scorecard.write(suite, scorecard.Candidate("pg"), args.results, tmp_path / "card", "command", RESAMPLES)

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from algorithms.registry import neutral_hyperparameters
-from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE
+from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.rundir import NEUTRAL_DEFAULTS
 from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
 
@@ -139,7 +139,7 @@ def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
     paths, a link) is listed once, where first found; partial exports (``seeds0-4.tmp``) are left out."""
     found, seen = [], set()
     for path in paths:
-        for run_dir in sorted((p.parent for p in Path(path).rglob(SUMMARY_FILE)), key=_natural):
+        for run_dir in sorted((p.parent for p in summary_files(Path(path))), key=_natural):
             resolved = run_dir.resolve()
             if resolved in seen:
                 continue

@@ -18,6 +18,11 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
 * ``methods``: per method, final error, its paired difference to the reference, steps to ``--threshold`` (seed
   mean), seeds solved and, of those, relapsed (the report's thresholds, ``specs.SOLVED`` and ``RELAPSED``), and
   the mean error over the run.
+* ``diagnostics``: per method, Section 4's per-episode diagnostics read off the seed-mean curves (Figs 10a, 11a):
+  the all-fail fraction at the episodes ``--at``; the first-epoch gradient norm's peak after a centred
+  ``--window``-episode average (as Figs 10b and 11 smooth), its episode, and the first later episode where that
+  average falls below ``--fraction`` of the peak ("never" if it does not); the largest single-episode seed mean and
+  its episode; the seed mean at the last episode.
 * ``replicate``: per method, ours beside the paper's number for the same cell of ``--table``, and their difference
   in units of the spread of a second run of as many seeds. "The paper's value inside our interval" treats the
   paper's number as exact; it is itself one run of its seeds. If both came from the same process, paper − ours
@@ -44,12 +49,14 @@ import numpy as np
 from scipy.stats import mannwhitneyu, norm
 
 from harness.report import stats
+from harness.report.figures import smooth
 from harness.report.load import load_runs, warn
 from harness.report.paper import lookup, parse_cell
 from harness.report.specs import FINAL, MEAN, RELAPSED, SOLVED, Stat, algorithm_rank, label
 from harness.report.tables import Report, fmt
 
 METRIC = "error"
+GRAD_NORM, ALL_FAIL = "grad_norm", "all_fail"  # the per-episode diagnostics ``diagnostics`` reads
 MINUS = "\u2212"
 
 
@@ -94,10 +101,10 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list[int] | None,
-               preset: str | None) -> list[Cell]:
-    """Each algorithm's cell (``where``'s keys and the algorithm), resolved as the report's tables resolve it,
-    restricted to ``seeds`` when given; no ``algorithms``: every one with runs, in the paper's order."""
-    runs, curves = load_runs(paths, metrics=[METRIC])
+               preset: str | None, metric: str = METRIC) -> list[Cell]:
+    """Each algorithm's cell (``where``'s keys and the algorithm) of ``metric``, resolved as the report's tables
+    resolve it, restricted to ``seeds`` when given; no ``algorithms``: every one with runs, in the paper's order."""
+    runs, curves = load_runs(paths, metrics=[metric])
     if runs.empty:
         raise SystemExit(f"no runs under {', '.join(map(str, paths))}")
     if preset is None:
@@ -113,7 +120,7 @@ def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list
     cells = []
     for algorithm in algorithms:
         resolved = report.resolve(preset, {**key, "algorithm.name": algorithm}, budget)
-        matrix = report.matrix(resolved, METRIC) if resolved.usable else None
+        matrix = report.matrix(resolved, metric) if resolved.usable else None
         if matrix is not None and seeds is not None:
             keep = np.isin(matrix.seeds, seeds)
             matrix = stats.SeedMatrix(matrix.seeds[keep], matrix.steps, matrix.values[keep])
@@ -244,6 +251,52 @@ def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int
                      f"of those, relapsed (> {100 * RELAPSED.relapse_above:g}%)", "mean error over the run"], rows)
 
 
+def seed_mean(matrix: stats.SeedMatrix) -> np.ndarray:
+    """Each logged step's mean over the seeds with a finite value there (NaN where none has: a metric the method
+    does not log)."""
+    finite = np.isfinite(matrix.values)
+    with np.errstate(invalid="ignore"):
+        return np.where(finite, matrix.values, 0.0).sum(axis=0) / finite.sum(axis=0)
+
+
+def _g(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if np.isfinite(value) else "n/a"
+
+
+def _fraction_at(mean: np.ndarray, steps: np.ndarray, episode: int) -> str:
+    where = np.flatnonzero(steps == episode)
+    if where.size == 0:
+        return "not logged"
+    return "n/a" if np.isnan(mean[where[0]]) else f"{mean[where[0]]:.3f}"
+
+
+def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], window: int, fraction: float) -> str:
+    """Per method (``norms`` and ``fails``: its gradient-norm and all-fail cells, in the same order), the
+    ``diagnostics`` command's columns (see the module docstring), from the seed mean of each episode."""
+    rows = []
+    for grad, fail in zip(norms, fails):
+        name = label({"algorithm.name": grad.algorithm})
+        if grad.matrix is None or fail.matrix is None:
+            rows.append([name, "0", *[grad.status if grad.matrix is None else fail.status] * (len(at) + 5)])
+            continue
+        fail_mean, steps = seed_mean(fail.matrix), fail.matrix.steps
+        fails_at = [_fraction_at(fail_mean, steps, episode) for episode in at]
+        mean, steps = seed_mean(grad.matrix), grad.matrix.steps
+        averaged = smooth(mean, window, centred=True)
+        if not np.isfinite(averaged).any():
+            rows.append([name, str(len(grad.matrix.seeds)), *fails_at, *["n/a"] * 5])
+            continue
+        peak, top = int(np.nanargmax(averaged)), int(np.nanargmax(mean))
+        below = np.flatnonzero(averaged[peak:] < fraction * averaged[peak])  # after the peak: the curve starts low
+        rows.append([name, str(len(grad.matrix.seeds)), *fails_at, _g(averaged[peak]), str(steps[peak]),
+                     "never" if below.size == 0 else str(steps[peak + below[0]]),
+                     f"{_g(mean[top])} ({steps[top]})", _g(mean[-1], 2)])
+    return markdown(["", "seeds", *(f"all-fail at episode {episode}" for episode in at),
+                     f"gradient-norm peak ({window}-episode centred average)", "at episode",
+                     f"first episode below {100 * fraction:g}% of the peak", "largest single-episode mean (episode)",
+                     "last episode's mean"], rows)
+
+
 def replicate_table(cells: list[Cell], stat: Stat, table: str, where: dict, resamples: int, seed: int) -> str:
     """Per method: ours [interval], the bootstrap sd, the paper's number for the cell, paper − ours, z and p (see the
     module docstring)."""
@@ -340,6 +393,13 @@ def main(argv: list[str] | None = None) -> None:
                        ("methods", "final error, Δ, steps to a threshold, solved and relapsed seeds, run mean")):
         commands.add_parser(name, parents=[common], help=text).add_argument(
             "--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
+    diagnostics = commands.add_parser("diagnostics", parents=[common],
+                                      help="Section 4's all-fail fraction and gradient-norm peak and decay")
+    diagnostics.add_argument("--at", type=lambda text: [int(item) for item in text.split(",")], default=[0, 100],
+                             help="episodes at which to read the all-fail fraction (default 0,100)")
+    diagnostics.add_argument("--window", type=int, default=50, help="centred moving average of the gradient norm")
+    diagnostics.add_argument("--fraction", type=float, default=0.01,
+                             help="the decay point: the first episode after the peak below this fraction of it")
     replicate = commands.add_parser("replicate", parents=[common],
                                     help="ours against the paper's number, in units of an independent rerun's spread")
     replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
@@ -352,6 +412,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
+    if args.command == "diagnostics":
+        norms, fails = (load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric)
+                        for metric in (GRAD_NORM, ALL_FAIL))
+        print(diagnostics_table(norms, fails, args.at, args.window, args.fraction))
+        return
     cells = load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset)
     if args.command == "paired":
         sides = {"": windowed(cells, args.windows)}

@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, ERROR_FILE = "metrics.csv", "summary.json", "checkpoint.pt", "error.txt"
 
 
+def summary_files(root: Path) -> list[Path]:
+    """Every ``summary.json`` below ``root`` (links followed), sorted. A folder that vanishes while it is walked (a
+    campaign sharing the folder renames its export into place) is passed over, not an error as for ``rglob``."""
+    return sorted(Path(folder) / SUMMARY_FILE for folder, _, files in os.walk(root, followlinks=True)
+                  if SUMMARY_FILE in files)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` whole and durably (temporary file, fsync, rename)."""
     atomic_write_text(path, [data], durable=True)
