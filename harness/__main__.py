@@ -205,13 +205,42 @@ class LaunchLog:
 
 
 def _remove_unstarted_run() -> None:
-    """A single run stopped before ``main`` ran: the folders Hydra made for it go, with a log in the run folder if
-    this launch alone wrote it (as a refused launch's, ``_remove_launch_files``); nothing when none was made yet."""
+    """A single run stopped before ``main`` handles stops: the folders Hydra made for it go, with a log in the run
+    folder if it is empty and no other launch holds it (nothing of this launch is in it yet); nothing when none was
+    made yet."""
     created = sweep.launch_folders("run")
     if created:  # the run folder first (harness.sweep.LaunchFolders)
         for path in created[0].glob("*.log"):
-            LaunchLog(path).remove_if_own()
+            _remove_empty_log(path)
         sweep.remove_new_folders(created)
+
+
+def _remove_empty_log(path: Path) -> None:
+    """Remove the log at ``path`` when it is empty and no other launch holds it (``LaunchLog``'s shared lock). This
+    process's own locks on it are dropped first: ``main``'s LaunchLog may hold one by the time a stop comes, and a
+    process about to end has nothing left to guard. (Logging creates the file before it attaches the handler, so
+    which handlers write it says nothing here.)"""
+    import fcntl
+
+    target = os.path.realpath(path)
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == target:
+                fcntl.flock(int(name), fcntl.LOCK_UN)
+        except OSError:
+            continue
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while another launch holds it
+        if os.fstat(descriptor).st_size == 0 and os.fstat(descriptor).st_ino == os.stat(path).st_ino:
+            path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def _remove_launch_files(run_dir: Path, launch_log: LaunchLog | None, created: list[Path] | None) -> None:

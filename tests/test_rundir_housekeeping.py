@@ -406,6 +406,37 @@ def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_pa
     assert result.returncode == 2 and log_file.read_text() == "[2024-01-01][harness][INFO] - the winner's line\n"
 
 
+def test_a_stop_before_main_removes_an_empty_log_it_holds_itself_but_not_one_another_launch_holds(tmp_path):
+    """A stop before ``main`` handles stops: the log Hydra created is removed when empty, even while this process's
+    own LaunchLog already holds its shared lock (the stop came just after ``main`` made it); kept while another
+    process holds it, or when it has lines. Bug caught: harness/__main__.py:_remove_empty_log without the loop that
+    drops this process's own locks (the log stays, and with it the run folder)."""
+    import fcntl
+
+    from harness.__main__ import _remove_empty_log
+
+    path = tmp_path / "__main__.log"
+    path.touch()
+    with open(path, "a") as own:  # as main's LaunchLog holds it
+        fcntl.flock(own, fcntl.LOCK_SH)
+        _remove_empty_log(path)
+        assert not path.exists()
+    path.touch()
+    other = subprocess.Popen([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+                              "fcntl.flock(f, fcntl.LOCK_SH); print('held', flush=True); sys.stdin.read()", str(path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        _remove_empty_log(path)
+        assert path.exists()  # another launch holds it
+    finally:
+        other.stdin.close()
+        other.wait()
+    path.write_text("[harness][INFO] - a line\n")
+    _remove_empty_log(path)
+    assert path.read_text() == "[harness][INFO] - a line\n"
+
+
 @pytest.mark.parametrize("summary", ["{", '{"note": 1}', "[1]"])
 def test_a_run_whose_summary_records_no_status_is_described_as_it_is(tmp_path, summary):
     """A run whose summary.json is unreadable or records no status is refused naming that, not as having no summary.

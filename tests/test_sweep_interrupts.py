@@ -128,7 +128,7 @@ def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp
                                    stderr=subprocess.PIPE)
         if fraction is None:
             while time.time() < started + 120 and not launch_log.exists():
-                time.sleep(0.005)
+                time.sleep(0.0005)  # close after logging creates the file, before it attaches the handler
             until_log = time.time() - started
         else:
             time.sleep(fraction * until_log)
