@@ -38,7 +38,8 @@ line (``REFUSED``), never submitted to twice. ``--dry-run --launcher slurm`` pri
 is re-attached or to be submitted.
 
 Nothing is trusted that was not checked. Every cell's overrides are composed before anything runs (a typo is
-refused in one line naming the cell), and ``--only`` names must be priorities of the queue (case-sensitive). A run
+refused in one line naming the cell), and ``--only`` names must be priorities or ``<preset>/<cell>`` cells of the
+queue (case-sensitive). A run
 counts as done, is exported or is skipped only when its recorded configuration (``identity.json``, else the
 ``config.yaml`` of runs older than it, compared as ``harness.rundir`` fingerprints them) is the cell's as the queue
 composes it now, and its step budget is the cell's: an exported run must match on everything but its seed range and
@@ -282,17 +283,24 @@ def check_cells(queue: dict, name: str) -> None:
 
 
 def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
-    """The ``--only`` priorities; SystemExit listing the queue's priorities for a name that is none of them."""
+    """The ``--only`` selection: priorities (``P7``) and cells (``<preset>/<cell>``); SystemExit listing the
+    queue's priorities for a name that is neither."""
     if only is None:
         return None
     chosen = {item.strip() for item in only.split(",") if item.strip()}
-    priorities = list(dict.fromkeys(str(cell["priority"]) for cell in queue.get("cells") or ()))
-    unknown = sorted(chosen - set(priorities))
+    cells = queue.get("cells") or ()
+    priorities = list(dict.fromkeys(str(cell["priority"]) for cell in cells))
+    unknown = sorted(chosen - set(priorities) - {f"{cell['preset']}/{cell['name']}" for cell in cells})
     if unknown or not chosen:
-        raise SystemExit(f"Error: --only {only!r}: {', '.join(unknown) or 'no priority'} is not a priority of "
-                         f"{Path(name).name if name.endswith('.yaml') else name + '.yaml'}; valid choices "
-                         f"(case-sensitive): {', '.join(priorities)}")
+        raise SystemExit(f"Error: --only {only!r}: {', '.join(unknown) or 'nothing'} is neither a priority nor a "
+                         f"cell (<preset>/<cell>) of {Path(name).name if name.endswith('.yaml') else name + '.yaml'}; "
+                         f"valid priorities (case-sensitive): {', '.join(priorities)}")
     return chosen
+
+
+def selected(cell: dict, only: set[str] | None) -> bool:
+    """Whether ``--only`` (None: everything) selects the queue cell, by its priority or as ``<preset>/<cell>``."""
+    return only is None or str(cell["priority"]) in only or f"{cell['preset']}/{cell['name']}" in only
 
 
 def _strip(config: dict, keys: tuple[str, ...]) -> dict:
@@ -535,7 +543,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
         runs = exported(results / "runs" / cell["preset"] / cell["name"], steps,
                         cell_identity(cell["preset"], tuple(cell.get("overrides", ()))))
         finished, spent = runs.seeds, runs.spent
-        if stale is not None and not (only and cell["priority"] not in only):
+        if stale is not None and selected(cell, only):
             stale.extend((folder, f"{cell['preset']}/{cell['name']}", changes) for folder, changes in runs.stale)
         cost_here, cost_other = rates(spent)
         if cost_here:
@@ -550,7 +558,7 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
             calibrations.append((cell["priority"], bool(cost_here), cost / float(cell["cost"])))
     jobs = []
     for cell, steps, finished, cost, note in cells:
-        if only and cell["priority"] not in only:
+        if not selected(cell, only):
             continue
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
         calibration = calibrate(calibrations, cell["priority"])
@@ -667,10 +675,10 @@ def clean_exports(results: Path, cells: list[tuple[str, str]]) -> list[Path]:
 
 
 def queue_cells(queue: dict, only: set[str] | None = None) -> list[tuple[str, str]]:
-    """The (preset, cell) pairs of the queue's cells in the ``only`` priorities (all when None): what a campaign
-    of them locks."""
+    """The (preset, cell) pairs of the queue's cells ``only`` selects (all when None): what a campaign of them
+    locks."""
     return sorted({(str(cell["preset"]), str(cell["name"])) for cell in queue.get("cells") or ()
-                   if only is None or str(cell["priority"]) in only})
+                   if selected(cell, only)})
 
 
 @contextmanager
@@ -1288,7 +1296,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
     parser.add_argument("--only", default=None,
-                        help="comma list of the queue's priorities to run, e.g. P1,P2 (case-sensitive)")
+                        help="comma list of the queue's priorities and cells to run, e.g. P1,P2 or "
+                             "P7,fig8_ablations/h10_group_pg (case-sensitive)")
     parser.add_argument("--breadth", action="store_true",
                         help="within a priority, every cell's first seeds before any cell's next ones")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")

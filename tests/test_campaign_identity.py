@@ -255,12 +255,15 @@ def test_a_second_campaign_on_the_same_cells_refuses_and_a_dead_ones_lock_is_tak
     assert not cell_lock(tmp_path / "results").exists()
 
 
-def test_campaigns_of_other_cells_share_the_folders_and_each_cleans_only_its_own_cells(tmp_path, capsys):
-    """While a live campaign holds cell P1's locks in both folders, a campaign of P2 in the same folders exports its
-    finished run and regenerates its report; it removes the export temporaries of its own cell, not of P1's (whose
-    export may be under way), and leaves P1's locks alone. Without --only the queue's P1 cell is refused. Bug caught:
-    harness/campaign.py:main — ``queue_cells(queue, only)`` → ``queue_cells(queue)`` (a whole-queue lock refuses P2),
-    or harness/campaign.py:clean_exports globbing every cell (P1's temporary removed)."""
+@pytest.mark.parametrize("only", ["P2", f"{PRESET}/tpo_alpha0.3"])
+def test_campaigns_of_other_cells_share_the_folders_and_each_cleans_only_its_own_cells(tmp_path, capsys, only):
+    """While a live campaign holds cell P1's locks in both folders, a campaign of P2 (selected by its priority or as
+    ``<preset>/<cell>``) in the same folders exports its finished run and regenerates its report; it removes the
+    export temporaries of its own cell, not of P1's (whose export may be under way), and leaves P1's locks alone.
+    Without --only the queue's P1 cell is refused. Bug caught: harness/campaign.py:main — ``queue_cells(queue,
+    only)`` → ``queue_cells(queue)`` (a whole-queue lock refuses P2), harness/campaign.py:clean_exports globbing
+    every cell (P1's temporary removed), or harness/campaign.py:selected without its ``<preset>/<cell>`` clause
+    (nothing exported)."""
     first, second = cell(), {**cell(alpha=0.3), "priority": "P2", "name": "tpo_alpha0.3"}
     queue = write_queue(tmp_path, first, second)
     work, results = tmp_path / "work", tmp_path / "results"
@@ -275,7 +278,7 @@ def test_campaigns_of_other_cells_share_the_folders_and_each_cleans_only_its_own
     fake_run(work / PRESET / "tpo_alpha0.3" / "seeds0-1", second["overrides"], 2)  # finished, to be exported
     with pytest.raises(SystemExit, match=f"runs {PRESET}/tpo in "):
         campaign.main([str(queue), "--hours", "0", "--work", str(work), "--results", str(results)])
-    assert main(tmp_path, str(queue), "--only", "P2", "--hours", "0") == 0
+    assert main(tmp_path, str(queue), "--only", only, "--hours", "0") == 0
     out = capsys.readouterr().out
     assert f"exported {PRESET}/tpo_alpha0.3/seeds0-1" in out
     assert (results / "runs" / PRESET / "tpo_alpha0.3" / "seeds0-1" / "summary.json").exists()
@@ -421,14 +424,14 @@ def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial
 
 # 5. --only and overrides --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("only", ["p1", "P9", "P1,P2"])
+@pytest.mark.parametrize("only", ["p1", "P9", "P1,P2", f"{PRESET}/nope", "tpo"])
 def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only):
-    """An --only name that is not a priority of the queue (case-sensitive) is refused, listing the valid ones.
-    Bug caught: harness/campaign.py:check_only — `{item.strip() for ...}` → `{item.strip().upper() for ...}` (p1
-    accepted as P1)."""
+    """An --only name that is neither a priority of the queue (case-sensitive) nor one of its cells as
+    ``<preset>/<cell>`` is refused, listing the valid priorities. Bug caught: harness/campaign.py:check_only —
+    `{item.strip() for ...}` → `{item.strip().upper() for ...}` (p1 accepted as P1)."""
     queue = write_queue(tmp_path, cell())
-    with pytest.raises(SystemExit, match=r"^Error: --only .* is not a priority of queue\.yaml; valid choices "
-                                         r"\(case-sensitive\): P1$"):
+    with pytest.raises(SystemExit, match=r"^Error: --only .* is neither a priority nor a cell \(<preset>/<cell>\) of "
+                                         r"queue\.yaml; valid priorities \(case-sensitive\): P1$"):
         campaign.main([str(queue), "--dry-run", "--only", only, "--results", str(tmp_path / "results")])
 
 

@@ -61,11 +61,13 @@ def method(algorithm: str, overrides: dict) -> Algorithm:
     return build(OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml"), overrides))
 
 
-def gradients(method: Algorithm, scores: torch.Tensor) -> torch.Tensor:
-    """Each group's first-epoch gradient (G, K): ∂ loss_g / ∂ℓ at ℓ = ℓ_old, all candidates equally likely."""
+def gradients(method: Algorithm, scores: torch.Tensor, logp_old: torch.Tensor | None = None) -> torch.Tensor:
+    """Each group's first-epoch gradient (G, K): ∂ loss_g / ∂ℓ at ℓ = ℓ_old, the candidates' log-probs ``logp_old``
+    (G, K; default: all candidates equally likely)."""
     groups_count, k = scores.shape
     shape = (1, groups_count, k, 1) if method.token_level else (1, groups_count, k)
-    logp_old = torch.full(shape, -math.log(k), dtype=scores.dtype)
+    logp_old = (torch.full(shape, -math.log(k), dtype=scores.dtype) if logp_old is None
+                else logp_old.to(scores.dtype).reshape(shape))
     groups = Groups(scores=scores.unsqueeze(0), logp_old=logp_old, rollout=Rollout.GROUP)
     logp = logp_old.clone().requires_grad_()
     (gradient,) = torch.autograd.grad(method.loss(logp, groups, method.signal(groups))[0].sum(), logp)
