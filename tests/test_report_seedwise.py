@@ -194,3 +194,20 @@ def test_diagnostics_reads_the_peak_of_the_averaged_seed_mean_and_its_decay_afte
     rows = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "3", "--fraction", "0.1")
     assert rows["TPO"] == ["2", f"{fails[:, 0].mean():.3f}", f"{fails[:, 5].mean():.3f}", f"{averaged[peak]:.3g}",
                            str(peak), str(decay), f"{mean[9]:.3g} (9)", f"{mean[-1]:.2g}"]
+
+
+def test_diagnostics_adds_the_zero_variance_fraction_after_the_all_fail_one_when_asked(tmp_path, capsys):
+    """``--zero-variance`` reads the runs' ``frac_zero_var`` (all-fail and all-success groups), not their all-fail
+    fraction: the two differ here (a seed whose groups are all-success from episode 3 on), and each column is the
+    seed mean at its episode. Without the flag the columns are as before. Bug caught: the zero-variance columns read
+    from the all-fail cells (``fractions = [fail, fail]``)."""
+    steps = 8
+    fails = np.stack([np.full(steps, 0.9), np.full(steps, 0.5)])
+    zero = np.stack([np.full(steps, 0.9), np.where(np.arange(steps) >= 3, 1.0, 0.5)])
+    write_run(tmp_path / "group_pg", make_config(EXPERIMENT, "token_reversal", "group_pg", 2, steps),
+              {"error": fails, "grad_norm": np.ones((2, steps)), "all_fail": fails, "frac_zero_var": zero})
+    plain = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "1")
+    rows = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "1", "--zero-variance")
+    assert rows["Group PG"][:5] == ["2", "0.700", "0.700", f"{zero[:, 0].mean():.3f}", f"{zero[:, 5].mean():.3f}"]
+    assert rows["Group PG"][5:] == plain["Group PG"][3:]
+    assert len(plain["Group PG"]) == 8

@@ -22,7 +22,9 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
   the all-fail fraction at the episodes ``--at``; the first-epoch gradient norm's peak after a centred
   ``--window``-episode average (as Figs 10b and 11 smooth), its episode, and the first later episode where that
   average falls below ``--fraction`` of the peak ("never" if it does not); the largest single-episode seed mean and
-  its episode; the seed mean at the last episode.
+  its episode; the seed mean at the last episode. ``--zero-variance`` adds the fraction of groups whose scores
+  have zero variance (all-fail or all-success: no group-relative signal) at the episodes ``--at``, the mark of a
+  policy that has become deterministic.
 * ``replicate``: per method, ours beside the paper's number for the same cell of ``--table``, and their difference
   in units of the spread of a second run of as many seeds. "The paper's value inside our interval" treats the
   paper's number as exact; it is itself one run of its seeds. If both came from the same process, paper − ours
@@ -56,7 +58,7 @@ from harness.report.specs import FINAL, MEAN, RELAPSED, SOLVED, Stat, algorithm_
 from harness.report.tables import Report, fmt
 
 METRIC = "error"
-GRAD_NORM, ALL_FAIL = "grad_norm", "all_fail"  # the per-episode diagnostics ``diagnostics`` reads
+GRAD_NORM, ALL_FAIL, ZERO_VARIANCE = "grad_norm", "all_fail", "frac_zero_var"  # what ``diagnostics`` reads
 MINUS = "\u2212"
 
 
@@ -270,17 +272,21 @@ def _fraction_at(mean: np.ndarray, steps: np.ndarray, episode: int) -> str:
     return "n/a" if np.isnan(mean[where[0]]) else f"{mean[where[0]]:.3f}"
 
 
-def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], window: int, fraction: float) -> str:
-    """Per method (``norms`` and ``fails``: its gradient-norm and all-fail cells, in the same order), the
-    ``diagnostics`` command's columns (see the module docstring), from the seed mean of each episode."""
+def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], window: int, fraction: float,
+                      zero_variance: list[Cell] | None = None) -> str:
+    """Per method (``norms``, ``fails`` and ``zero_variance``: its gradient-norm, all-fail and, if given,
+    zero-variance cells, in the same order), the ``diagnostics`` command's columns (see the module docstring), from
+    the seed mean of each episode."""
     rows = []
-    for grad, fail in zip(norms, fails):
+    for index, (grad, fail) in enumerate(zip(norms, fails)):
         name = label({"algorithm.name": grad.algorithm})
-        if grad.matrix is None or fail.matrix is None:
-            rows.append([name, "0", *[grad.status if grad.matrix is None else fail.status] * (len(at) + 5)])
+        fractions = [fail] + ([zero_variance[index]] if zero_variance else [])
+        missing = next((cell for cell in [grad, *fractions] if cell.matrix is None), None)
+        if missing is not None:
+            rows.append([name, "0", *[missing.status] * (len(fractions) * len(at) + 5)])
             continue
-        fail_mean, steps = seed_mean(fail.matrix), fail.matrix.steps
-        fails_at = [_fraction_at(fail_mean, steps, episode) for episode in at]
+        fails_at = [_fraction_at(seed_mean(cell.matrix), cell.matrix.steps, episode)
+                    for cell in fractions for episode in at]
         mean, steps = seed_mean(grad.matrix), grad.matrix.steps
         averaged = smooth(mean, window, centred=True)
         if not np.isfinite(averaged).any():
@@ -292,6 +298,7 @@ def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], windo
                      "never" if below.size == 0 else str(steps[peak + below[0]]),
                      f"{_g(mean[top])} ({steps[top]})", _g(mean[-1], 2)])
     return markdown(["", "seeds", *(f"all-fail at episode {episode}" for episode in at),
+                     *(f"zero-variance at episode {episode}" for episode in (at if zero_variance else ())),
                      f"gradient-norm peak ({window}-episode centred average)", "at episode",
                      f"first episode below {100 * fraction:g}% of the peak", "largest single-episode mean (episode)",
                      "last episode's mean"], rows)
@@ -400,6 +407,8 @@ def main(argv: list[str] | None = None) -> None:
     diagnostics.add_argument("--window", type=int, default=50, help="centred moving average of the gradient norm")
     diagnostics.add_argument("--fraction", type=float, default=0.01,
                              help="the decay point: the first episode after the peak below this fraction of it")
+    diagnostics.add_argument("--zero-variance", action="store_true",
+                             help="also the fraction of zero-variance groups at the episodes --at")
     replicate = commands.add_parser("replicate", parents=[common],
                                     help="ours against the paper's number, in units of an independent rerun's spread")
     replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
@@ -413,9 +422,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
     if args.command == "diagnostics":
-        norms, fails = (load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric)
-                        for metric in (GRAD_NORM, ALL_FAIL))
-        print(diagnostics_table(norms, fails, args.at, args.window, args.fraction))
+        norms, fails, *zero_variance = (
+            load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric)
+            for metric in (GRAD_NORM, ALL_FAIL, *([ZERO_VARIANCE] if args.zero_variance else [])))
+        print(diagnostics_table(norms, fails, args.at, args.window, args.fraction, zero_variance[0] if zero_variance
+                                else None))
         return
     cells = load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset)
     if args.command == "paired":
