@@ -99,6 +99,20 @@ def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_
     assert states(jobs) == ["done: seeds 0-1"]
 
 
+def test_a_stale_export_of_a_cell_not_selected_blocks_neither_a_priority_nor_a_cell_selection(tmp_path, capsys):
+    """A run of another alpha exported under cell P1 is refused when P1 is selected, and ignored when only P2 is,
+    whether by priority or as ``<preset>/<cell>``. Bug caught: harness/campaign.py:plan — ``if stale is not None
+    and selected(cell, only):`` → ``if stale is not None:`` (P1's stale run stops a campaign of P2)."""
+    first, second = cell(0.5), {**cell(alpha=0.3), "priority": "P2", "name": "tpo_alpha0.3"}
+    fake_run(tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2, layout="results")
+    queue = write_queue(tmp_path, first, second)
+    assert main(tmp_path, str(queue), "--dry-run", "--only", "P1") == 2
+    for only in ("P2", f"{PRESET}/tpo_alpha0.3"):
+        assert main(tmp_path, str(queue), "--dry-run", "--only", only) == 0
+    out = capsys.readouterr().out
+    assert f"{PRESET} tpo_alpha0.3" in " ".join(out.split())
+
+
 def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_it_aside(tmp_path, capsys):
     """A finished work-folder run of another alpha is refused, never exported; --replace moves it aside, not deleted.
     Bug caught: harness/campaign.py:finished — `status in DONE and not work_mismatch(job, work)` → `status in DONE`."""

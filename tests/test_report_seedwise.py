@@ -198,16 +198,22 @@ def test_diagnostics_reads_the_peak_of_the_averaged_seed_mean_and_its_decay_afte
 
 def test_diagnostics_adds_the_zero_variance_fraction_after_the_all_fail_one_when_asked(tmp_path, capsys):
     """``--zero-variance`` reads the runs' ``frac_zero_var`` (all-fail and all-success groups), not their all-fail
-    fraction: the two differ here (a seed whose groups are all-success from episode 3 on), and each column is the
-    seed mean at its episode. Without the flag the columns are as before. Bug caught: the zero-variance columns read
-    from the all-fail cells (``fractions = [fail, fail]``)."""
+    fraction: the two differ here (a seed whose groups are all-success from episode 3 on), each column is the seed
+    mean at its episode, all-fail columns first; a method whose runs lack the metric keeps its row, with "not logged"
+    in those columns. Without the flag the columns are as before. Bug caught: the zero-variance columns read from
+    the all-fail cells (``fractions = [fail, fail]``); the columns in episode-major order; a row dropped for the
+    missing metric."""
     steps = 8
-    fails = np.stack([np.full(steps, 0.9), np.full(steps, 0.5)])
+    fails = np.stack([0.9 - 0.05 * np.arange(steps), np.full(steps, 0.5)])
     zero = np.stack([np.full(steps, 0.9), np.where(np.arange(steps) >= 3, 1.0, 0.5)])
     write_run(tmp_path / "group_pg", make_config(EXPERIMENT, "token_reversal", "group_pg", 2, steps),
               {"error": fails, "grad_norm": np.ones((2, steps)), "all_fail": fails, "frac_zero_var": zero})
+    write_run(tmp_path / "tpo", make_config(EXPERIMENT, "token_reversal", "tpo", 2, steps),
+              {"error": fails, "grad_norm": np.ones((2, steps)), "all_fail": fails})
     plain = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "1")
     rows = _run(capsys, "diagnostics", tmp_path, "--at", "0,5", "--window", "1", "--zero-variance")
-    assert rows["Group PG"][:5] == ["2", "0.700", "0.700", f"{zero[:, 0].mean():.3f}", f"{zero[:, 5].mean():.3f}"]
+    expected = [f"{values[:, episode].mean():.3f}" for values in (fails, zero) for episode in (0, 5)]
+    assert rows["Group PG"][:5] == ["2", *expected]
     assert rows["Group PG"][5:] == plain["Group PG"][3:]
+    assert rows["TPO"] == [*plain["TPO"][:3], "not logged", "not logged", *plain["TPO"][3:]]
     assert len(plain["Group PG"]) == 8

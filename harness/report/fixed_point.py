@@ -6,7 +6,7 @@ Model of a prompt: the policy gives its one right answer probability p and each 
 losers, each with log((1 − p)/(N − 1)). A group's pull is the first-epoch gradient of the algorithm's own loss
 (its registered ``signal`` and ``loss``, at θ = θ_old; ``group_pull.gradients``) along the direction that raises the
 winners' log-probs against the losers', taken with the sign of a descent step: positive raises the right answer.
-Its expectation over m depends on the odds r = p (N − 1) / (1 − p) alone.
+A group's pull depends on the odds r = p (N − 1) / (1 − p) alone; its Binomial weight on p, so on N too.
 
 A target built from the scores only (TPO-no-anchor: q = softmax(u/η)) is met once the policy's share of each group
 equals it, so the expected pull vanishes at finite odds, and more updates do not move the policy past them. TPO's
@@ -60,6 +60,8 @@ def fixed_point(algorithm: Algorithm, wrong: int, k: int) -> float | None:
 
     grid = [math.log(10) * (DECADES[0] + i / STEPS) for i in range((DECADES[1] - DECADES[0]) * STEPS + 1)]
     values = [pull(x) for x in grid]
+    if any(math.isnan(value) for value in values):
+        raise ValueError(f"{type(algorithm).__name__}: the expected pull is NaN on the grid of odds")
     for (low, before), (high, after) in zip(zip(grid, values), zip(grid[1:], values[1:])):
         if before > 0 >= after:
             return math.exp(brentq(pull, low, high, xtol=1e-12))
@@ -91,7 +93,7 @@ def markdown(rows: list[dict]) -> str:
                          f"none in 10^{DECADES[0]}–10^{DECADES[1]} | – | – | – |")
         else:
             lines.append(f"| {row['algorithm']} | {row['H']} | {row['wrong answers']} | {row['odds']:.2f} | "
-                         f"{row['p']:.4f} | {row['error %']:.2f} | {row['all-fail %']:.1f} |")
+                         f"{row['p']:.4g} | {row['error %']:.4g} | {row['all-fail %']:.3g} |")
     return "\n".join(lines) + "\n"
 
 
@@ -107,8 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         if name not in valid:
             parser.error(f"--algorithms {name}: not a sequence-level group algorithm; valid choices: "
                          f"{', '.join(valid)}")
-    if args.K < 2 or args.V < 2 or min(args.H) < 1:
-        parser.error(f"--K {args.K}, --V {args.V}, --H {' '.join(map(str, args.H))}: need K ≥ 2, V ≥ 2 and H ≥ 1")
+    if args.K < 2 or args.V < 2 or min(args.H) < 1 or args.V ** max(args.H) > 2 ** 53:
+        parser.error(f"--K {args.K}, --V {args.V}, --H {' '.join(map(str, args.H))}: need K ≥ 2, V ≥ 2, H ≥ 1 and "
+                     f"V^H ≤ 2^53 (answers a float counts exactly)")
     print(markdown(table(tuple(args.algorithms), tuple(args.H), args.V, args.K)), end="")
 
 

@@ -281,11 +281,15 @@ def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], windo
     for index, (grad, fail) in enumerate(zip(norms, fails)):
         name = label({"algorithm.name": grad.algorithm})
         fractions = [fail] + ([zero_variance[index]] if zero_variance else [])
-        missing = next((cell for cell in [grad, *fractions] if cell.matrix is None), None)
+        missing = next((cell for cell in (grad, fail) if cell.matrix is None), None)
         if missing is not None:
             rows.append([name, "0", *[missing.status] * (len(fractions) * len(at) + 5)])
             continue
-        fails_at = [_fraction_at(seed_mean(cell.matrix), cell.matrix.steps, episode)
+        for cell in fractions[1:]:  # runs older than the metric lack it: their columns say so, the row stays
+            if cell.matrix is not None and set(cell.matrix.seeds) != set(grad.matrix.seeds):
+                warn(f"{name}: frac_zero_var from {len(cell.matrix.seeds)} of {len(grad.matrix.seeds)} seeds")
+        fails_at = ["not logged" if cell.matrix is None else _fraction_at(seed_mean(cell.matrix), cell.matrix.steps,
+                                                                           episode)
                     for cell in fractions for episode in at]
         mean, steps = seed_mean(grad.matrix), grad.matrix.steps
         averaged = smooth(mean, window, centred=True)
