@@ -690,7 +690,7 @@ def campaign_lock(work: Path, results: Path, cells: list[tuple[str, str]]) -> It
     from harness import rundir
 
     for folder in (work, results):
-        holder = rundir._lock_holder(folder / OLD_LOCK) if (folder / OLD_LOCK).exists() else None
+        holder = rundir.lock_holder(folder / OLD_LOCK) if (folder / OLD_LOCK).exists() else None
         if holder is not None:
             raise SystemExit(f"Error: a campaign of an earlier version (process {holder}) holds all of {folder}; "
                              f"wait for it or stop it (a lock left by a crash on another host: delete "
@@ -1086,7 +1086,7 @@ class SlurmLauncher:
             return (f"SLURM job {job_id} ({state}) runs it" if state else
                     f"squeue cannot say whether its SLURM job {job_id} still runs")
         lock = job.work_dir(self.work) / rundir.LOCK_FILE
-        holder = rundir._lock_holder(lock)
+        holder = rundir.lock_holder(lock)
         if holder:
             return (f"process {holder} holds its {rundir.LOCK_FILE} (a lock left by a crash on another host: delete "
                     f"{lock})")

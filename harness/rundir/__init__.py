@@ -382,7 +382,7 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
         try:
             descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            holder = _lock_holder(path)
+            holder = lock_holder(path)
             if holder is None:  # stale: its process is gone
                 path.unlink(missing_ok=True)
                 continue
@@ -391,7 +391,7 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
             handle.write(f"{os.getpid()} {socket.gethostname()}\n")
         break
     else:  # taken over twice in a row: another process is racing for it
-        raise busy(_lock_holder(path) or "starting", path)
+        raise busy(lock_holder(path) or "starting", path)
     try:
         yield
     finally:
@@ -402,7 +402,7 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
             pass
 
 
-def _lock_holder(path: Path) -> str | None:
+def lock_holder(path: Path) -> str | None:
     """``pid on host`` of a live lock holder; None when the lock is stale (or unreadable for more than a few
     seconds: its writer died between creating and writing it)."""
     try:
