@@ -39,6 +39,11 @@ def sequence_level_group_algorithms() -> tuple[str, ...]:
     return tuple(name for name, cls in ALGORITHMS.items() if Rollout.GROUP in cls.rollouts and not cls.token_level)
 
 
+def target_algorithms() -> tuple[str, ...]:
+    """The sequence-level group algorithms whose signal is a target (TPO, TPO-no-anchor), the default comparison."""
+    return tuple(name for name in sequence_level_group_algorithms() if ALGORITHMS[name].target)
+
+
 def expected_pull(algorithm: Algorithm, odds: float, wrong: int, k: int) -> float:
     """The expected pull on the right answer (module docstring) at ``odds`` r, with ``wrong`` = N − 1 wrong answers
     and groups of ``k``."""
@@ -99,7 +104,8 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algorithms", nargs="+", default=["tpo_no_anchor", "tpo"])
+    parser.add_argument("--algorithms", nargs="+", default=list(target_algorithms()),
+                        help="default: the sequence-level algorithms that fit a target (TPO and its ablation)")
     parser.add_argument("--H", nargs="+", type=int, default=[7, 8, 10], help="sequence lengths")
     parser.add_argument("--V", type=int, default=2, help="vocabulary size")
     parser.add_argument("--K", type=int, default=8, help="samples per prompt")
