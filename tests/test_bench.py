@@ -202,12 +202,21 @@ def test_reference_curves_refuses_a_folder_that_is_not_the_papers_repository_bef
     assert not (tmp_path / "venv").exists() and not (tmp_path / "out").exists()
 
 
-def test_section4_whole_run_trains_plain_and_fast_to_the_same_digest():
-    """The whole-run bench's two variants agree bit for bit (its check), and the digest covers the metrics: another
-    seed count changes it. Bug caught: the digest reading the CPU time or nothing at all."""
+def test_section4_whole_run_trains_plain_and_fast_to_the_same_digest(monkeypatch):
+    """The whole-run bench's two variants agree bit for bit (its check), and the digest covers every episode's
+    metrics: a metric changed after training (parameters untouched) changes it. Bug caught: the digest reading the
+    CPU time, or skipping the metrics (``digest.update`` of the metrics loop → ``pass``)."""
     import section4_whole_run
 
     overrides = ["algorithm=tpo", "algorithm.epochs=1", "task.batch_size=8", "task.K=4"]
     plain, fast = (section4_whole_run.train(overrides, 1, 2, fast, 0) for fast in (False, True))
     assert plain["digest"] == fast["digest"] and plain["cpu"] > 0 and fast["cpu"] > 0
-    assert section4_whole_run.train(overrides, 2, 2, True, 0)["digest"] != fast["digest"]
+    real = section4_whole_run.episode
+
+    def shifted(task, step):
+        out = real(task, step)
+        out.metrics["error"] = out.metrics["error"] + 1.0
+        return out
+
+    monkeypatch.setattr(section4_whole_run, "episode", shifted)
+    assert section4_whole_run.train(overrides, 1, 2, True, 0)["digest"] != fast["digest"]
