@@ -49,13 +49,22 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path, tiny_mnist):
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
 
 
-def test_seed_batching_is_invisible_to_each_seed(tmp_path):
-    run_config(["task=tabular_multi", "algorithm=tpo", "seeds=3", "trainer.steps=20"], tmp_path / "batched")
-    run_config(["task=tabular_multi", "algorithm=tpo", "seeds=1", "seed_offset=2", "trainer.steps=20"],
-               tmp_path / "alone")
+_TINY_TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "model.d_model=16",
+               "model.layers=1", "model.ffn=32", "task.checkpoint_every=0", "task.reward=terminal"]
+
+
+@pytest.mark.parametrize("overrides", [["task=tabular_multi", "algorithm=tpo", "trainer.steps=20"],
+                                       [*_TINY_TOKEN, "algorithm=tpo", "trainer.steps=12"],
+                                       [*_TINY_TOKEN, "algorithm=grpo", "trainer.steps=12"]],
+                         ids=["tabular_multi", "token_tpo", "token_grpo"])
+def test_seed_batching_is_invisible_to_each_seed(tmp_path, overrides):
+    """Bit for bit: seed 2 of a 6-seed run is seed 2 run alone (the token task's Muon bias corrections reach
+    exponents where torch's pow rounds by tensor size, 0.95**6 among them, within a few episodes of 4 epochs)."""
+    run_config([*overrides, "seeds=6"], tmp_path / "batched")  # enough elements for pow's vectorised loop
+    run_config([*overrides, "seeds=1", "seed_offset=2"], tmp_path / "alone")
     batched = read_metrics(tmp_path / "batched")
     alone = read_metrics(tmp_path / "alone")
-    pd.testing.assert_frame_equal(batched[batched.seed == 2].reset_index(drop=True), alone)
+    pd.testing.assert_frame_equal(batched[batched.seed == 2].reset_index(drop=True), alone, check_exact=True)
 
 
 def test_common_random_numbers_across_algorithms():
