@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -207,12 +208,18 @@ def integer_power(base: float, exponent: torch.Tensor, bits: int = 24) -> torch.
     seeds share the optimizer. This raises the float32 base in double by binary exponentiation (multiplications
     only, which IEEE 754 rounds alike in vector and scalar code; a relative error of a few 1e-13), then rounds to
     float32: within an ulp of ``pow``, the same for every tensor size and device, with no read back to the host."""
-    whole, square = exponent.long(), float(torch.tensor(base, dtype=exponent.dtype))
+    # the base as float32 stores it (as float32 pow starts from), rounded on the host: a tensor op here would be a
+    # host tensor and a read back on a GPU
+    whole, square = exponent.long(), base if exponent.dtype == torch.float64 else _float32(base)
     result = torch.ones_like(exponent, dtype=torch.float64)
     for bit in range(bits):
         result = torch.where((whole & (1 << bit)) != 0, result * square, result)
         square *= square  # base ** 2**(bit + 1), in double as the tensor's products
     return result.to(exponent.dtype)
+
+
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 @functools.cache
