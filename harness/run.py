@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from harness import rundir
 from harness.config import apply_process_settings
+from harness.rundir.outputs import git_commit
 from harness.rundir.session import Session
 from harness.trainers import trainer_class
 from tasks import get_task
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run one (task, algorithm) configuration, all its seeds, with the trainer its task declares; return the
     summary written to summary.json (that of the earlier run when it already finished with this configuration)."""
-    started = time.time()
+    started, commit = time.time(), git_commit()  # the code this process runs, not HEAD at its end
     apply_process_settings(cfg)
     trainer = trainer_class(get_task(cfg.task.name))(cfg)
     with trainer.lock(run_dir):
@@ -37,7 +38,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         trainer.apply(plan, run_dir)
         session = Session(cfg, run_dir, trainer.metric_names, trainer.seeds, started,
                           start.cpu_seconds if start else 0.0, start.resumes if start else [], main=trainer.is_main,
-                          fingerprint=plan.fingerprint)
+                          fingerprint=plan.fingerprint, commit=commit)
         if start is not None:
             log.info("resuming %s from step %d", run_dir, start.step)
         session.open(start.rows if start else None, plan.uid)

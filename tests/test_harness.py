@@ -43,6 +43,21 @@ def test_outputs_have_the_documented_shape(tmp_path, tiny_mnist):
     assert set(on_disk["steps_to"]["error"]) == {"0.05"}
 
 
+def test_summary_records_the_commit_the_run_launched_with(tmp_path, monkeypatch):
+    """A commit made while a run trains is not the code it runs: summary.json keeps the commit of the launch."""
+    run_dir = tmp_path / "run"
+
+    def commit_now():
+        metrics = run_dir / outputs.METRICS_FILE
+        return "after-training" if metrics.exists() and len(metrics.read_text().splitlines()) > 1 else "at-launch"
+
+    for where in ("harness.rundir.outputs.git_commit", "harness.run.git_commit", "harness.rundir.summary.git_commit"):
+        monkeypatch.setattr(where, commit_now, raising=False)
+    summary = run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=5"], run_dir)
+    assert summary["commit"] == "at-launch"
+    assert json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["commit"] == "at-launch"
+
+
 def test_same_config_and_seed_give_identical_metrics(tmp_path, tiny_mnist):
     for name in ("a", "b"):
         run_config([*tiny_mnist, "algorithm=dg"], tmp_path / name)

@@ -49,6 +49,7 @@ class Session:
     resumes: list[int] = field(default_factory=list)
     main: bool = True  # the process that writes (one of several under data parallelism)
     fingerprint: str = ""  # the run's identity (rundir.fingerprint), recorded in its checkpoints
+    commit: str | None = None  # the code's git commit at the launch (rundir.outputs.git_commit)
     status: str = "completed"
     writer: outputs.MetricsWriter | None = None
     tracker: Any = None
@@ -93,7 +94,8 @@ class Session:
         status = "diverged" if self.status == "completed" and diverged else self.status
         summary = run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
                                       seed_status=seed_status, diverged=diverged, started=self.started,
-                                      hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds())
+                                      hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds(),
+                                      commit=self.commit)
         if self.main:
             outputs.write_json(self.run_dir / outputs.SUMMARY_FILE, summary)
             self.tracker.finish(summary)

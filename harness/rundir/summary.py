@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.rundir.outputs import METRICS_FILE, git_commit
+from harness.rundir.outputs import METRICS_FILE
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -88,11 +88,12 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
 
 def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[int], seed_status: dict[str, str],
                 diverged: dict[str, int], started: float, hardware: dict[str, Any],
-                resumed_from: list[int], cpu_seconds: float) -> dict[str, Any]:
+                resumed_from: list[int], cpu_seconds: float, commit: str | None) -> dict[str, Any]:
     """``summary.json`` of a finished run: what ran, how it ended, its final values and steps-to (read back from
     ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count; ``resumed_from``
     lists the steps this run was resumed at; wall time counts the last process only, ``cpu_seconds`` every process
-    up to its last checkpoint (work redone after a kill counts once)."""
+    up to its last checkpoint (work redone after a kill counts once); ``commit`` is the code's at the last launch
+    (``git_commit`` then: a commit made while the run trains is not the code it runs)."""
     return {
         "status": status,
         "experiment": cfg.experiment_name,
@@ -108,5 +109,5 @@ def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[in
         "wall_seconds": round(time.time() - started, 3),
         "cpu_seconds": round(cpu_seconds, 3),
         "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},
-        "commit": git_commit(),
+        "commit": commit,
     }
