@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,31 +111,63 @@ def test_a_handled_stop_exits_130_even_where_it_passed_through_exec_of_a_string(
     assert (result.returncode, result.stderr) == (130, "")
 
 
+BUILDING_TASK = textwrap.dedent("""
+    import runpy, sys, time
+    from pathlib import Path
+    import harness.run
+
+    build = harness.run.get_task
+    def get_task(name):  # the task's build, made slow and announced: a stop can be sent into it
+        Path("building").touch()
+        time.sleep(30)
+        return build(name)
+
+    harness.run.get_task = get_task
+    sys.argv[0] = "harness"
+    runpy.run_module("harness", run_name="__main__", alter_sys=True)
+    """)
+
+
 def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp_path):
-    """Ctrl-C while the task is being built (MNIST loads its data), while Hydra composes the launch, or while the
-    modules load ends in one line and exit 130; the new run folder Hydra made goes. The first stop comes as the run
-    folder's log appears (the task is built next: a few hundred ms), and times the others as fractions of that
-    delay, so they fall in the same phases on a fast or a slow machine. Bug caught: harness/__main__.py:main — the
-    ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an empty
-    ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
+    """Ctrl-C while the task is being built, while Hydra composes the launch, or while the modules load ends in one
+    line and exit 130; the new run folder Hydra made goes. The first stop is sent into the task's build (made slow
+    and announced by a file); the others are timed as fractions of how long the run folder's log took to appear, so
+    they fall in the same phases on a fast or a slow machine (one that a loaded machine lets land after the start is
+    sent again, sooner: at most twice). Bug caught: harness/__main__.py:main — the ``_remove_launch_files`` call of
+    the interrupted-before-start branch dropped (the folder stays with an empty ``__main__.log``). The composing
+    window is short: a stop lands in it only now and then."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    command = [sys.executable, "-m", "harness", "experiment=fig4_mnist", "algorithm=tpo", "seeds=1",
-               "trainer.steps=200", "logger=none", "hydra.run.dir=run"]  # a valid run: it is built, not refused
-    launch_log = tmp_path / "run" / "__main__.log"
-    until_log = None
-    for fraction in (None, 0.55, 0.3, 0.1):  # building the task, composing, loading
-        started = time.time()
+    arguments = ["experiment=fig4_mnist", "algorithm=tpo", "seeds=1", "trainer.steps=200", "logger=none",
+                 "hydra.run.dir=run"]  # a valid run: it is built, not refused
+
+    def stopped(command: list[str], ready) -> str:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE)
-        if fraction is None:
-            while time.time() < started + 120 and not launch_log.exists():
-                time.sleep(0.0005)  # close after logging creates the file, before it attaches the handler
-            until_log = time.time() - started
-        else:
-            time.sleep(fraction * until_log)
+        ready()
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 130, stderr
+        return stderr
+
+    def when_built():
+        while not (tmp_path / "building").exists():
+            time.sleep(0.001)
+
+    launched = time.time()
+    stderr = stopped([sys.executable, "-c", BUILDING_TASK, *arguments], when_built)
+    until_log = (tmp_path / "building").stat().st_mtime - launched  # the log appears just before the build
+    (tmp_path / "building").unlink()
+    assert [line for line in stderr.splitlines() if "[INFO]" not in line] == [
+        "Interrupted before the run started"], stderr
+    assert not (tmp_path / "run").exists()
+    for fraction in (0.55, 0.3, 0.1):  # composing, loading
+        delay = fraction * until_log
+        for _ in range(3):
+            stderr = stopped([sys.executable, "-m", "harness", *arguments], lambda: time.sleep(delay))
+            if "keeps its last checkpoint" not in stderr:  # else the stop landed in the run, as one that ran
+                break
+            shutil.rmtree(tmp_path / "run")
+            delay /= 2
         assert [line for line in stderr.splitlines() if "[INFO]" not in line] == [
             "Interrupted before the run started"], stderr
         assert not (tmp_path / "run").exists()
