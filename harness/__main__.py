@@ -14,6 +14,7 @@ if __name__ == "__main__":  # Ctrl-C or a kill while the modules load (seconds):
 
 process.tune_memory()  # before torch allocates anything
 
+import gc  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import shlex  # noqa: E402
@@ -646,6 +647,7 @@ def refuse_bad_launch(argv: list[str]) -> None:
 def launch(argv: list[str]) -> None:
     """Check, then run; a sweep whose jobs run in worker processes stops them at their checkpoints on Ctrl-C or
     SIGTERM (``harness.interrupts``) and ends in one line per stopped job (theirs), or one of its own."""
+    gc.freeze()  # the modules' objects (torch's) live to the end: no full collection, nor the exit (1 s), walks them
     refuse_bad_launch(argv)
     interrupts.record_launch_argv(argv)
     interrupts.quiet_pool_teardown()
