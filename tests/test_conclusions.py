@@ -92,6 +92,7 @@ def test_readme_counts_only_when_the_report_wrote_it(tmp_path):
 
 
 def test_committed_conclusions_quote_their_tables():
+    """Committed text against committed tables, both as written: nothing is recomputed, so no CPU moves them."""
     result = quotes.check(ROOT / "results")
     assert result.checked > 100
     assert not result.errors, result.errors

@@ -184,10 +184,9 @@ def test_skip_guard_moves_nothing_on_a_zero_gradient_and_keeps_the_state():
         for key, value in opt.state[p].items():
             assert torch.equal(value[0], state[name][key][0])
     # without the guard, Muon steps along the old momentum although the gradient is exactly zero
-    start = opt.snapshot()
+    opt.record_updates()
     _step(opt, params, [0.0, 0.0])
-    moved = opt.displacement(start)
-    assert (moved["muon"] > 0).all()
+    assert (opt.update_norms()["muon"] > 0).all()
 
 
 def test_scale_guard_multiplies_each_seeds_whole_update():
@@ -204,21 +203,30 @@ def test_scale_guard_multiplies_each_seeds_whole_update():
         assert torch.equal(opt_plain.state[plain[name]]["mu"], opt_scaled.state[scaled[name]]["mu"])  # momenta alike
 
 
-def test_displacement_is_the_norm_of_each_parts_parameter_change():
-    params = _model()
+def test_update_norms_are_the_norm_of_each_parts_change_over_the_recorded_steps():
+    """In float64 the parameters' change is the summed update to ~1e-16: the norms are of the sum over steps (not a
+    sum of norms, nor the last step's), and a seed frozen in a step adds nothing for it."""
+    params = {k: v.double() for k, v in _model().items()}
     opt = optim.transformer_optimizer(params)
+    _step(opt, params, [1.0, 1.0])  # momentum from before the recording
     start_values = {k: v.clone() for k, v in params.items()}
-    start = opt.snapshot()
-    _step(opt, params, [1.0, 0.5])
-    moved = opt.displacement(start)
+    opt.record_updates()
+    for draw, active in ((1, None), (2, torch.tensor([True, False])), (3, None)):
+        for name, p in params.items():
+            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(draw * 100 + len(name)),
+                                 dtype=p.dtype)
+        opt.step(active)
+    norms = opt.update_norms()
     muon = {id(p) for p in opt.parts()["muon"]}
     for part, members in (("muon", [k for k, p in params.items() if id(p) in muon]),
                           ("adam", [k for k, p in params.items() if id(p) not in muon])):
         expected = torch.stack([sum((params[k][s] - start_values[k][s]).pow(2).sum() for k in members).sqrt()
                                 for s in range(2)])
-        assert torch.allclose(moved[part], expected)
+        assert torch.allclose(norms[part], expected, rtol=1e-10, atol=0)
     adam_only = optim.MuonAdam(optim.transformer_param_groups(_model(), "none"))
-    assert adam_only.parts()["muon"] == [] and adam_only.displacement(adam_only.snapshot())["muon"].isnan().all()
+    adam_only.record_updates()
+    assert adam_only.parts()["muon"] == [] and adam_only.update_norms()["muon"].isnan().all()
+    assert adam_only.update_norms()["adam"].tolist() == [0.0, 0.0]  # nothing applied since the recording began
 
 
 TERMINAL = ["task=token_reversal", "task.H=3", "task.batch_size=6", "task.K=4", "seeds=2", "task.reward=terminal",

@@ -56,8 +56,10 @@ def test_mechanism_table_averages_seeds_at_step_2000():
     assert np.isclose(row.surplus, 0.08) and np.isclose(row.se, 0.01 / np.sqrt(2)) and row.seeds == 2
 
 
+@pytest.mark.cross_cpu
 def test_steps_to_and_final_agree_with_the_trainers_summary():
-    """Same rule as harness/rundir/outputs.py on the committed MNIST runs."""
+    """Same rule as harness/rundir/outputs.py on the committed MNIST runs: their summaries were written on another
+    machine, so the final mean is compared within np.isclose (make test reruns this under an emulated other CPU)."""
     runs, curves = load_runs([RUNS / "fig4_mnist"], metrics=["error"])
     for run in runs.itertuples():
         summary = json.loads((Path(run.run_dir) / "summary.json").read_text())

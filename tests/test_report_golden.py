@@ -5,6 +5,11 @@ special cells: missing, partial (fewer seeds), failed, interrupted, a conflictin
 runs, a shorter duplicate run and a cell whose seeds come from two runs.
 ``UPDATE_GOLDEN=1 pytest tests/test_report_golden.py`` rewrites tests/golden/ (inspect the diff by eye); the
 hand-computed assertions below pin a few numbers independently of the golden files.
+
+The goldens were written on one machine and are compared as text (markdown) and within rtol 1e-9 (csv) on every
+machine: the synthetic values are rounded and the report's arithmetic is float64 numpy, whose last-bit differences
+between CPUs do not reach the rendered digits. make test reruns this module under each emulated other CPU
+(tests/cpu_emulation.py) to keep it so.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from harness.report.load import load_runs
 from harness.report.specs import SHARED_RUNS, TABLES
 from harness.report.synthetic import make_config, write_run
 from harness.report.tables import Report
+
+pytestmark = pytest.mark.cross_cpu
 
 GOLDEN = Path(__file__).parent / "golden"
 SEEDS = 3

@@ -1,5 +1,7 @@
 """notebooks/hero_comparison.ipynb runs top to bottom against the committed runs (results/runs/fig4_mnist and
-results/runs/fig1b_sparse, offline) and on request against a synthetic sweep; and it is committed with its outputs."""
+results/runs/fig1b_sparse, offline) and on request against a synthetic sweep; and it is committed with its outputs.
+Nothing here compares numbers against ones written on another machine (only structure and labels), so no CPU moves
+what these tests check."""
 
 from __future__ import annotations
 

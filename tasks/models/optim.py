@@ -100,6 +100,7 @@ class MuonAdam(torch.optim.Optimizer):
     ):
         defaults = dict(lr=lr, muon_beta=muon_beta, adam_betas=adam_betas, eps=eps, ns_steps=ns_steps, matrix=None)
         super().__init__(groups, defaults)
+        self._applied: dict[tuple, torch.Tensor] | None = None  # bucket → summed update, while recording
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None, factor: torch.Tensor | None = None) -> None:
@@ -124,8 +125,10 @@ class MuonAdam(torch.optim.Optimizer):
                 key = (muon, group["lr"], group["muon_beta"] if muon else group["adam_betas"], group["eps"],
                        group["ns_steps"], p.dtype, p.device)
                 buckets.setdefault(key, []).append((p, state, group))
-        for (muon, *_), members in buckets.items():
-            self._update(members, active, muon, factor)
+        for key, members in buckets.items():
+            applied = self._update(members, active, key[0], factor)
+            if self._applied is not None:
+                self._applied[key] = self._applied[key].add_(applied) if key in self._applied else applied
 
     def parts(self) -> dict[str, list[torch.Tensor]]:
         """The parameters Muon and Nesterov-Adam update."""
@@ -134,25 +137,33 @@ class MuonAdam(torch.optim.Optimizer):
             parts["adam" if group["matrix"] is None else "muon"].extend(group["params"])
         return parts
 
-    def snapshot(self) -> dict[str, torch.Tensor | None]:
-        """Each part's parameters as one flat (S, N) copy (None for an empty part), for ``displacement``."""
-        return {name: torch.cat([p.detach().flatten(1) for p in params], 1) if params else None
-                for name, params in self.parts().items()}
+    def record_updates(self) -> None:
+        """Start summing the updates ``step`` applies, per part, for ``update_norms``."""
+        self._applied = {}
 
     @torch.no_grad()
-    def displacement(self, before: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
-        """Per seed, the L2 norm of how far each part's parameters moved since ``snapshot`` (S,); NaN for a part
-        with no parameter. What the optimizer really did, next to the gradient's norm: Muon's orthogonalised step
-        does not shrink with the gradient."""
-        now = self.snapshot()
-        S = next(p for p in now.values() if p is not None).shape[0]
-        return {name: (now[name] - start).pow(2).sum(1).sqrt() if start is not None
-                else torch.full((S,), math.nan, device=now["muon" if now["muon"] is not None else "adam"].device)
-                for name, start in before.items()}
+    def update_norms(self) -> dict[str, torch.Tensor]:
+        """Per seed, the L2 norm of the updates applied to each part since ``record_updates``, summed over the steps
+        (S,); NaN for a part with no parameter. What the optimizer really did, next to the gradient's norm: Muon's
+        orthogonalised step does not shrink with the gradient. It is the norm of the update tensors as added, not of
+        the parameters' change: a float32 difference of parameters keeps only the update's leading bits, so another
+        CPU's last-bit differences in the parameters moved it by up to a few percent."""
+        parts = self.parts()
+        first = next(params for params in parts.values() if params)[0]
+        out = {}
+        for name, params in parts.items():
+            squares = [applied.pow(2).sum(1) for (muon, *_), applied in self._applied.items()
+                       if muon == (name == "muon")]
+            if not params:
+                out[name] = torch.full(first.shape[:1], math.nan, device=first.device)
+            else:
+                out[name] = torch.stack(squares).sum(0).sqrt() if squares else first.new_zeros(first.shape[:1])
+        return out
 
     @staticmethod
     def _update(members: list[tuple[torch.Tensor, dict, dict]], active: torch.Tensor | None, muon: bool,
-                factor: torch.Tensor | None = None) -> None:
+                factor: torch.Tensor | None = None) -> torch.Tensor:
+        """Update one bucket; returns the update it added to the parameters, (S, N) (zero for a frozen seed)."""
         params = [p for p, _, _ in members]
         group = members[0][2]
         sizes = [p[0].numel() for p in params]
@@ -185,7 +196,8 @@ class MuonAdam(torch.optim.Optimizer):
             m_hat = b1 * (mu / spread(1 - b1_t * b1)) + (1 - b1) * (g / spread(1 - b1_t))
             v_hat = nu / spread(1 - integer_power(b2, t))
             update = -group["lr"] * m_hat / (v_hat.sqrt() + group["eps"])
-        new = {"param": old["param"] + (update if factor is None else factor.unsqueeze(1) * update), "mu": mu}
+        applied = update if factor is None else factor.unsqueeze(1) * update
+        new = {"param": old["param"] + applied, "mu": mu}
         if not muon:
             new["nu"] = nu
         new["count"] = t
@@ -198,6 +210,7 @@ class MuonAdam(torch.optim.Optimizer):
             else:
                 parts = [part.view_as(target) for part, target in zip(value.split(sizes, 1), targets)]
             torch._foreach_copy_(targets, parts)
+        return applied if active is None else torch.where(active.unsqueeze(1), applied, 0.0)
 
 
 def integer_power(base: float, exponent: torch.Tensor, bits: int = 24) -> torch.Tensor:
