@@ -169,7 +169,17 @@ class Job:
 
     def command(self, work: Path) -> list[str]:
         return [sys.executable, "-m", "harness", f"experiment={self.preset}", *self.overrides, f"seeds={self.seeds}",
-                f"seed_offset={self.offset}", *FIXED, f"hydra.run.dir={self.work_dir(work)}"]
+                f"seed_offset={self.offset}", *FIXED, f"hydra.run.dir={hydra_value(str(self.work_dir(work)))}"]
+
+
+def hydra_value(text: str) -> str:
+    """``text`` as the value of a Hydra override: as it is when Hydra's grammar reads it so, else quoted (a scorecard
+    candidate's folder ``tpo,eta=0.5`` would otherwise be read as a list and a key)."""
+    if re.fullmatch(r"[\w/.+\-:@%~]+", text):
+        return text
+    # inside quotes a backslash escapes only a quote or the backslashes before one (and before the closing quote)
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + "'"
 
 
 def load_queue(name: str) -> dict:

@@ -63,3 +63,14 @@ def exit_interrupted() -> NoReturn:
     flag first, so an empty one does."""
     exec("")
     sys.exit(130)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` is alive on this machine (another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -39,6 +39,7 @@ import pandas as pd
 import yaml
 
 from harness import campaign
+from harness.process import running
 from common.checks import did_you_mean
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +146,8 @@ def algorithm_ids() -> list[str]:
 def parse_candidate(arguments: list[str], suite: Suite) -> Candidate:
     """The candidate from ``algorithm=<id> [algorithm.<key>=<value> ...]``; ScorecardError naming the first
     argument that is anything else (a task, trainer or seed key would make its runs another configuration than the
-    baselines'), a missing or repeated ``algorithm=``, or an unknown id (with the nearest one)."""
+    baselines'), a missing or repeated ``algorithm=``, an unknown id (with the nearest one), or a key the algorithm
+    lacks (as ``python -m harness`` refuses it, with the nearest key)."""
     algorithm, overrides = None, []
     for argument in arguments:
         key, equals, value = argument.partition("=")
@@ -166,7 +168,15 @@ def parse_candidate(arguments: list[str], suite: Suite) -> Candidate:
         near = did_you_mean(algorithm, algorithm_ids())
         raise ScorecardError(f"algorithm={algorithm} is not valid;{f' did you mean {near}?' if near else ''} valid "
                              f"choices: {', '.join(algorithm_ids())}")
-    return Candidate(algorithm, tuple(overrides))
+    candidate = Candidate(algorithm, tuple(overrides))
+    from harness.__main__ import check_launch
+    from common.checks import ConfigError
+
+    try:
+        check_launch([f"experiment={suite.preset}", *suite.cells[0].overrides, *candidate.arguments])
+    except ConfigError as error:
+        raise ScorecardError(str(error)) from None
+    return candidate
 
 
 def cell_folder(cell: Cell, label: str) -> str:
@@ -455,8 +465,19 @@ def cpu_seconds(comparison, value) -> list[float]:
 
 def claim(out: Path) -> None:
     """May the scorecard write into ``out``? When it is new, empty, or holds a scorecard.md this module wrote;
-    otherwise refuse in one line (a file the project did not write is never replaced)."""
-    if not out.exists() or not any(out.iterdir()):
+    otherwise refuse in one line (a file the project did not write is never replaced). The temporaries of a scorecard
+    killed while writing (``[.]<file>.<pid>.tmp`` of a process no longer running) are removed first."""
+    if out.exists() and not out.is_dir():
+        raise ScorecardError(f"--out {out}: not a folder; choose a new or empty folder")
+    if not out.exists():
+        return
+    for path in out.iterdir():
+        own = re.fullmatch(rf"\.?({'|'.join(map(re.escape, FILES))})\.(\d+)\.tmp", path.name)
+        if own and path.is_file():
+            if running(int(own.group(2))):
+                raise ScorecardError(f"--out {out}: another scorecard (process {own.group(2)}) is writing there")
+            path.unlink()
+    if not any(out.iterdir()):
         return
     ours = out / FILES[0]
     if not ours.exists() or not ours.read_text().startswith(TITLE):
@@ -511,6 +532,8 @@ def main(argv: list[str] | None = None) -> None:
     args.work, args.results = args.work.resolve(), args.results.resolve()
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
+    if args.finish_within is not None and not args.finish_within > 0:  # NaN too
+        parser.error(f"--finish-within={args.finish_within} is not valid; expected a number of hours > 0")
     try:
         suite = load_suite("quick" if args.quick else "full")
         if args.baselines:
@@ -518,11 +541,12 @@ def main(argv: list[str] | None = None) -> None:
                 raise ScorecardError(f"{args.overrides[0]}: --baselines runs the suite's baselines only")
             sys.exit(run_cells(suite, [Candidate(name) for name in suite.baselines], args))
         candidate = parse_candidate(args.overrides, suite)
-        check_baselines(suite, candidate, args.results)  # before an hour of the candidate's runs
+        out = args.out or OUT / suite.name / candidate.label
+        claim(out)  # before an hour of the candidate's runs
+        check_baselines(suite, candidate, args.results)  # likewise
         code = run_cells(suite, [candidate], args)
         if code or args.dry_run:
             sys.exit(code)
-        out = args.out or OUT / suite.name / candidate.label
         command = " ".join(["python -m harness.scorecard", *candidate.arguments, *(["--quick"] if args.quick else [])])
         print(f"wrote {write(suite, candidate, args.results, out, command)}")
     except ScorecardError as error:

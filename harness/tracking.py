@@ -11,7 +11,13 @@ Local files stay the source of truth; the mirror is for watching runs as they tr
   (``wandb.init`` takes seconds): training never waits on W&B but at ``flush`` (each checkpoint) and ``finish``,
   which return once every row logged before them is in the runs. If W&B cannot keep up and the queue is full, a row
   is dropped rather than waited for (one warning; the count is the summary's ``dropped_rows``);
-- the summary is summary.json's (``seed_summary``), per seed;
+- a resumed run's W&B runs end up with every metrics.csv row exactly once: a killed launch's wandb service may not
+  have written its last rows (its file lags the checkpoint by seconds), or may have written rows past the
+  checkpoint. On resume each seed's run is sent the kept rows W&B does not hold, and the resumed rows it already holds
+  (a resume reproduces them exactly) are not sent again: what it holds is read from the earlier launches' offline
+  files, online from the resumed run's summary (its last ``step``);
+- the summary is summary.json's (``seed_summary``), per seed, with ``dropped_rows`` and ``metrics_rows`` (the
+  seed's metrics.csv rows: the report checks that the history holds each of them);
 - the first failure, on any seed (an ``init`` past ``logger.init_timeout``, an error, no progress for
   ``PATIENCE`` seconds past it), is reported once and turns W&B off for every seed; training continues.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import netrc
 import os
 import queue
@@ -31,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import rundir
+from harness import rundir, wandb_offline
 
 log = logging.getLogger(__name__)
 STEP_METRIC = "step"  # metrics.csv's step column: in every row, every metric's x-axis
@@ -153,13 +160,16 @@ class WandbTracker:
 
     def __init__(self, *, project: str, entity: str | None, group: str, job_type: str, tags: list[str], mode: str,
                  config: dict[str, Any], run_dir: Path, seeds: list[int],
-                 init_timeout: float = DEFAULT_INIT_TIMEOUT, run_uid: str = ""):
+                 init_timeout: float = DEFAULT_INIT_TIMEOUT, run_uid: str = "", kept_rows: list[tuple] = ()):
         self.settings = dict(project=project, entity=entity, group=group, job_type=job_type, tags=tags,
                              mode=resolve_mode(mode))
         self.init_timeout = float(init_timeout)
         self.run_uid = run_uid  # new at every fresh start (identity.json): a replaced run never continues an old one
         self.config, self.run_dir, self.seeds = config, run_dir, seeds
         self.runs: list[Any] = []  # the worker's until it stops
+        self.kept_rows = kept_rows  # a resumed run's metrics.csv rows before its checkpoint: (step, names, values)
+        self._held: list[float] = []  # per run, the last metrics.csv step W&B held when this launch started it
+        self._steps = {step for step, _, _ in kept_rows}  # the steps of the seed's metrics.csv rows
         self.dropped = 0
         self._rows: queue.Queue = queue.Queue(MAX_QUEUED_ROWS)  # (step, names, seeds × names values); None: stop
         self._queued = self._logged = 0
@@ -197,14 +207,16 @@ class WandbTracker:
                                             x_transaction_log_flush_interval=FILE_FLUSH_SECONDS)))
                 self.runs[-1].define_metric(STEP_METRIC)
                 self.runs[-1].define_metric("*", step_metric=STEP_METRIC)
+                self._catch_up(len(self.runs) - 1)
                 self._advance()
             log.info("W&B: %d %s runs in group %s (%s)", len(self.runs), self.settings["mode"],
                      self.settings["group"], "upload later with `wandb sync <run dir>/wandb/offline-run-*`"
                      if self.settings["mode"] == "offline" else self.settings["project"])
             while (item := self._rows.get()) is not None:
                 step, names, values = item
-                for run, row in zip(self.runs, values.tolist()):
-                    run.log({STEP_METRIC: step, **dict(zip(names, row))})
+                for run, held, row in zip(self.runs, self._held, values.tolist()):
+                    if step > held:
+                        run.log({STEP_METRIC: step, **dict(zip(names, row))})
                 self._advance(1)
         except BaseException as error:  # noqa: BLE001 - W&B must never stop training
             self._error = error
@@ -216,6 +228,22 @@ class WandbTracker:
         finally:
             self._stopped = True
             self._advance()
+
+    def _catch_up(self, index: int) -> None:
+        """Send run ``index`` the kept rows it does not hold, and note the last step it holds (module docstring)."""
+        run = self.runs[index]
+        held = -math.inf
+        if self.kept_rows:
+            this_launch = Path(run.dir).parent  # <run dir>/wandb/offline-run-<time>-<id>
+            steps = [row[STEP_METRIC] for path in wandb_offline.run_files(self.run_dir, run.id)
+                     if path.parent != this_launch
+                     for row in wandb_offline.history(path) if STEP_METRIC in row and TRL_STEP not in row]
+            online = run.summary.get(STEP_METRIC) if self.settings["mode"] == "online" else None
+            held = max([*steps, *([online] if isinstance(online, (int, float)) else [])], default=-math.inf)
+            for step, names, values in self.kept_rows:
+                if step > held:
+                    run.log({STEP_METRIC: step, **dict(zip(names, values[index].tolist()))})
+        self._held.append(held)
 
     def _wait(self, ready) -> None:
         """Wait until ``ready()``, the worker fails, or it makes no progress for ``init_timeout + PATIENCE`` s (then
@@ -230,6 +258,8 @@ class WandbTracker:
 
     def log(self, step: int, metrics: dict[str, np.ndarray]) -> None:
         """Queue one row (``metrics``: name → one value per seed; copied, so the caller may reuse its arrays)."""
+        if TRL_STEP not in metrics:
+            self._steps.add(int(step))
         if self._off():
             return
         names = tuple(metrics)
@@ -264,14 +294,18 @@ class WandbTracker:
             return
         try:
             for index, (seed, run) in enumerate(zip(self.seeds, self.runs)):
-                run.summary.update({**seed_summary(summary, index, seed), "dropped_rows": self.dropped})
+                run.summary.update({**seed_summary(summary, index, seed), "dropped_rows": self.dropped,
+                                    "metrics_rows": len(self._steps)})
                 run.finish()
         except Exception as error:  # noqa: BLE001
             self._error = error
             self._off()
 
 
-def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str, Any], run_uid: str = ""):
+def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str, Any], run_uid: str = "",
+                 kept_rows: list[tuple] = ()):
+    """The run's tracker; ``kept_rows``: a resumed run's metrics.csv rows before its checkpoint
+    (``MetricsWriter.kept_rows``), which the W&B runs may not all hold."""
     logger_cfg = cfg.logger
     if logger_cfg.name == "none":
         return NullTracker()
@@ -281,7 +315,7 @@ def make_tracker(cfg, run_dir: Path, seeds: list[int], resolved_config: dict[str
                             tags=[cfg.experiment_name, cfg.task.name, cfg.algorithm.name, *logger_cfg.tags],
                             mode=logger_cfg.mode, config=rundir.flatten(resolved_config), run_dir=run_dir,
                             seeds=seeds, init_timeout=logger_cfg.get("init_timeout", DEFAULT_INIT_TIMEOUT),
-                            run_uid=run_uid)
+                            run_uid=run_uid, kept_rows=kept_rows)
     except Exception as error:  # noqa: BLE001
         warnings.warn(f"W&B unavailable ({error!r}); continuing with local files only.", stacklevel=2)
         return NullTracker()

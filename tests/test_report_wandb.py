@@ -123,6 +123,26 @@ def test_live_mirror_histories_are_read_by_their_step_without_trl_rows_or_replay
     assert runs.status.tolist() == ["damaged"] and "2 rows dropped from W&B" in capsys.readouterr().err
 
 
+def test_a_history_missing_a_row_its_summary_counts_is_damaged_and_a_step_logged_twice_is_named(capsys):
+    """The mirror records each seed's metrics.csv row count (``metrics_rows``): a history holding fewer distinct steps
+    (a row lost in the middle, which the last step cannot show) is damaged; a step logged twice is named in a
+    warning. Bugs caught: load.py:_wandb_record not comparing with ``metrics_rows``, or not naming the duplicate."""
+    config = {**make_config("inputs_check", "token_reversal", "tpo", 1, 4), "trainer": {"steps": 4}, "seed": 0}
+
+    def run(steps: list[int]) -> FakeRun:
+        fake = FakeRun(config, np.arange(0), {})
+        fake.summary.update(last_step=3, metrics_rows=4)
+        fake._rows = [{"_step": i, "step": step, "error": 0.5} for i, step in enumerate(steps)]
+        return fake
+
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run([0, 1, 2, 3])]))
+    assert runs.status.tolist() == ["completed"] and "warning" not in capsys.readouterr().err
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run([0, 2, 3])]))
+    assert runs.status.tolist() == ["damaged"] and "holds 3 of its 4 metrics.csv rows" in runs.error.iloc[0]
+    runs, _ = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([run([0, 1, 1, 2, 3])]))
+    assert runs.status.tolist() == ["completed"] and "step 1 and possibly more logged twice" in capsys.readouterr().err
+
+
 def test_a_run_started_before_the_step_metric_and_resumed_after_reads_both_kinds_of_rows():
     """A W&B run begun by a version that logged with W&B's own step (no ``step`` column) and resumed by one that
     logs ``step`` (its ``_step`` counting on): the old rows are read by ``_step``, the new by ``step``. Bug caught:

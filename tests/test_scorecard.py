@@ -4,8 +4,11 @@ aggregates)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +246,68 @@ cells:
     assert "0 runs to go" in capsys.readouterr().out
     card = scorecard.write(suite, scorecard.Candidate("pg"), args.results, tmp_path / "card", "command", RESAMPLES)
     assert "| a | TPO | 2 |" in card.read_text()
+
+
+def test_a_candidate_with_an_override_runs_and_gets_its_scorecard(tmp_path):
+    """``algorithm=tpo algorithm.eta=0.5`` end to end at tiny size: its runs land in the ``tpo,eta=0.5`` folders with
+    η = 0.5, and the scorecard is written. Bug caught: campaign.Run.command passing the label's ``,`` and ``=`` to
+    Hydra unquoted in hydra.run.dir (every cell failed to start)."""
+    text = """version: 1
+preset: scorecard_quick
+baselines: [grpo]
+cells:
+  - {name: a, family: one, seeds: 2, cost: 0.001, overrides: [task=tabular_single, task.steps=6]}
+"""
+    suite = tiny_suite(tmp_path, text)
+    args = scorecard.argparse.Namespace(jobs=2, dry_run=False, finish_within=None, replace=False,
+                                        work=tmp_path / "work", results=tmp_path / "results")
+    candidate = scorecard.parse_candidate(["algorithm=tpo", "algorithm.eta=0.5"], suite)
+    assert candidate.label == "tpo,eta=0.5"
+    assert scorecard.run_cells(suite, [scorecard.Candidate("grpo"), candidate], args) == 0
+    run = tmp_path / "results" / "runs" / "scorecard_quick" / "a" / "tpo,eta=0.5" / "seeds0-1"
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert "eta: 0.5" in (run / "config.yaml").read_text()
+    card = scorecard.write(suite, candidate, args.results, tmp_path / "card", "command", RESAMPLES)
+    assert "| a | GRPO | 2 |" in card.read_text()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["algorithm=tpo", "algorithm.etaa=0.5"], "Error: algorithm.etaa is not a config key; did you mean algorithm.eta?"),
+    (["algorithm=tpo", "--finish-within", "-1"], "--finish-within=-1.0 is not valid; expected a number of hours > 0"),
+    (["algorithm=tpo", "--finish-within", "nan"], "--finish-within=nan is not valid; expected a number of hours > 0"),
+])
+def test_a_bad_key_or_flag_is_refused_in_one_line_before_anything_runs(arguments, message, capsys):
+    """Bugs caught: parse_candidate not composing the candidate's keys (an 18-line traceback advising ``+key``, which
+    the scorecard refuses); main accepting a negative or NaN --finish-within."""
+    with pytest.raises(SystemExit) as exit_code:
+        scorecard.main([*arguments, "--quick", "--dry-run"])
+    assert exit_code.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and not any("Traceback" in line for line in err)
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_runs_and_a_killed_scorecards_temporaries_are_cleared(tmp_path,
+                                                                                                         capsys):
+    """Bugs caught: main claiming --out only after the runs (a file there failed with a traceback after hours of
+    runs); claim counting a killed scorecard's own ``.scorecard.png.<pid>.tmp`` as a foreign file (every re-run
+    refused)."""
+    results, mine = tmp_path / "results", tmp_path / "mine.txt"
+    mine.write_text("mine")
+    with pytest.raises(SystemExit) as exit_code:
+        scorecard.main(["algorithm=grpo", "--quick", "--out", str(mine), "--results", str(results),
+                        "--work", str(tmp_path / "work")])
+    assert exit_code.value.code == 2 and mine.read_text() == "mine" and not (tmp_path / "work").exists()
+    assert capsys.readouterr().err == f"Error: --out {mine}: not a folder; choose a new or empty folder\n"
+    out = tmp_path / "card"
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / f".scorecard.png.{dead.pid}.tmp").write_bytes(b"half a png")
+    scorecard.claim(out)
+    assert list(out.iterdir()) == []
+    (out / f".scorecard.png.{os.getpid()}.tmp").write_bytes(b"being written")  # a live scorecard's: left alone
+    with pytest.raises(scorecard.ScorecardError, match=f"another scorecard \\(process {os.getpid()}\\)"):
+        scorecard.claim(out)
 
 
 def test_the_command_refuses_in_one_line_and_exits_2(capsys):

@@ -6,13 +6,15 @@ metrics reach the seed's run."""
 from __future__ import annotations
 
 import json
-import struct
+import os
+import signal
+import subprocess
 import sys
+from collections import Counter
 import threading
 import time
 import types
 import warnings
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +22,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import compose_config, run_cli, run_config
-from harness import tracking
+from conftest import ROOT, compose_config, run_cli, run_config, run_killed_at
+from harness import tracking, wandb_offline
+from harness.wandb_offline import item_key as key
 from harness.trainers import trainer_class
 from harness.tracking import wandb_group
 from tasks import get_task
@@ -41,36 +44,7 @@ class OfflineRun:
     history: list = field(default_factory=list)  # one dict per row
     summary: dict = field(default_factory=dict)
     ended: bool = False  # its exit record is written
-
-
-def _records(path: Path):
-    """The protobuf records of a ``.wandb`` file: LevelDB's log format behind W&B's header (wandb 0.31 reads it only
-    in its Go service, so the framing is decoded here), each a ``wandb.proto.wandb_internal_pb2.Record``. A record
-    still being written (short, or its CRC not yet right) ends the read."""
-    from wandb.proto.wandb_internal_pb2 import Record
-
-    data, block, position, payload = path.read_bytes(), 32768, 7, b""
-    if len(data) < 7:  # just created
-        return
-    assert data[:7] == struct.pack("<4sHB", b":W&B", 0xBEE1, 0), f"{path} is not a W&B transaction log"
-    while position + 7 <= len(data):
-        if block - position % block < 7:  # a block's tail too short for a header is padding
-            position += block - position % block
-            continue
-        checksum, length, kind = struct.unpack("<IHB", data[position:position + 7])
-        chunk = data[position + 7:position + 7 + length]
-        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != checksum:
-            return
-        position += 7 + length
-        payload = chunk if kind in (1, 2) else payload + chunk  # full, first | middle, last
-        if kind in (1, 4):
-            record = Record()
-            record.ParseFromString(payload)
-            yield record
-
-
-def _key(item) -> str:
-    return item.key or "/".join(item.nested_key)
+    path: Path | None = None  # the .wandb file, in <run dir>/wandb/offline-run-<launch time>-<id>/
 
 
 def read_offline(run_dir: Path, ended: bool = False) -> list[OfflineRun]:
@@ -87,18 +61,18 @@ def read_offline(run_dir: Path, ended: bool = False) -> list[OfflineRun]:
 def _read_offline(run_dir: Path) -> list[OfflineRun]:
     runs = []
     for path in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        run = OfflineRun()
-        for record in _records(path):
+        run = OfflineRun(path=path)
+        for record in wandb_offline.records(path):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 run.name, run.group, run.job_type = record.run.display_name, record.run.run_group, record.run.job_type
-                run.config = {_key(item): json.loads(item.value_json) for item in record.run.config.update}
+                run.config = {key(item): json.loads(item.value_json) for item in record.run.config.update}
             elif kind == "metric":
                 run.metrics.append((record.metric.name or record.metric.glob_name, record.metric.step_metric))
             elif kind == "history":
-                run.history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+                run.history.append({key(item): json.loads(item.value_json) for item in record.history.item})
             elif kind == "summary":
-                run.summary.update({_key(item): json.loads(item.value_json) for item in record.summary.update})
+                run.summary.update({key(item): json.loads(item.value_json) for item in record.summary.update})
             elif kind == "exit":
                 run.ended = True
         runs.append(run)
@@ -206,7 +180,8 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
         mine = frame[frame.seed == index]
         assert [row["step"] for row in rows(run)] == mine.step.tolist()
         np.testing.assert_allclose([row["error"] for row in rows(run)], mine.error, rtol=1e-6)
-        expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "commit": summary["commit"],
+        expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "metrics_rows": 8,
+                    "commit": summary["commit"],
                     "cpu_seconds": summary["cpu_seconds"], "wall_seconds": summary["wall_seconds"],
                     "final/error": summary["final"]["error"]["per_seed"][index],
                     "mean/error": summary["mean"]["error"]["per_seed"][index],
@@ -214,6 +189,72 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
                     **{f"hardware/{key}": value for key, value in summary["hardware"].items()}}
         assert {key: run.summary.get(key) for key in expected} == expected
     assert summary["mean"]["error"]["per_seed"] == pytest.approx(frame.groupby("seed").error.mean().tolist())
+
+
+# ---- every row exactly once after a resume ---------------------------------------------------------------------------
+
+def assert_every_row_once(run_dir: Path) -> None:
+    """Over all launches' offline files, each seed's W&B history holds every metrics.csv step exactly once."""
+    frame = pd.read_csv(run_dir / "metrics.csv")
+
+    def last_launch_ended(runs: list[OfflineRun]) -> bool:  # (a killed launch's runs may never end)
+        last: dict[int, OfflineRun] = {}
+        for run in runs:  # offline-run-<launch time>-<id>: the latest launch's sorts last
+            seed = run.config.get("seed")
+            if seed not in last or run.path.parent.name > last[seed].path.parent.name:
+                last[seed] = run
+        return len(last) == frame.seed.nunique() and all(run.ended for run in last.values())
+
+    deadline, runs = time.monotonic() + 60, read_offline(run_dir)
+    while not last_launch_ended(runs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        runs = read_offline(run_dir)
+    logged: dict[int, Counter] = {}
+    for run in runs:
+        logged.setdefault(run.config["seed"], Counter()).update(row["step"] for row in rows(run))
+    assert sorted(logged) == sorted(frame.seed.unique())
+    for seed, counts in logged.items():
+        expected = frame[frame.seed == seed].step.tolist()
+        missing = sorted(set(expected) - set(counts))
+        twice = sorted(step for step, n in counts.items() if n > 1)
+        files = [(run.path.parent.name, run.ended, len(rows(run))) for run in runs if run.config.get("seed") == seed]
+        assert not missing and not twice and len(counts) == len(expected), \
+            f"seed {seed}: {len(missing)} rows missing from W&B (first {missing[:3]}), logged twice {twice[:3]}; " \
+            f"its files (launch, ended, rows): {files}"
+
+
+def test_a_resume_does_not_log_again_the_rows_wandb_holds_past_the_checkpoint(tmp_path):
+    """Ctrl-C at step 8 with checkpoints every 5: the interrupted launch's runs hold rows 0-7, the resume restarts at
+    5 and reproduces rows 5-7, which must not reach W&B a second time."""
+    overrides = ["task=tabular_single", "seeds=2", "trainer.steps=20", "trainer.checkpoint_every=5", *OFFLINE]
+    run_killed_at(overrides, tmp_path / "run", get_task("tabular_single"), 8)
+    run_config([*overrides, "trainer.resume=auto"], tmp_path / "run")
+    assert len(read_offline(tmp_path / "run")) == 4  # two launches of two seeds
+    assert_every_row_once(tmp_path / "run")
+
+
+def test_after_a_kill_9_the_resume_sends_wandb_the_rows_it_lost(tmp_path):
+    """``kill -9`` just after the second checkpoint: the killed launch's wandb service has not written its last
+    seconds of rows, which lie before the checkpoint and are not produced again; the resume sends them."""
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "harness", "task=tabular_single", "seeds=2", "trainer.steps=3000",
+               "trainer.checkpoint_every=500", *OFFLINE, "trainer.resume=auto", f"hydra.run.dir={run_dir}"]
+    # each launch with a wandb service of its own, as from a shell (not this worker's, which earlier tests started and
+    # which would outlive the kill holding the run's id)
+    environment = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    checkpoints, seen, deadline = 0, None, time.monotonic() + 120
+    while checkpoints < 2 and process.poll() is None and time.monotonic() < deadline:
+        stamp = (run_dir / "checkpoint.pt").stat().st_mtime_ns if (run_dir / "checkpoint.pt").exists() else None
+        checkpoints += stamp is not None and stamp != seen
+        seen = stamp
+        time.sleep(0.002)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert checkpoints == 2, "the run ended before its second checkpoint"
+    subprocess.run(command, cwd=tmp_path, env=environment, check=True, capture_output=True)
+    assert_every_row_once(run_dir)
 
 
 # ---- never holding training ------------------------------------------------------------------------------------------

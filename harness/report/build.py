@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.process import running
 from harness.rundir.outputs import SUMMARY_FILE, temporary_path
 from harness.report import compare, dynamics, stats
 from harness.report.figures import MECHANISM_BINS, MECHANISM_METRICS, conflict_note, write_figure
@@ -358,7 +359,7 @@ def staged(out: Path, previous: set[str]):
             os.replace(stage / name, out / name)
         remove_stale(out, previous, written)
         for leftover in leftover_stages(out):
-            if not _running(int(_STAGED.fullmatch(leftover.name)[1])):
+            if not running(int(_STAGED.fullmatch(leftover.name)[1])):  # the stage of a report still writing stays
                 shutil.rmtree(leftover, ignore_errors=True)
     except OSError as error:
         failed = Path(error.filename or out)
@@ -375,17 +376,6 @@ def leftover_stages(out: Path) -> list[Path]:
     """The folders of reports into ``out`` killed before they moved their files in (or still writing)."""
     return [path for path in out.iterdir()
             if _STAGED.fullmatch(path.name) and path.is_dir() and not path.is_symlink()]
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` is alive on this machine: the stage of a report still writing stays."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def _read_text(path: Path) -> str:

@@ -379,8 +379,11 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
             problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
             dropped = sum(int(member[0].summary.get("dropped_rows") or 0) for member in part)
             problem = problem or (f"{dropped} rows dropped from W&B (the run folders hold them)" if dropped else None)
+            gaps = record.pop("history_gaps", None)
+            problem = problem or gaps
             if problem:
                 record["status"] = "damaged"
+                record["error"] = record["error"] or problem
                 warn(f"W&B {path}: {', '.join(_wandb_name(m[0]) for m in part)}: {problem}; reported as damaged "
                      "(partial, never a complete cell)")
             records.append(record)
@@ -399,7 +402,7 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
     """One record (and wide frame) from W&B runs of one configuration, one seed each."""
     run, config, _ = members[0]
     wanted = _wanted(metrics, config.get("experiment_name", "default"))
-    statuses, rows, seeds, last_steps = [], [], [], []
+    statuses, rows, seeds, last_steps, gaps, twice = [], [], [], [], [], []
     for member, _, seed in members:
         status = member.summary.get("status") or WANDB_STATUS.get(member.state, "interrupted")
         statuses.append(status)
@@ -418,9 +421,15 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         steps = history[STEP_METRIC].fillna(history["_step"]) if STEP_METRIC in history else history["_step"]
         keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != STEP_METRIC
                 and (wanted is None or c in wanted)]
-        # a resumed run logs again the steps after its checkpoint: the last copy is metrics.csv's
+        # a run resumed before the mirror held every row exactly once logged again the steps after its checkpoint:
+        # the last copy is metrics.csv's
         frame = history[keep].assign(step=steps.astype(np.int64))[["step", *keep]]
+        if frame["step"].duplicated().any():
+            twice.append(f"{_wandb_name(member)}: step {int(frame['step'][frame['step'].duplicated()].iloc[0])}")
         frame = frame.drop_duplicates("step", keep="last")
+        expected = member.summary.get("metrics_rows")  # runs logged before it was recorded have none
+        if expected is not None and len(frame) < int(expected):
+            gaps.append(f"{_wandb_name(member)} holds {len(frame)} of its {int(expected)} metrics.csv rows")
         frame.insert(1, "seed", seed)
         rows.append(frame)
     frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
@@ -437,6 +446,11 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
         "config": {k: v for k, v in config.items() if k != "seed"},
     }
+    if twice:
+        warn(f"W&B {path}: {'; '.join(twice)} and possibly more logged twice (a resume logged them again); each "
+             "step's last copy is read")
+    if gaps:
+        record["history_gaps"] = "; ".join(gaps)
     return record, frame
 
 

@@ -122,8 +122,9 @@ class MetricsWriter:
         self.rows = 0
         self._failed = False  # a publish raised (a full disk): ``close`` does not raise it again over the first
         self._durable_rows = -1  # the rows at the last durable publish: ``close`` has nothing to add when unchanged
+        self._kept: list[str] = []  # the lines kept on resume
         if resume_rows is not None:
-            kept = self._rows_on_disk(resume_rows)
+            kept = self._kept = self._rows_on_disk(resume_rows)
             self._chunks = [",".join(self.columns) + "\n", "".join(kept)]
             self.rows = resume_rows
         self._publish(durable=True)
@@ -145,6 +146,17 @@ class MetricsWriter:
             raise CheckpointError(f"{self.path} holds {len(kept)} complete rows but the checkpoint recorded {count}; "
                                   "it is left as it is: start again with trainer.overwrite=true")
         return kept
+
+    def kept_rows(self) -> list[tuple[int, tuple[str, ...], np.ndarray]]:
+        """The rows kept on resume as ``append`` received them: per step, (step, metric names, seeds × metrics
+        values); the cells round-trip float32 exactly."""
+        names, per_step = tuple(self.columns[2:]), len(self.seeds)
+        rows = []
+        for start in range(0, len(self._kept), per_step):
+            cells = [line.rstrip("\n").split(",") for line in self._kept[start:start + per_step]]
+            rows.append((int(cells[0][0]), names, np.array([[float(c) for c in row[2:]] for row in cells],
+                                                            dtype=np.float64).reshape(per_step, len(names))))
+        return rows
 
     def append(self, step: int, metrics: dict[str, np.ndarray]) -> None:
         """One row per seed; floats with 9 significant digits, which round-trips float32 exactly."""

@@ -60,7 +60,7 @@ class Session:
         if self.main:
             self.writer = outputs.MetricsWriter(self.run_dir, self.metric_names, self.seeds, rows)
             resolved = OmegaConf.to_container(self.cfg, resolve=True)
-            self.tracker = make_tracker(self.cfg, self.run_dir, self.seeds, resolved, uid)
+            self.tracker = make_tracker(self.cfg, self.run_dir, self.seeds, resolved, uid, self.writer.kept_rows())
         else:
             self.tracker = NullTracker()
         return self
