@@ -501,6 +501,12 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
             if damage:
                 _warn(summary.parent / damage[0], damage[1])
                 continue
+            problem = _exported_problem(summary.parent)
+            if problem:
+                if problem not in _warned:
+                    _warned.add(problem)
+                    print(f"warning: {problem}; its seeds are not counted as done", file=sys.stderr, flush=True)
+                continue
             changes = differences(recorded_identity(summary.parent), expected, _exported_ignores())
             if not changes and record["steps"] > steps:
                 changes = [f"trainer.steps: {record['steps']} → {steps}"]
@@ -516,6 +522,21 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
             total, work = found.spent.get(model, (0.0, 0))
             found.spent[model] = (total + seconds, work + len(record["seeds"]) * record["steps"])
     return found
+
+
+def _exported_problem(folder: Path) -> str | None:
+    """``finished_run_problem`` of an exported run, read once per version of its files (a campaign plans again after
+    every run)."""
+    from harness.report.load import finished_run_problem
+
+    stamp = tuple((path.stat().st_mtime_ns, path.stat().st_size) if path.exists() else None
+                  for path in (folder / "summary.json", folder / "metrics.csv.gz", folder / "metrics.csv"))
+    if (folder, stamp) not in _problems:
+        _problems[(folder, stamp)] = finished_run_problem(folder)
+    return _problems[(folder, stamp)]
+
+
+_problems: dict[tuple, str | None] = {}
 
 
 def _rate(spent: dict[str, tuple[float, int]], keep) -> float | None:
@@ -863,14 +884,42 @@ def _shown(path: Path) -> str:
 
 def finished(job: Job, work: Path) -> str | None:
     """The status of the job's run when it already finished in its work folder (e.g. the runner was stopped
-    between the run's end and its export), else None; a run of another configuration (``work_mismatch``) or with
-    an unreadable summary is not finished for the job."""
+    between the run's end and its export), else None; a run of another configuration (``work_mismatch``), with an
+    unreadable summary, or one the report would not take whole (``damaged_finish``) is not finished for the job."""
+    status = _summary_status(job, work)
+    return status if status in DONE and not work_mismatch(job, work) and not damaged_finish(job, work) else None
+
+
+def _summary_status(job: Job, work: Path) -> str | None:
     summary = job.work_dir(work) / "summary.json"
     try:
-        status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+        return json.loads(summary.read_text()).get("status") if summary.exists() else None
     except (OSError, ValueError, AttributeError):
         return None
-    return status if status in DONE and not work_mismatch(job, work) else None
+
+
+def damaged_finish(job: Job, work: Path) -> str | None:
+    """Why the job's run, whose summary says it finished, is not a run the report takes whole (a file cut short or
+    missing, rows short of the summary: ``harness.report.load.finished_run_problem``), in one line; None otherwise.
+    Such a run is never exported: ``set_aside_damaged`` moves it aside and its seeds run again."""
+    from harness.report.load import finished_run_problem
+
+    if _summary_status(job, work) not in DONE:
+        return None
+    return finished_run_problem(job.work_dir(work))
+
+
+def set_aside_damaged(job: Job, work: Path) -> None:
+    """Move a damaged finished run (``damaged_finish``) to ``<name>.damaged-<time>`` beside it, saying so in one line,
+    so that the job starts over (its files are kept for a look)."""
+    problem = damaged_finish(job, work)
+    if problem is None:
+        return
+    folder = job.work_dir(work)
+    aside = folder.with_name(f"{folder.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    folder.rename(aside)
+    print(f"DAMAGED {job.preset}/{job.cell}/{job.name}: {problem}; moved aside to {_shown(aside)}, its seeds run "
+          "again", flush=True)
 
 
 def progress(job: Job, work: Path) -> float:
@@ -884,7 +933,10 @@ def progress(job: Job, work: Path) -> float:
         file.seek(max(0, metrics.stat().st_size - 4096))
         lines = file.read().split(b"\n")[:-1]  # complete lines only: a write cut short ends without its newline
     last = lines[-1].split(b",")[0] if lines else b""
-    every = int(OmegaConf.load(config).trainer.checkpoint_every)
+    try:
+        every = int(OmegaConf.load(config).trainer.checkpoint_every)
+    except Exception:  # noqa: BLE001 - a damaged config: nothing a resume could keep (the run refuses it itself)
+        return 0.0
     if not last.isdigit() or every <= 0:
         return 0.0
     return min(1.0, (int(last) + 1) // every * every / job.steps)
@@ -1226,6 +1278,8 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
             print(f"REFUSED {job.preset}/{job.cell}/{job.name}: {_shown(job.work_dir(work))} holds a run of another "
                   f"configuration ({'; '.join(changes)}); --replace moves it aside", flush=True)
     jobs = [job for job in jobs if job not in refused]
+    for job in jobs:
+        set_aside_damaged(job, work)
     for job in [job for job in jobs if finished(job, work)]:
         export(job, work, results)
         failed += len(report(job.preset, results) or ())
@@ -1395,6 +1449,8 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             state = "refused: its work folder holds a run of another configuration"
         elif state.startswith("to run") and finished(job, args.work):
             state = "finished, to be exported"
+        elif state.startswith("to run") and damaged_finish(job, args.work):
+            state = f"damaged ({damaged_finish(job, args.work)}): to be moved aside and run again"
         elif state.startswith("to run") and (job.work_dir(args.work) / "checkpoint.pt").exists():
             state = "resumable" + state[len("to run"):]
         if fits is not None and job in todo:

@@ -99,7 +99,8 @@ def record_run(folder: Path, cell: dict, summary: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "identity.json").write_text(json.dumps({"config": identity}))
     (folder / "summary.json").write_text(json.dumps(summary))
-    (folder / "metrics.csv.gz").write_bytes(gzip.compress(b"step,seed,error\n0,0,0.5\n"))
+    rows = "".join(f"0,{seed},0.5\n" for seed in summary["seeds"])  # a row for each seed, as a run writes
+    (folder / "metrics.csv.gz").write_bytes(gzip.compress(f"step,seed,error\n{rows}".encode()))
 
 
 def test_seeds_already_exported_are_not_run_again(tmp_path):

@@ -548,3 +548,65 @@ def test_a_report_that_failed_is_regenerated_by_the_next_campaign(tmp_path, monk
     assert main(tmp_path, str(queue)) == 0
     assert f"report {PRESET} again: it failed before" in capsys.readouterr().out and len(calls) == 2
     assert not (results / campaign.STALE_REPORTS).exists()
+
+
+# 7. one rule for a finished run ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["rows cut", "metrics.csv missing", "config cut"])
+def test_a_finished_run_the_report_would_reject_is_moved_aside_and_run_again(tmp_path, damage, capsys):
+    """A run whose summary says completed but whose metrics.csv stops at step 9 of 39, is missing, or whose config
+    is cut short: never exported or counted done (the report calls such a run damaged or skips it); --dry-run says
+    so, and the campaign moves it aside and runs its seeds again to the full run. Bugs caught: campaign.finished
+    trusting summary.json alone (exported, "0 runs to go"); export raising FileNotFoundError before anything else."""
+    queue_cell = cell()
+    queue = write_queue(tmp_path, queue_cell)
+    folder = tmp_path / "work" / PRESET / "tpo" / "seeds0-1"
+    command = job(queue_cell).command(tmp_path / "work")
+    subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True)
+    full = (folder / "metrics.csv").read_text()
+    if damage == "rows cut":
+        (folder / "metrics.csv").write_text("".join(full.splitlines(keepends=True)[:21]))  # steps 0-9 of 0-39
+    elif damage == "metrics.csv missing":
+        (folder / "metrics.csv").unlink()
+    else:
+        text = (folder / ".hydra" / "config.yaml").read_text()
+        (folder / ".hydra" / "config.yaml").write_text(text[:300])
+    assert main(tmp_path, str(queue), "--dry-run") == 0
+    assert "damaged" in capsys.readouterr().out
+    assert main(tmp_path, str(queue)) == 0
+    out = capsys.readouterr().out
+    assert f"DAMAGED {PRESET}/tpo/seeds0-1" in out and "moved aside" in out
+    exported = tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1"
+    assert gzip.decompress((exported / "metrics.csv.gz").read_bytes()).decode() == full
+    assert [p.name.split(".damaged-")[0] for p in folder.parent.glob("seeds0-1.damaged-*")] == ["seeds0-1"]
+
+
+def test_an_exported_run_cut_short_is_not_counted_done(tmp_path, capsys):
+    """An exported run whose metrics.csv.gz lacks a seed's rows: its seeds are to run again, with one warning. Bug
+    caught: exported counting the summary's seeds without reading the rows."""
+    queue_cell = cell()
+    exported = tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1"
+    fake_run(exported, queue_cell["overrides"], 2, layout="results")
+    assert campaign.exported(exported.parent, 40, campaign.cell_identity(PRESET, tuple(queue_cell["overrides"]))
+                             ).seeds == {0, 1}
+    rows = gzip.decompress((exported / "metrics.csv.gz").read_bytes()).decode().splitlines(keepends=True)
+    (exported / "metrics.csv.gz").write_bytes(gzip.compress("".join(r for r in rows if not r.startswith(("0,1",
+                                                                                                     "1,1", "2,1")))
+                                                            .encode()))
+    found = campaign.exported(exported.parent, 40, campaign.cell_identity(PRESET, tuple(queue_cell["overrides"])))
+    assert found.seeds == set()
+    assert "no rows for seed(s) 1" in capsys.readouterr().err
+
+
+def test_a_launch_into_a_damaged_finished_run_is_refused_in_one_line(tmp_path):
+    """``python -m harness`` applies the same rule: a completed run whose rows stop short is not "already finished,
+    nothing to do" but refused, naming the problem. Bug caught: rundir.plan_run trusting summary.json alone."""
+    command = job(cell()).command(tmp_path / "work")
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
+    metrics = tmp_path / "work" / PRESET / "tpo" / "seeds0-1" / "metrics.csv"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:21]))
+    again = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True)
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    (line,) = [line for line in again.stderr.splitlines() if line.startswith("Error:")]
+    assert "holds a completed run that is damaged" in line and "rows stop at step 9" in line

@@ -296,6 +296,39 @@ def cross_check(record: dict, frame: pd.DataFrame, cut: bool = False) -> str | N
     return "; ".join(problems)
 
 
+def load_run(run_dir: Path, metrics: Metrics = None) -> tuple[dict | None, pd.DataFrame | None, str | None]:
+    """(record, wide metric frame, problem) of one run folder. A damaged file (cut short, empty, not what it claims)
+    gives no record and the problem naming the file; rows that contradict the summary (``cross_check``) give the
+    record marked ``damaged`` and the problem; a failed run has no frame."""
+    try:
+        record = _run_record(run_dir)
+        path = _metrics_path(run_dir)
+        if record["status"] == "failed":
+            return record, None, None
+        if path is None:
+            if record["status"] not in ("completed", "diverged"):
+                return record, None, None  # (interrupted before its first row)
+            raise Damaged(f"{run_dir / METRICS_FILE}: missing, although the summary says {record['status']}")
+        frame, cut = _read_metrics(path, _wanted(metrics, record["experiment"]))
+    except Damaged as error:
+        return None, None, str(error)
+    problem = cross_check(record, frame, cut)
+    if problem is None:
+        return record, frame, None
+    record["status"] = "damaged"
+    return record, frame, f"{path}: {problem}"
+
+
+def finished_run_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` is not a finished run the report takes whole, in one line (None when it is): its summary
+    says completed or diverged, and every file reads and agrees with it. The one rule by which the campaign and the
+    scorecard count a run done."""
+    record, _, problem = load_run(run_dir, metrics=("error",))
+    if problem is None and record["status"] not in ("completed", "diverged"):
+        problem = f"{run_dir / SUMMARY_FILE}: status {record['status']}"
+    return problem
+
+
 def load_local(paths: Iterable[Path], metrics: Metrics = None,
                workers: int = 4) -> tuple[list[dict], list[pd.DataFrame | None]]:
     """Records and wide metric frames (None for failed runs) of every run directory below ``paths``. A run with a
@@ -305,20 +338,12 @@ def load_local(paths: Iterable[Path], metrics: Metrics = None,
     run_dirs = find_run_dirs(paths)
 
     def read(run_dir: Path) -> tuple[dict | None, pd.DataFrame | None, str | None]:
-        try:
-            record = _run_record(run_dir)
-            path = _metrics_path(run_dir)
-            if path is None or record["status"] == "failed":
-                return record, None, None
-            frame, cut = _read_metrics(path, _wanted(metrics, record["experiment"]))
-        except Damaged as error:
-            return None, None, f"{error}; run {run_dir} skipped"
-        problem = cross_check(record, frame, cut)
+        record, frame, problem = load_run(run_dir, metrics)
+        if record is None:
+            return None, None, f"{problem}; run {run_dir} skipped"
         if problem is None:
             return record, frame, None
-        record["status"] = "damaged"
-        return record, frame, (f"{path}: {problem}; run {run_dir} reported as damaged (partial, never a complete "
-                               "cell)")
+        return record, frame, f"{problem}; run {run_dir} reported as damaged (partial, never a complete cell)"
 
     with ThreadPoolExecutor(max(1, workers)) as pool:  # the C parser releases the GIL
         triples = list(pool.map(read, run_dirs))

@@ -479,6 +479,12 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
     uid = recorded.get("uid", current_fingerprint)
     run_fingerprint = recorded.get("fingerprint", current_fingerprint)  # what its checkpoints were written under
     if status in FINISHED:
+        from harness.report.load import finished_run_problem  # the report's rule, which the campaign applies too
+
+        problem = finished_run_problem(run_dir)
+        if problem is not None:
+            raise ConfigError(f"{run_dir} holds a {status} run that is damaged ({problem}); it is left as it is: "
+                              "trainer.overwrite=true runs it again")
         _keep_experiment_name(cfg, run_dir, recorded)
         summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
         return RunStart(run_fingerprint, uid, resume=False, finished=summary, _record=None)
