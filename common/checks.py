@@ -33,17 +33,24 @@ def check_positive_int(key: str, value: Any) -> int:
     return value
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_number(key: str, value: Any, *, low: float | None = None, high: float | None = None,
                  low_open: bool = False, high_open: bool = False, integer: bool = False, optional: bool = False,
                  allow_inf: bool = False) -> Any:
     """Raise a ConfigError naming ``key``, the value and the valid range unless ``value`` is a number (an integer
     with ``integer``) within [low, high] (``low_open`` / ``high_open``: that end excluded); ``optional``: null is
-    valid too. NaN is never valid, ±inf only with ``allow_inf``. Returns ``value``."""
+    valid too. NaN is never valid, ±inf only with ``allow_inf``, and a finite float beyond float32's range never (the
+    runs compute in float32: 1e300 would be inf, or fail to convert). Returns ``value``."""
     if value is None and optional:
         return value
     valid = isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or not integer)
     if valid and isinstance(value, float):
         valid = not math.isnan(value) and (allow_inf or math.isfinite(value))
+        if valid and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(f"{key}={value!r} is not valid; expected a number within float32's range "
+                              f"(|x| <= {FLOAT32_MAX:.4g})")
     if valid and low is not None:
         valid = value > low if low_open else value >= low
     if valid and high is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.report import quotes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,3 +99,21 @@ def test_committed_conclusions_quote_their_tables():
     assert result.checked > 100
     assert not result.errors, result.errors
     assert not result.unmatched, "\n".join(f"{q.file}:{q.line}: {q.text} ({q.column})" for q in result.unmatched)
+
+
+def test_a_misspelt_root_or_an_unreadable_conclusions_is_said_not_passed(tmp_path, capsys):
+    """Bugs caught: quotes.main checking a missing folder ("0 numbers checked", exit 0); check_file raising on a
+    conclusions.md that is a folder or not UTF-8."""
+    for root in (tmp_path / "resluts", tmp_path / "file.md"):
+        if root.name == "file.md":
+            root.write_text("x")
+        with pytest.raises(SystemExit) as exit_code:
+            quotes.main([str(root)])
+        assert exit_code.value.code == 2 and str(root) in capsys.readouterr().err
+    (tmp_path / "a" / "conclusions.md").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "conclusions.md").write_bytes(b"\xff\xfe")
+    assert quotes.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "a/conclusions.md: unreadable (IsADirectoryError)" in out
+    assert "b/conclusions.md: unreadable (UnicodeDecodeError)" in out

@@ -74,6 +74,13 @@ def test_a_token_level_algorithm_is_refused_in_one_line_naming_the_choices(capsy
     assert "--algorithms dapo" in error and "tpo_no_anchor" in error and "dapo," not in error
 
 
+def test_a_group_size_beyond_the_bound_is_refused_before_any_allocation(capsys):
+    """Bug caught: main without an upper bound on --K (--K 1000000 asked for a terabyte)."""
+    with pytest.raises(SystemExit) as exit_code:
+        fixed_point.main(["--K", "1000000"])
+    assert exit_code.value.code == 2 and f"need 2 ≤ K ≤ {fixed_point.MAX_K}" in capsys.readouterr().err
+
+
 class _ToyLoss:
     """A sequence-level group loss −sign·Σ_k (s_k − s̄)(log r_old − log c) ℓ_k: its pull on the right answer is
     sign·(log c − log r) times a positive factor, so it changes sign at r = c, downwards for sign = +1 (a fixed

@@ -42,6 +42,13 @@ BAD_VALUES = [
     ([SINGLE, "logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes' is not valid; valid choices: auto"),
     # algorithm hyperparameters (their declarations in algorithms/), whichever task reads them
     ([SINGLE, "algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid; expected a number >= 1e-06"),
+    # beyond float32: every seed ran to NaN (β, α), or the first step failed to convert the value (ε, σ floor)
+    *[([TOKEN, f"algorithm={name}", f"{key}=1e300"], f"{key}=1e+300 is not valid; expected a number within float32's "
+       "range (|x| <= 3.403e+38)")
+      for name, key in (("grpo", "algorithm.beta"), ("ppo", "algorithm.clip_eps"), ("tpo", "algorithm.std_floor"),
+                        ("tpo", "algorithm.std_prior"), ("cispo", "algorithm.is_clip"),
+                        ("dapo", "algorithm.clip_eps_high"))],
+    ([SINGLE, "task.alpha=1e308"], "task.alpha=1e+308 is not valid; expected a number within float32's range"),
     ([SINGLE, "algorithm=tpo", "algorithm.eta=-1"], "algorithm.eta=-1 is not valid"),
     ([MULTI, "algorithm=dg", "algorithm.eta=0"], "algorithm.eta=0 is not valid"),
     ([MNIST, "algorithm=tpo", "algorithm.eta=0"], "algorithm.eta=0 is not valid"),

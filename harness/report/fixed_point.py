@@ -57,6 +57,9 @@ def expected_pull(algorithm: Algorithm, odds: float, wrong: int, k: int) -> floa
     return float((torch.from_numpy(binom.pmf(winners.numpy(), k, p)) * pulls).sum())
 
 
+MAX_K = 1024  # the paper's group sizes go to 64
+
+
 def fixed_point(algorithm: Algorithm, wrong: int, k: int) -> float | None:
     """The smallest odds r at which the expected pull turns from raising the right answer to lowering it (the
     policy moves towards it from both sides); None where the grid over ``DECADES`` finds no such change."""
@@ -115,9 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         if name not in valid:
             parser.error(f"--algorithms {name}: not a sequence-level group algorithm; valid choices: "
                          f"{', '.join(valid)}")
-    if args.K < 2 or args.V < 2 or min(args.H) < 1 or args.V ** max(args.H) > 2 ** 53:
-        parser.error(f"--K {args.K}, --V {args.V}, --H {' '.join(map(str, args.H))}: need K ≥ 2, V ≥ 2, H ≥ 1 and "
-                     f"V^H ≤ 2^53 (answers a float counts exactly)")
+    if not 2 <= args.K <= MAX_K or args.V < 2 or min(args.H) < 1 or args.V ** max(args.H) > 2 ** 53:
+        parser.error(f"--K {args.K}, --V {args.V}, --H {' '.join(map(str, args.H))}: need 2 ≤ K ≤ {MAX_K} (the "
+                     f"expected pull is a (K + 1) × K computation), V ≥ 2, H ≥ 1 and V^H ≤ 2^53 (answers a float "
+                     "counts exactly)")
     print(markdown(table(tuple(args.algorithms), tuple(args.H), args.V, args.K)), end="")
 
 

@@ -217,7 +217,12 @@ def _module_exists(command: str) -> bool:
 def check_file(path: Path, result: Result | None = None) -> Result:
     result = result if result is not None else Result()
     gen = generated(path.parent)
-    for table in parse_tables(path.read_text()):
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        result.errors.append(f"{path}: unreadable ({type(error).__name__})")
+        return result
+    for table in parse_tables(text):
         skip_columns: set[str] = set()
         if table.marker is not None and table.marker[0] == "unchecked" and table.marker[1]:
             skip_columns = {c.strip() for c in table.marker[1].split("|")}
@@ -264,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", nargs="?", type=Path, default=Path("results"),
                         help="folder of preset folders, each with a conclusions.md and its generated tables")
     args = parser.parse_args(argv)
+    if not args.root.is_dir():
+        parser.error(f"{args.root}: {'not a folder' if args.root.exists() else 'no such folder'}; give the folder of "
+                     "preset folders (default: results)")
+    if not any(args.root.glob("*/conclusions.md")):
+        parser.error(f"{args.root}: no <preset>/conclusions.md below it; give the folder of preset folders "
+                     "(default: results)")
     result = check(args.root)
     for q in result.unmatched:
         print(f"{q.file}:{q.line}: {q.text}  (column {q.column!r}): not in the folder's generated tables")
