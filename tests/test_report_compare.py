@@ -255,3 +255,17 @@ def test_importing_the_aggregates_leaves_a_captured_stderr_open_through_a_loggin
     result = subprocess.run([sys.executable, "-c", child], cwd=CONF.parent, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(CONF.parent)}, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_a_baseline_whose_every_seed_diverged_gives_no_aggregates_and_one_warning(tmp_path):
+    """Every seed of the baseline NaN (diverged) in every task: the per-task table is written, the aggregates are
+    left out with one warning. Bug caught: aggregates.select taking max() of no task's counts (a ValueError)."""
+    root = tmp_path / "runs"
+    for algorithm in ("tpo", "grpo"):
+        values = np.full((3, STEPS), np.nan) if algorithm == "tpo" else np.full((3, STEPS), 0.5)
+        write_run(root / "tabular_single" / algorithm, make_config(EXPERIMENT, "tabular_single", algorithm, 3, STEPS),
+                  {"error": values})
+    warnings = run([root, "--out", tmp_path / "out", "--figures", "none", "--compare", "algorithm", "--baseline",
+                    "tpo", "--resamples", 100])
+    assert "the baseline TPO has no score in any task; no aggregates" in warnings
+    assert (tmp_path / "out" / "compare_tasks.csv").exists()

@@ -149,6 +149,20 @@ def test_a_seed_the_summary_lists_but_the_rows_lack_is_flagged(tmp_path, capsys)
     assert "no rows for seed(s) 2" in line
 
 
+def test_an_error_outside_0_1_makes_the_run_damaged(tmp_path, capsys):
+    """-inf in the error column (a fraction; NaN where a seed diverged): damaged, with a warning naming the value, not
+    a complete cell averaging the other seeds. Bug caught: load.py:cross_check without its range check."""
+    run = _run(tmp_path / "seeds0-2", seeds=3)
+    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    cells = lines[-1].rstrip("\n").split(",")
+    lines[-1] = ",".join([*cells[:2], "-inf", *cells[3:]]) + "\n"
+    (run / "metrics.csv").write_text("".join(lines))
+    runs, _ = load_runs([tmp_path])
+    assert runs.status.tolist() == ["damaged"]
+    (line,) = _one_line_warnings(capsys.readouterr().err)
+    assert lines[0].split(",")[2].strip() == "error" and "error holds -inf, outside [0, 1]" in line
+
+
 def test_a_metrics_file_whose_last_line_is_cut_off_is_damaged_and_the_half_line_dropped(tmp_path, capsys):
     """A metrics.csv whose last line is cut off makes the run damaged, and the half line is dropped, not read.
     Bug caught: harness/report/load.py:_read_metrics — `io.BytesIO(data[:data.rfind(...) + 1])` →
@@ -481,3 +495,16 @@ def test_a_report_killed_while_moving_its_files_in_leaves_a_folder_the_next_one_
     _report([runs], out)
     assert sorted(path.name for path in out.iterdir()) == names  # the stage gone
     assert listed_files((out / "README.md").read_text()) == set(names)
+
+
+def test_wandb_without_an_api_key_or_with_a_malformed_project_is_one_line(tmp_path):
+    """Bug caught: report's main reading --wandb without checking (a 10-frame UsageError traceback)."""
+    environment = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    for project, message in (("me/proj", "--wandb me/proj: No API key configured"),
+                             ("meproj", "--wandb 'meproj': expected ENTITY/PROJECT")):
+        done = subprocess.run([sys.executable, "-m", "harness.report", "--wandb", project, "--out",
+                               str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                              env={**environment, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
+                                   "WANDB_MODE": "online"})
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+        assert not (tmp_path / "out").exists()

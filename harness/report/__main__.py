@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.seed < 0:  # numpy refuses it, deep in the first bootstrap, after the output folder is made
         parser.exit(2, f"{parser.prog}: --seed {args.seed}: give a non-negative integer (default {stats.SEED})\n")
     comparison = comparison_request(parser, args)
+    if args.wandb:
+        check_wandb(parser, args.wandb)
     try:
         table = write_report(args.paths, args.out, smooth=args.smooth, tables=args.tables, figures=args.figures,
                              wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
@@ -102,6 +104,22 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"{parser.prog}: {error}\n")
     print(table.to_string(index=False))
     print(f"\nwritten to {args.out}/")
+
+
+def check_wandb(parser: argparse.ArgumentParser, projects: list[str]) -> None:
+    """``--wandb``: refused in one line (exit 2, before any run is read) for a malformed ENTITY/PROJECT or when W&B
+    has no API key (``wandb login``)."""
+    import wandb
+
+    from harness.report.wandb_workspace import PROJECT_PATH
+
+    for project in projects:
+        if not PROJECT_PATH.fullmatch(project):
+            parser.exit(2, f"{parser.prog}: --wandb {project!r}: expected ENTITY/PROJECT (e.g. my-team/tpo-bench)\n")
+    try:
+        wandb.Api()
+    except wandb.errors.UsageError as error:  # no API key
+        parser.exit(2, f"{parser.prog}: --wandb {projects[0]}: {error}\n")
 
 
 def comparison_request(parser: argparse.ArgumentParser, args: argparse.Namespace) -> compare.Request | None:

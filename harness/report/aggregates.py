@@ -91,6 +91,9 @@ def select(comparison: Comparison, rows: dict[tuple[int, object], np.ndarray], w
     remain; a warning line says which, and one per value whose tasks hold more seeds than ``balanced`` keeps."""
     key, baseline = comparison.key, comparison.baseline
     tasks = [index for index in range(len(comparison.tasks)) if len(rows.get((index, baseline), ()))]
+    if not tasks:  # every baseline seed diverged, or none was run: nothing to compare against
+        warn(f"--compare {key}: {what}: the baseline {text(key, baseline)} has no score in any task; no aggregates")
+        return Selection([], {}, [text(key, value) for value in comparison.values])
     values, left_out = [], []
     for value in comparison.values:
         missing = sum(not len(rows.get((index, value), ())) for index in tasks)

@@ -288,6 +288,11 @@ def cross_check(record: dict, frame: pd.DataFrame, cut: bool = False) -> str | N
         if last is not None and furthest > int(last) and record["status"] in ("completed", "diverged"):
             # (an interrupted run's rows may go on: a resume in progress appends before it writes a summary)
             problems.append(f"rows go on to step {furthest}, past the summary's last step {int(last)}")
+    if "error" in frame and len(frame):  # a fraction, NaN where a seed diverged (other metrics may overflow: a KL)
+        error = pd.to_numeric(frame["error"], errors="coerce").to_numpy(dtype=float)
+        outside = error[~np.isnan(error) & ((error < 0) | (error > 1))]
+        if len(outside):
+            problems.append(f"error holds {outside[0]:g}, outside [0, 1]")
     if not problems:
         return None
     record["seed_ids"] = tuple(sorted(rows_seeds & claimed if claimed else rows_seeds))
