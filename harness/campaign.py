@@ -94,6 +94,8 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from harness.process import die_with_parent
+
 ROOT = Path(__file__).resolve().parent.parent
 QUEUES = ROOT / "conf" / "campaign"
 DONE = ("completed", "diverged")
@@ -991,7 +993,8 @@ class LocalLauncher:
     """Runs each job as a process of this machine, pinned to a core of its own: the core with the fewest processes
     pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
     leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
-    it SIGTERMs them (each writes its summary, "interrupted", and keeps its checkpoint)."""
+    it SIGTERMs them (each writes its summary, "interrupted", and keeps its checkpoint), and so does its death, even
+    by ``kill -9`` (``die_with_parent``)."""
 
     def __init__(self, work: Path):
         self.work = work
@@ -1011,11 +1014,16 @@ class LocalLauncher:
 
     def start(self, job: Job, slot: int) -> subprocess.Popen:
         job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
-        core = self.core(slot)
+        core, runner = self.core(slot), os.getpid()
+
+        def prepare() -> None:  # in the child: its core, and its end with the runner's (even a kill -9)
+            if core is not None:
+                os.sched_setaffinity(0, {core})
+            die_with_parent(runner)
+
         with open(job.work_dir(self.work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
             process = subprocess.Popen(job.command(self.work), cwd=ROOT, env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT, preexec_fn=(
-                                           lambda c=core: os.sched_setaffinity(0, {c})) if core is not None else None)
+                                       stderr=subprocess.STDOUT, preexec_fn=prepare)
         print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
         return process
 

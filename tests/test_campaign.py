@@ -451,3 +451,40 @@ def test_costs_are_this_cpus_where_measured_and_scaled_by_its_speed_elsewhere(tm
                                "other": 2.0 * (pooled / 1.0 + 4.0 / 6.0) / 2}, None)
     cells = cells[2:]  # no cell measured: the estimate as it is
     assert campaign.plan({"chunk": 5, "cells": cells}, results, None, "CPU B")[0][0][0].cost == 8.0
+
+
+def test_a_runner_killed_by_sigkill_leaves_no_run_training(tmp_path):
+    """``kill -9`` of the runner alone (not its process group): its run gets SIGTERM, stops at its checkpoint and
+    writes its summary ("interrupted"), holding no lock; the same command resumes it. Bug caught:
+    LocalLauncher.start without die_with_parent (the run trained on with parent pid 1, holding run.lock)."""
+    queue = tmp_path / "queue.yaml"
+    queue.write_text(yaml.safe_dump({"chunk": 2, "cells": [
+        {"priority": "P1", "preset": "fig3_tabular_multi", "name": "tpo", "seeds": 2, "cost": 0.001,
+         "overrides": ["algorithm=tpo", "trainer.steps=200000", "task.checkpoint_every=50"]}]}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    runner = subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), "--work", str(tmp_path / "work"),
+                               "--results", str(tmp_path / "results")], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "work" / "fig3_tabular_multi" / "tpo" / "seeds0-1"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir / "checkpoint.pt").exists():
+        time.sleep(0.05)
+    run_pid = int((run_dir / "run.lock").read_text().split()[0])
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    def alive() -> bool:  # (an exited child of the dead runner may linger as a zombie until init reaps it)
+        try:
+            return Path(f"/proc/{run_pid}/stat").read_text().split()[2] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.time() + 120
+    while time.time() < deadline and alive():
+        time.sleep(0.1)
+    still = alive()
+    if still:
+        os.kill(run_pid, signal.SIGKILL)
+    assert not still, "the run trained on after its runner died"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted", summary
+    assert not (run_dir / "run.lock").exists()
