@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from harness import rundir
 from harness.config import apply_process_settings
+from harness.report.load import finished_run_problem
 from harness.rundir.outputs import git_commit
 from harness.rundir.session import Session
 from harness.trainers import trainer_class
@@ -28,7 +29,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     apply_process_settings(cfg)
     trainer = trainer_class(get_task(cfg.task.name))(cfg)
     with trainer.lock(run_dir):
-        plan = rundir.plan_run(cfg, run_dir, trainer.has_checkpoint)
+        plan = rundir.plan_run(cfg, run_dir, trainer.has_checkpoint, finished_run_problem)
         if plan.finished is not None:
             log.info("%s already finished with this configuration (%s); nothing to do", run_dir,
                      plan.finished["status"])

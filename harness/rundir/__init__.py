@@ -424,8 +424,11 @@ def lock_holder(path: Path) -> str | None:
     return f"{pid} on {host}"
 
 
-def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path], bool]) -> RunStart:
-    """Decide, reading only, what this launch does with ``run_dir``; ConfigError (one line) when it must refuse."""
+def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path], bool],
+             finished_problem: Callable[[Path], str | None] = lambda run_dir: None) -> RunStart:
+    """Decide, reading only, what this launch does with ``run_dir``; ConfigError (one line) when it must refuse.
+    ``finished_problem``: why a run whose summary says it finished is not one the report takes whole (the report's
+    rule, ``harness.report.load.finished_run_problem``), then refused."""
     resume, overwrite = check_resume_options(cfg)
     current = identity(cfg)
     current_fingerprint = fingerprint(current)
@@ -479,9 +482,7 @@ def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path],
     uid = recorded.get("uid", current_fingerprint)
     run_fingerprint = recorded.get("fingerprint", current_fingerprint)  # what its checkpoints were written under
     if status in FINISHED:
-        from harness.report.load import finished_run_problem  # the report's rule, which the campaign applies too
-
-        problem = finished_run_problem(run_dir)
+        problem = finished_problem(run_dir)
         if problem is not None:
             raise ConfigError(f"{run_dir} holds a {status} run that is damaged ({problem}); it is left as it is: "
                               "trainer.overwrite=true runs it again")
