@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from harness import interrupts, rundir, sweep  # noqa: E402
 from harness.rundir import outputs  # noqa: E402
 from harness.config import CONFIG_DIR  # noqa: E402
+from harness.report.load import finished_run_problem  # noqa: E402
 from harness.run import train  # noqa: E402
 from common.checks import ConfigError, did_you_mean  # noqa: E402
 
@@ -56,7 +57,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         if not multirun:  # until here ``launch`` ends a stop at once; from here it is handled below
             interrupts.raise_on_stop()
-        summary = train(cfg, run_dir)
+        summary = train(cfg, run_dir, finished_run_problem)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
         if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
             sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ from omegaconf import DictConfig
 
 from harness import rundir
 from harness.config import apply_process_settings
-from harness.report.load import finished_run_problem
 from harness.rundir.outputs import git_commit
 from harness.rundir.session import Session
 from harness.trainers import trainer_class
@@ -22,14 +22,16 @@ from tasks import get_task
 log = logging.getLogger(__name__)
 
 
-def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def train(cfg: DictConfig, run_dir: Path,
+          finished_problem: Callable[[Path], str | None] = lambda run_dir: None) -> dict[str, Any]:
     """Run one (task, algorithm) configuration, all its seeds, with the trainer its task declares; return the
-    summary written to summary.json (that of the earlier run when it already finished with this configuration)."""
+    summary written to summary.json (that of the earlier run when it already finished with this configuration).
+    ``finished_problem``: why a finished run is damaged (``rundir.plan_run``); the command passes the report's rule."""
     started, commit = time.time(), git_commit()  # the code this process runs, not HEAD at its end
     apply_process_settings(cfg)
     trainer = trainer_class(get_task(cfg.task.name))(cfg)
     with trainer.lock(run_dir):
-        plan = rundir.plan_run(cfg, run_dir, trainer.has_checkpoint, finished_run_problem)
+        plan = rundir.plan_run(cfg, run_dir, trainer.has_checkpoint, finished_problem)
         if plan.finished is not None:
             log.info("%s already finished with this configuration (%s); nothing to do", run_dir,
                      plan.finished["status"])

@@ -374,7 +374,8 @@ def test_no_import_cycle_and_no_import_up_a_floor():
 # Inside harness/: run files and settings, then what trains (the trainers, the lifecycle), then what launches many runs
 # or reads them back (the CLI, the campaign, the report). The run side never imports the report.
 HARNESS_FLOORS = (
-    ("harness.rundir", "harness.tracking", "harness.config", "harness.process", "harness.sweep", "harness.interrupts"),
+    ("harness.rundir", "harness.tracking", "harness.wandb_offline", "harness.config", "harness.process",
+     "harness.sweep", "harness.interrupts"),
     ("harness.trainers", "harness.llm", "harness.run"),
     ("harness.__main__", "harness.campaign", "harness.report"),
     ("harness.scorecard",),  # runs through the campaign, reads through the report
