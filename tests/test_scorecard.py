@@ -208,6 +208,19 @@ def test_a_folder_holding_files_no_scorecard_wrote_is_refused(tmp_path):
     assert [path.name for path in out.iterdir()] == ["notes.md"]
 
 
+def one_cell_suite(tmp_path: Path, baseline: str):
+    """A quick suite of one tiny tabular cell with ``baseline``, and run_cells' arguments for tmp_path's folders."""
+    text = f"""version: 1
+preset: scorecard_quick
+baselines: [{baseline}]
+cells:
+  - {{name: a, family: one, seeds: 2, cost: 0.001, overrides: [task=tabular_single, task.steps=6]}}
+"""
+    args = scorecard.argparse.Namespace(jobs=2, dry_run=False, finish_within=None, replace=False,
+                                        work=tmp_path / "work", results=tmp_path / "results")
+    return tiny_suite(tmp_path, text), args
+
+
 def test_the_candidates_cells_run_through_the_campaign_and_a_run_of_another_configuration_is_refused(tmp_path,
                                                                                                      capsys):
     """Real runs: the baselines' cells, then the candidate's, land in results/runs/<preset>/<cell>/<label>/; a
@@ -215,15 +228,7 @@ def test_the_candidates_cells_run_through_the_campaign_and_a_run_of_another_conf
     campaign's lock on the candidate's cell refuses it, one on another cell does not. Bugs caught:
     harness/campaign.py:report without its scorecard-preset skip (a report folder appears);
     harness/scorecard.py:run_cells locking ``[]`` instead of its cells (no refusal)."""
-    text = """version: 1
-preset: scorecard_quick
-baselines: [tpo]
-cells:
-  - {name: a, family: one, seeds: 2, cost: 0.001, overrides: [task=tabular_single, task.steps=6]}
-"""
-    suite = tiny_suite(tmp_path, text)
-    args = scorecard.argparse.Namespace(jobs=2, dry_run=False, finish_within=None, replace=False,
-                                        work=tmp_path / "work", results=tmp_path / "results")
+    suite, args = one_cell_suite(tmp_path, "tpo")
     assert scorecard.run_cells(suite, [scorecard.Candidate("tpo")], args) == 0
     exported = tmp_path / "results" / "runs" / "scorecard_quick" / "a" / "tpo" / "seeds0-1"
     assert (exported / "summary.json").exists()
@@ -252,15 +257,7 @@ def test_a_candidate_with_an_override_runs_and_gets_its_scorecard(tmp_path):
     """``algorithm=tpo algorithm.eta=0.5`` end to end at tiny size: its runs land in the ``tpo,eta=0.5`` folders with
     η = 0.5, and the scorecard is written. Bug caught: campaign.Run.command passing the label's ``,`` and ``=`` to
     Hydra unquoted in hydra.run.dir (every cell failed to start)."""
-    text = """version: 1
-preset: scorecard_quick
-baselines: [grpo]
-cells:
-  - {name: a, family: one, seeds: 2, cost: 0.001, overrides: [task=tabular_single, task.steps=6]}
-"""
-    suite = tiny_suite(tmp_path, text)
-    args = scorecard.argparse.Namespace(jobs=2, dry_run=False, finish_within=None, replace=False,
-                                        work=tmp_path / "work", results=tmp_path / "results")
+    suite, args = one_cell_suite(tmp_path, "grpo")
     candidate = scorecard.parse_candidate(["algorithm=tpo", "algorithm.eta=0.5"], suite)
     assert candidate.label == "tpo,eta=0.5"
     assert scorecard.run_cells(suite, [scorecard.Candidate("grpo"), candidate], args) == 0
