@@ -508,7 +508,7 @@ def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, 
 
     run_dir = tmp_path / "run"
 
-    def fail(cfg, folder):
+    def fail(cfg, folder, *_):
         rundir._started.add(folder.resolve())  # it began writing there
         raise RuntimeError("boom")
 
