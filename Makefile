@@ -15,7 +15,7 @@ LOCK_NODEPS := requirements/lock-nodeps.txt
 LOCK_VENV ?= .venv-lock
 LOCK_FLAGS ?=
 
-.PHONY: install lock demo demo-llm test bench bench-jax report gpu-site clean
+.PHONY: install lock demo demo-llm test bench bench-jax reference-traces report gpu-site clean
 
 $(STAMP): $(LOCK) $(LOCK_NODEPS) pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else \
@@ -87,6 +87,14 @@ bench-jax:
 	test -x .venv-jax/bin/python || $(PYTHON) -m venv .venv-jax
 	.venv-jax/bin/python -m pip install --quiet jax==0.9.2 jaxlib==0.9.2 optax==0.2.8
 	.venv-jax/bin/python bench/jax_reference.py
+
+## The paper's code, step by step, for tests/test_reference_parity.py: rewrites tests/reference_traces/ from a checkout
+## of the paper's repository (REFERENCE=...), in the reference's own throwaway venv (outside the repository)
+reference-traces: install
+	test -n "$(REFERENCE)" || { echo "reference-traces: set REFERENCE=<checkout of the paper's repository>"; exit 2; }
+	python=$$($(PY) -c 'import sys; sys.path.insert(0, "bench"); from pathlib import Path; \
+		import reference_side_by_side as r; print(r.build_reference_venv(Path("~/.cache/tpo-bench/reference-venv").expanduser()))') \
+		&& "$$python" bench/reference_traces.py --reference "$(REFERENCE)"
 
 ## Pure-Python packages and the MNIST cache a lent GPU machine lacks (its image has CUDA torch, not Hydra), carried
 ## there as .gpu-site: PYTHONPATH=.:.gpu-site TPO_BENCH_CACHE=.gpu-site/cache python bench/gpu_sweep_projection.py

@@ -14,9 +14,14 @@ Three rollout shapes, chosen by the algorithm registry:
   path is still correct. All states lie on the behaviour path, so one causal forward gives every state's logits.
 
 Old log-probs ℓ_old are those of the first epoch's teacher-forced forward: the parameters have not moved since
-sampling, so this is exactly the rollout policy (GRPO's first-epoch ratio is exactly 1; TPO's all-fail groups give
-exactly zero first-epoch gradient). Success (for the diagnostics) is a correct full sequence for sequence rollouts
-(score = 1, i.e. exact match under every reward) and a candidate reward of 1 for token candidates.
+sampling, so this is exactly the rollout policy. The reference reads ℓ_old from its separate sampling pass instead,
+which differs by float rounding, and that rounding is all the gradient of a batch without signal (every group
+all-fail or all-success) has: Muon's orthogonalisation and Adam's normalisation turn it into a step of ordinary size
+in an arbitrary direction. ``task.logp_old``: ``sampled`` (the reference) adds one float32 rounding error per
+candidate to ℓ_old, drawn from its own stream, so a batch without signal moves as in the reference; ``exact`` (the
+paper) keeps ℓ_old as computed, and such a batch adds nothing to the optimizer's momentum (docs/reproduction.md
+§14.19). Success (for the diagnostics) is a correct full sequence for sequence rollouts (score = 1, i.e. exact match
+under every reward) and a candidate reward of 1 for token candidates.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from tasks.models import transformer
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
 REWARDS = ("bag_of_tokens", "sequential", "terminal")
 MATCHES = ("prompts", "interactions")
+LOGP_OLD = ("sampled", "exact")
+ROUNDING = 2.0**-24  # float32's unit roundoff: the relative size of one rounding error
 OPTIMIZERS = ("muon", "adam")  # conf/optim/muon.yaml (the reference) | adam.yaml (Nesterov-Adam everywhere)
 METRICS = ("error", "grad_norm", "frac_success", "all_fail", "frac_zero_var", "weight_winners", "weight_losers",
            "target_entropy", "update_muon", "update_adam")
@@ -244,6 +251,7 @@ class Batch(RolloutBatch):
     distinct: tuple[torch.Tensor, torch.Tensor] | None = None  # (keep, inverse) of ``distinct_answers``
     prefill: Prefill | None = None  # the rollout's prefill with its graph, until the first forward takes it
     params: dict[str, torch.Tensor] | None = None  # the parameter views the last forward ran on (for its backward)
+    step: int = 0
 
 
 class TokenReversal(Task):
@@ -267,6 +275,7 @@ class TokenReversal(Task):
         self.target = check_choice("task.target", cfg.target, TARGETS)
         self.reward = check_choice("task.reward", cfg.reward, REWARDS)
         match = check_choice("task.match", cfg.match, MATCHES)
+        self.logp_old = check_choice("task.logp_old", cfg.get("logp_old", "exact"), LOGP_OLD)
         self.reward_noise = float(check_number("task.reward_noise", cfg.get("reward_noise", 0.0), low=0))
         self.partial_credit = float(check_number("task.partial_credit", cfg.get("partial_credit", 0.0), low=0,
                                                  high=1, high_open=True))
@@ -334,7 +343,8 @@ class TokenReversal(Task):
             candidates, _ = sample_token_candidates(params, prompts, uniforms, prefilled)
             scores = candidate_rewards(candidates, y, self.reward)
             return Batch(prompts, candidates[..., 0], self._noisy(scores, seed_ids, step), scores == 1,
-                         1 - scores[..., 0].flatten(1).mean(1), seeds=seeds, candidates=candidates, prefill=prefill)
+                         1 - scores[..., 0].flatten(1).mean(1), seeds=seeds, candidates=candidates, prefill=prefill,
+                         step=step)
         group = K if self.rollout is Rollout.GROUP else 1
         uniforms = rng.uniform(seed_ids, "actions", step, (B, group, H)).to(self.device)
         actions, _ = sample_sequences(params, prompts, uniforms, shared_prefixes=self.dedup, prefilled=prefilled)
@@ -346,9 +356,9 @@ class TokenReversal(Task):
         if self.rollout is Rollout.GROUP:
             distinct = distinct_answers(actions) if self.dedup and group > 1 else None
             return Batch(prompts, actions, self._noisy(rewards.mean(-1), seed_ids, step), success, error, seeds=seeds,
-                         distinct=distinct, prefill=prefill)
+                         distinct=distinct, prefill=prefill, step=step)
         return Batch(prompts, actions, self._noisy(rewards.squeeze(2), seed_ids, step, per_sequence=True),
-                     success.squeeze(2), error, seeds=seeds, prefill=prefill)
+                     success.squeeze(2), error, seeds=seeds, prefill=prefill, step=step)
 
     def _prefill(self, params: dict[str, torch.Tensor], prompts: torch.Tensor) -> Prefill | None:
         """The prompts' prefill with its graph, for the rollout and the first epoch (``Prefill``); None where no
@@ -408,8 +418,12 @@ class TokenReversal(Task):
         return taken.sum(-1) if self.rollout is Rollout.GROUP else taken.squeeze(2)
 
     def groups(self, batch: Batch, logp_old: torch.Tensor) -> Groups:
-        """The algorithm's view of a batch: scores, ℓ_old and, for single samples, the batch-mean baseline
-        advantages A_t = r_t − mean over the batch of r_t."""
+        """The algorithm's view of a batch: scores, ℓ_old (with ``task.logp_old=sampled``, one rounding error per
+        entry, uniform in ±|ℓ|·2⁻²⁴, stream "logp_old") and, for single samples, the batch-mean baseline advantages
+        A_t = r_t − mean over the batch of r_t."""
+        if self.logp_old == "sampled":
+            u = rng.uniform(self.seeds[batch.seeds], "logp_old", batch.step, logp_old.shape[1:]).to(logp_old.device)
+            logp_old = logp_old + (2 * u - 1) * logp_old.abs() * ROUNDING
         single = self.rollout is Rollout.SINGLE
         return Groups(batch.scores, logp_old, self.rollout, lengths=float(self.H),
                       advantages=batch_mean_baseline(batch.scores, batch_dim=1) if single else None)

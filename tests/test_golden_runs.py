@@ -34,8 +34,10 @@ from cpu_emulation import emulating  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "runs"
 
-_TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=4",
-          "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
+_TOKEN_SIZES = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=4",
+                "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
+# the goldens were written before task.logp_old: they pin its exact ℓ_old; two cases pin the reference's sampled one
+_TOKEN = [*_TOKEN_SIZES, "task.logp_old=exact"]
 _TERMINAL, _DENSE = [*_TOKEN, "task.reward=terminal"], [*_TOKEN, "task.reward=bag_of_tokens"]
 # MNIST's evaluation products are large enough for oneDNN, which cpu_matmul=auto takes on some CPUs only: the
 # goldens pin it, and conftest caps its kernels at AVX2, so that they hold on every host
@@ -50,6 +52,8 @@ CASES: dict[str, list[str]] = {
     # the modern baselines' goldens were written before the standardisation variants (algorithm.std_floor, ...)
     # existed: they pin that the variants' defaults leave these algorithms as they were
     **{f"token_terminal_{a}": [*_TERMINAL, f"algorithm={a}"] for a in ("rloo", "dr_grpo", "dapo", "gspo", "cispo")},
+    **{f"token_terminal_{a}_logp_sampled": [*_TOKEN_SIZES, "task.reward=terminal", f"algorithm={a}",
+                                            "task.logp_old=sampled"] for a in ("tpo", "grpo")},
     "token_dense_tpo": [*_DENSE, "algorithm=tpo"],
     "token_dense_tpo_eta2": [*_DENSE, "algorithm=tpo", "algorithm.eta=2"],  # η ≠ 1: u/η and u·η differ
     "token_sequential_tpo": [*_TOKEN, "task.reward=sequential", "algorithm=tpo"],

@@ -137,9 +137,9 @@ def test_teacher_forced_log_probs_equal_rollout_log_probs_before_the_update(algo
     torch.testing.assert_close(task.log_probs(batch).detach(), sampled, atol=1e-5, rtol=0)
 
 
-# ---- first epoch: GRPO ratio exactly 1, TPO all-fail groups give exactly zero gradient -----------------------------
+# ---- first epoch with task.logp_old=exact: GRPO ratio exactly 1, TPO all-fail groups give exactly zero gradient -----
 def test_grpo_first_epoch_ratio_is_exactly_one():
-    task = make_task("algorithm=grpo", "task.reward=bag_of_tokens", "task.K=4")
+    task = make_task("algorithm=grpo", "task.reward=bag_of_tokens", "task.K=4", "task.logp_old=exact")
     batch = task.rollout_batch(0)
     logp = task.log_probs(batch)
     loss, _ = GroupTrainer.batch_loss(task, batch, logp)
@@ -148,7 +148,8 @@ def test_grpo_first_epoch_ratio_is_exactly_one():
 
 
 def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
-    task = make_task("algorithm=tpo", "task.reward=terminal", "task.H=2", "task.batch_size=16", "task.K=4")
+    task = make_task("algorithm=tpo", "task.reward=terminal", "task.H=2", "task.batch_size=16", "task.K=4",
+                     "task.logp_old=exact")
     batch = task.rollout_batch(0)
     all_fail = batch.scores.amax(-1) == 0
     assert all_fail.any() and (~all_fail).any()
@@ -164,6 +165,27 @@ def test_tpo_all_fail_groups_give_exactly_zero_first_epoch_gradient():
     logp = task.log_probs(batch)
     GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
     assert all(p.grad.eq(0).all() for p in task.params.values())
+
+
+def test_sampled_logp_old_gives_a_batch_without_signal_a_rounding_gradient():
+    """With task.logp_old=sampled (the reference), ℓ_old is off by at most one rounding per entry (one ulp, ≤ |ℓ|·2⁻²³;
+    not all zero), so an all-fail batch's first-epoch gradient is rounding-sized but not zero, and Muon takes a full
+    step on it.
+    Bug caught: tasks/token_reversal.py:groups — `logp_old = logp_old + ...` deleted (exact ℓ_old, no step)."""
+    task = make_task("algorithm=tpo", "task.reward=terminal", "task.H=2", "task.batch_size=16", "task.K=4",
+                     "task.logp_old=sampled")
+    batch = task.rollout_batch(0)
+    batch.scores.zero_()  # no signal
+    logp = task.log_probs(batch)
+    GroupTrainer.batch_loss(task, batch, logp)[0].sum().backward()
+    offset = batch.groups.logp_old - logp.detach()
+    assert offset.ne(0).any() and (offset.abs() <= logp.detach().abs() * 2.0**-23).all()
+    grad = max(float(p.grad.abs().max()) for p in task.params.values())
+    assert 0 < grad < 1e-5
+    before = {k: p.detach().clone() for k, p in task.params.items()}
+    task.optimizer_step(0, torch.zeros(len(task.seeds)))
+    moved = sum(float((p.detach() - before[k]).pow(2).sum()) for k, p in task.params.items()) ** 0.5
+    assert moved > 1e-3  # a step of the optimizer's own size, not of the gradient's
 
 
 # ---- configuration -----------------------------------------------------------------------------------------------
@@ -278,7 +300,7 @@ def test_old_log_probs_target_and_advantages_stay_frozen_across_the_epochs(algor
     first epoch's detached ℓ), and equals the loss written here from those frozen values and that epoch's ℓ; the
     episode reports the first epoch's loss and gradient norm."""
     eta = 0.5
-    overrides = [f"algorithm={algorithm}", "task.reward=bag_of_tokens", "task.K=4", "task.V=3"]
+    overrides = [f"algorithm={algorithm}", "task.reward=bag_of_tokens", "task.K=4", "task.V=3", "task.logp_old=exact"]
     task = make_task(*overrides, *(["algorithm.eta=0.5"] if algorithm == "tpo" else []))
     assert task.epochs == 4 and len(task.chunks) == 2  # one chunk per seed: two loss calls per epoch
     calls, norms = [], []

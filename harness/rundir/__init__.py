@@ -96,7 +96,7 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "optim.guard": "none", "optim.guard_tau": 0.0,
     "algorithm.std_floor": 0.0, "algorithm.std_shrinkage": 0.0, "algorithm.std_prior": 0.5,
     "algorithm.rank_scores": False,
-    "task.reward_noise": 0.0, "task.partial_credit": 0.0,
+    "task.reward_noise": 0.0, "task.partial_credit": 0.0, "task.logp_old": "exact",
 }
 FINISHED = ("completed", "diverged")
 _started: set[Path] = set()  # run directories this process has started writing into (see ``started``)
