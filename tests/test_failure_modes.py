@@ -229,8 +229,9 @@ def test_update_norms_are_the_norm_of_each_parts_change_over_the_recorded_steps(
     assert adam_only.update_norms()["adam"].tolist() == [0.0, 0.0]  # nothing applied since the recording began
 
 
+# exact ℓ_old: a batch without signal has exactly zero gradient, what the guards with τ = 0 look for
 TERMINAL = ["task=token_reversal", "task.H=3", "task.batch_size=6", "task.K=4", "seeds=2", "task.reward=terminal",
-            "model.d_model=16", "model.layers=1", "model.ffn=32"]
+            "model.d_model=16", "model.layers=1", "model.ffn=32", "task.logp_old=exact"]
 
 
 def test_episodes_log_the_update_norms_and_a_skip_guard_freezes_zero_gradient_seeds():

@@ -14,7 +14,8 @@ from harness.trainers.batched import ClosedFormTrainer, GroupTrainer, update_met
 from tasks import TASKS, get_task
 
 TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "model.d_model=16",
-         "model.layers=1", "model.ffn=32", "seeds=2", "task.reward=bag_of_tokens", "optim.lr=0.05"]
+         "model.layers=1", "model.ffn=32", "seeds=2", "task.reward=bag_of_tokens", "optim.lr=0.05",
+         "task.logp_old=exact"]  # the first epoch's ρ is then exactly 1
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "dapo", "cispo"])
