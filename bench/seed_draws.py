@@ -7,8 +7,8 @@ the paper's own code's, side by side.
         --reference results/paper/reference_runs/table1_V16_dg_seeds20-39.npz \\
         --algorithm dg --threshold 0.01 [--draw 20] [--out results/table1_vocab_sweep/dg_seed_draws.md]
 
-``--ours``: run folders (every run below each, its seeds merged by id); ``--reference``: the per-seed curves
-``bench/reference_curves.py`` writes (``<algorithm>_errors``, seeds × episodes). Both sides are cut into
+``--ours``: run folders (every run below each, its seeds merged by id); ``--reference`` (optional): the per-seed
+curves ``bench/reference_curves.py`` writes (``<algorithm>_errors``, seeds × episodes). Both sides are cut into
 consecutive draws of ``--draw`` seeds in id order. Per draw: the paper's statistic, the first episode at which the
 seed-mean error is below the threshold, and the per-seed first episodes (median, 90th percentile, slowest). Then all
 seeds of each side pooled: per-seed medians and the Mann–Whitney p of ours against the reference's.
@@ -49,17 +49,18 @@ def shown(value: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ours", type=Path, action="append", required=True)
-    parser.add_argument("--reference", type=Path, action="append", required=True)
+    parser.add_argument("--reference", type=Path, action="append", default=[])
     parser.add_argument("--algorithm", required=True)
     parser.add_argument("--threshold", type=float, default=0.01)
     parser.add_argument("--draw", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     seeds, ours = our_curves(args.ours)
-    reference = np.concatenate([np.load(path)[f"{args.algorithm}_errors"] for path in args.reference])
-    episodes = min(ours.shape[1], reference.shape[1])
-    ours, reference = ours[:, :episodes], reference[:, :episodes]
-    sides = {"ours": (seeds, ours), "reference": (np.arange(len(reference)), reference)}
+    sides = {"ours": (seeds, ours)}
+    if args.reference:
+        reference = np.concatenate([np.load(path)[f"{args.algorithm}_errors"] for path in args.reference])
+        episodes = min(ours.shape[1], reference.shape[1])
+        sides = {"ours": (seeds, ours[:, :episodes]), "reference": (np.arange(len(reference)), reference[:, :episodes])}
     command = " ".join(["python bench/seed_draws.py", *(f"--ours {p}" for p in args.ours),
                         *(f"--reference {p}" for p in args.reference), f"--algorithm {args.algorithm}",
                         f"--threshold {args.threshold:g}", f"--draw {args.draw}"])
@@ -76,11 +77,12 @@ def main() -> None:
                          f"{shown(float(np.median(per_seed)))} | "
                          f"{shown(float(np.quantile(per_seed, 0.9, method='inverted_cdf')))} | "
                          f"{shown(float(per_seed.max()))} |")
-    mine, theirs = (first_below(curves, args.threshold) for _, curves in sides.values())
-    p = mannwhitneyu(mine, theirs).pvalue
-    lines += ["", f"All seeds pooled: ours {len(mine)} seeds, per-seed median {shown(float(np.median(mine)))}; "
-              f"reference {len(theirs)} seeds, per-seed median {shown(float(np.median(theirs)))}; Mann–Whitney p = "
-              f"{p:.2f}."]
+    if "reference" in sides:
+        mine, theirs = (first_below(curves, args.threshold) for _, curves in sides.values())
+        p = mannwhitneyu(mine, theirs).pvalue
+        lines += ["", f"All seeds pooled: ours {len(mine)} seeds, per-seed median {shown(float(np.median(mine)))}; "
+                  f"reference {len(theirs)} seeds, per-seed median {shown(float(np.median(theirs)))}; Mann–Whitney "
+                  f"p = {p:.2f}."]
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:
