@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "reference_traces"
 
 # token reversal: (case name, reference algorithm, reward, target, sizes that differ from TOKEN). The terminal-reward
-# cases run at H = 2, V = 2, where a batch has signal from the first step; the all-fail cases keep H = 3, V = 3, where
+# cases run at H = 2, V = 2 (single-sample methods at B = 16), where a batch has signal from the first step; the all-fail cases keep H = 3, V = 3, where
 # seed 0's first batch has no success at all (what the reference does then: docs/reproduction.md §14.19).
 TOKEN_ALGORITHMS = ("reinforce", "dg", "ppo", "tpo", "tpo_no_anchor", "tpo_token", "group_pg", "grpo", "grpo_no_kl",
                     "grpo_token", "grpo_token_no_kl")
@@ -50,8 +50,10 @@ TOKEN_CASES = (
     [(f"bag_{a}", a, "bag_of_tokens", "reverse_copy", {}) for a in TOKEN_ALGORITHMS]
     + [(f"seq_{a}", a, "sequential", "reverse_copy", {})
        for a in ("dg", "ppo", "tpo_token", "grpo_token", "tpo", "grpo")]
+    + [(f"term_{a}", a, "terminal", "reverse_copy", {**TERMINAL, "batch_size": 16})  # one answer per prompt
+       for a in ("reinforce", "dg", "ppo")]
     + [(f"term_{a}", a, "terminal", "reverse_copy", TERMINAL)
-       for a in ("reinforce", "dg", "ppo", "tpo", "tpo_no_anchor", "group_pg", "grpo", "grpo_no_kl")]
+       for a in ("tpo", "tpo_no_anchor", "group_pg", "grpo", "grpo_no_kl")]
     + [(f"allfail_{a}", a, "terminal", "reverse_copy", {}) for a in ("tpo", "grpo", "grpo_no_kl")]
     + [(f"flip_{a}", a, "bag_of_tokens", "reverse_flip", {}) for a in ("dg", "tpo_token")]
 )
