@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "reference_traces"
 
 # token reversal: (case name, reference algorithm, reward, target, sizes that differ from TOKEN). The terminal-reward
-# cases run at H = 2, V = 2 (single-sample methods at B = 16), where a batch has signal from the first step; the all-fail cases keep H = 3, V = 3, where
-# seed 0's first batch has no success at all (what the reference does then: docs/reproduction.md §14.19).
+# cases run at H = 2, V = 2 (single-sample methods at B = 16), where a batch has signal from the first step; the
+# all-fail cases keep H = 3, V = 3, where seed 0's first batch has no success at all (what the reference does then:
+# docs/reproduction.md §14.19).
 TOKEN_ALGORITHMS = ("reinforce", "dg", "ppo", "tpo", "tpo_no_anchor", "tpo_token", "group_pg", "grpo", "grpo_no_kl",
                     "grpo_token", "grpo_token_no_kl")
 TERMINAL = {"H": 2, "V": 2}
