@@ -344,9 +344,14 @@ def test_tabular_step_matches_the_reference(name, monkeypatch):
 # ---- MNIST bandit -------------------------------------------------------------------------------------------------
 
 def mnist_stand_in(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The stand-in data ``bench/reference_traces.py`` trained the reference on (numpy PCG64, seed 0)."""
-    generator = np.random.default_rng(0)
-    return generator.integers(0, 256, (n, 784), dtype=np.uint8), generator.integers(0, 10, n).astype(np.int32)
+    """The stand-in data ``bench/reference_traces.py`` trained the reference on (its own function: numpy only)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reference_traces", TRACES.parent.parent / "bench" /
+                                                  "reference_traces.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.stand_in_mnist(n)
 
 
 # The reference's MNIST GRPO logs −mean(A·log π(a)); ours is GRPO's clipped surrogate −mean(min(ρA, clip(ρ)A)), whose
