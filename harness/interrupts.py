@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import rundir, sweep
+from harness import process, rundir, sweep
 
 LAUNCH_ARGV_ENV = "TPO_BENCH_LAUNCH_ARGV"
 GRACE_S = 5.0  # a job that got the signal itself stops and releases its lock well within this
@@ -40,7 +40,7 @@ def raise_on_stop() -> None:
     """SIGINT and SIGTERM raise KeyboardInterrupt in this process: a single run stops at its checkpoint
     (``harness.run``), or before it starts as ``harness.__main__.main`` says."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, process.stop_by_interrupt)
 
 
 def quiet_pool_teardown() -> None:

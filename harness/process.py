@@ -54,6 +54,16 @@ def exit_at_once_on_stop(message: str, cleanup=None) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def stop_by_interrupt(signum, frame) -> NoReturn:
+    """A SIGINT or SIGTERM handler that raises KeyboardInterrupt, how a run is stopped at its checkpoint. The first
+    SIGTERM also makes the process ignore later ones: the death of a parent with several threads (``die_with_parent``)
+    sends the signal once per thread, as the kernel hands the child from thread to thread, and a second one landing
+    while the first is handled would cut the closing short (no summary). The process is ending by then anyway."""
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def exit_interrupted() -> NoReturn:
     """``sys.exit(130)`` after a handled stop, with 130 as the exit status whatever the stop interrupted.
 

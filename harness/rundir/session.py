@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness import process
 from harness.rundir import outputs
 from harness.rundir.summary import run_summary
 from harness.tracking import NullTracker, make_tracker
@@ -30,10 +31,6 @@ def flush_denormals(enabled: bool) -> bool:
     (measured: MNIST Adam step 185 → 67 µs, LLM CPU backward 154 → 12 s), and it is what the JAX reference gets on
     CPU: XLA's CPU client runs every computation with denormals flushed. ``flush_denormal=false`` keeps them."""
     return enabled and torch.set_flush_denormal(True)
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @dataclass
@@ -73,7 +70,7 @@ class Session:
         """The body of the loop: SIGTERM (a scheduler's kill) ends it like Ctrl-C, recorded as ``interrupted`` (the
         last checkpoint resumes it); denormals are flushed on CPU; the writer is closed whatever happens."""
         in_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
+        previous = signal.signal(signal.SIGTERM, process.stop_by_interrupt) if in_main_thread else None
         flushing = flush_denormals(bool(self.cfg.flush_denormal) and device.type == "cpu")
         try:
             yield
@@ -82,8 +79,8 @@ class Session:
         finally:
             if flushing:
                 torch.set_flush_denormal(False)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            if previous is not None and signal.getsignal(signal.SIGTERM) is process.stop_by_interrupt:
+                signal.signal(signal.SIGTERM, previous)  # (after a SIGTERM, later ones stay ignored to the end)
             if self.writer is not None:
                 self.writer.close()
 
