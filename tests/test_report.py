@@ -232,7 +232,10 @@ def test_a_figures_variant_presets_are_told_apart_and_a_long_title_wraps_to_the_
 
 def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are_missing(tmp_path):
     """Fig 7 with runs for one of its 8 cells: one panel, no "no runs" placeholders; the caption opens with two
-    human lines (what, seeds, episodes, the band) and names the panels not drawn; provenance below a heading."""
+    human lines (what, seeds, episodes, the band) and names the panels not drawn; provenance below a heading lists
+    every declared line without runs as missing.
+    Bug caught: harness.report.figures.caption without the rows of ``drawer.unrun`` (the caption of a partial figure
+    read as complete)."""
     from harness.report import synthetic
 
     steps = np.arange(20)
@@ -249,6 +252,11 @@ def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are
     assert caption[0].startswith("**Fig 7") and "3 seeds, 20 episodes" in caption[0]
     assert "95% percentile bootstrap" in caption[1] and "Not drawn, no runs yet: Prompt, H=8; Prompt, H=9" in caption[1]
     assert caption[2] == "" and caption[3] == "## Provenance"
+    assert "Lines without runs yet: " in caption[1]
+    rows = [line.split(" | ") for line in caption if line.startswith("| ") and " | " in line][1:]
+    assert [row[2] for row in rows].count("ok") == 1
+    missing = [(row[0].strip("| "), row[1]) for row in rows if row[2] == "missing"]
+    assert len(missing) == 39 and len(set(missing)) == 39  # every other line of the 8 panels × 5 methods, once
     from matplotlib import image
     height, width = image.imread(out / "fig7.png").shape[:2]
     assert width < 1000  # one panel wide (a single-row figure is at least 6 in = 900 px), not four

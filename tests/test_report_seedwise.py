@@ -217,3 +217,18 @@ def test_diagnostics_adds_the_zero_variance_fraction_after_the_all_fail_one_when
     assert rows["Group PG"][5:] == plain["Group PG"][3:]
     assert rows["TPO"] == [*plain["TPO"][:3], "not logged", "not logged", *plain["TPO"][3:]]
     assert len(plain["Group PG"]) == 8
+
+
+def test_relapses_reads_the_seeds_in_a_relapse_at_an_episode_and_the_mean_without_them(tmp_path, capsys):
+    """Seed 0 solves at step 1 (1%), relapses at step 2 (50% > 20%) and is still unsolved at step 3 (10%); seed 1
+    solves at step 1 and stays; seed 2 never solves (a seed that never solved is not in a relapse). At step 3: mean
+    (10 + 0 + 90) / 3 = 33.3%, median 10, seed 0 in a relapse, mean without it (0 + 90) / 2 = 45.0; over the run 1 of
+    3 seeds relapses, 1/3 relapses per seed, seed 0 spends 2 of 4 steps in a relapse: 2 / 12 = 16.7%.
+    Bug caught: ``in_relapse`` marking a relapse until the error is below ``relapse_above`` (step 3's 10% would end
+    seed 0's relapse: "none")."""
+    _write(tmp_path, "tpo", np.array([[1.0, 0.01, 0.5, 0.1], [1.0, 0.01, 0.0, 0.0], [1.0, 1.0, 0.95, 0.9]]))
+    rows = _run(capsys, "relapses", tmp_path, "--algorithms", "tpo", "--at", "3", "--resamples", "200")
+    assert rows["TPO"][:1] == ["3"] and rows["TPO"][1].startswith("33.3 [")
+    assert rows["TPO"][2:] == ["10.0", "seed 0 (10.0)", "45.0", "1/3", "0.3", "16.7%"]
+    assert seedwise.in_relapse(np.array([0.5, 0.01, 0.3, 0.1, 0.01]), 0.02, 0.2).tolist() == [
+        False, False, True, True, False]

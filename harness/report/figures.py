@@ -107,6 +107,7 @@ class Drawer:
         self.used: list[tuple[str, str, Resolved]] = []
         self.records: list[dict] = []  # preset, command, status of every line, for the missing-runs list
         self.missing_panels: list[str] = []  # titles of the panels that have no runs (not drawn)
+        self.unrun: list[tuple[str, str]] = []  # (panel, line) of every line the figure declares without runs
         self.conflicts: dict[tuple[str, str], Resolved] = {}  # (line, flag) → its runs: not drawn, the runs overlap
         self.conflict_panels: set[str] = set()  # titles of the panels with such a line
         self.partial = False  # some drawn line is partial (†)
@@ -132,6 +133,8 @@ class Drawer:
                                  "command": fill_command(panel.preset, full, resolved, budget),
                                  "where": f"{figure} {line}", "flags": "; ".join(resolved.flags),
                                  "runs": " ".join(resolved.run_dirs)})
+            if not resolved.usable and resolved.status != "conflict":
+                self.unrun.append((panel.title or panel.preset, label(full)))
             if resolved.status == "conflict":
                 self.conflicts[line, resolved.flags[0]] = resolved
                 self.conflict_panels.add(panel.title or panel.preset)
@@ -189,6 +192,30 @@ class Drawer:
         ax.set_ylabel(panel.ylabel or y)
         if drawn:
             self.units.append((panel.xlabel or x).lower())
+        return drawn
+
+    def seeds(self, ax, panel: Panel) -> bool:
+        """Each seed's own curve of the panel's one series, thin, with the seed mean over them."""
+        drawn = False
+        for index, series in enumerate(panel.series):
+            resolved = self.resolve(panel, series.key)
+            if not resolved.usable:
+                continue
+            colour, _ = series_style(series, index, len(panel.series))
+            matrix = self.report.matrix(resolved, panel.metrics[0])
+            values = smooth(matrix.values, panel.smooth or 1, panel.centred)
+            for row in values:
+                ax.plot(matrix.steps, row, "-", color=colour, linewidth=0.6, alpha=0.45, zorder=2,
+                        label="one seed" if row is values[0] else None)
+            partial = "†" if resolved.status == "partial" else ""
+            self.partial |= bool(partial)
+            ax.plot(matrix.steps, stats._nanmean(values), "-", color="black", linewidth=1.4, zorder=3,
+                    label=f"seed mean{partial}")  # the panel's title names the method
+            drawn = True
+        ax.set_xlabel(panel.xlabel or "Episode")
+        ax.set_ylabel(panel.ylabel)
+        if drawn:
+            self.units.append((panel.xlabel or "episode").lower())
         return drawn
 
     def _final(self, resolved: Resolved, metric: str, stat: Stat) -> tuple[float, float, float]:
@@ -282,7 +309,8 @@ class Drawer:
         fig, axes = plt.subplots(nrows, ncols, figsize=(max(6.0, 3.6 * ncols), 2.9 * nrows + 0.9), squeeze=False,
                                  layout="constrained")
         drawn = False
-        kind = {"curves": self.curves, "final": self.finals, "bars": self.finals, "mechanism": self.mechanism}
+        kind = {"curves": self.curves, "seeds": self.seeds, "final": self.finals, "bars": self.finals,
+                "mechanism": self.mechanism}
         for ax, panel in zip(axes.flat, active):
             has_data = kind[panel.kind](ax, panel)
             drawn |= has_data
@@ -353,6 +381,8 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
     shown = []
     if "curves" in kinds:
         shown.append(f"lines: seed mean per {unit}")
+    if "seeds" in kinds:
+        shown.append(f"lines: each seed's own curve and the seed mean, per {unit}")
     if kinds & {"final", "bars"}:
         shown.append(f"{'bars' if 'bars' in kinds else 'points'}: seed mean at the last {unit}")
     if "mechanism" in kinds:
@@ -364,17 +394,21 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
     if "curves" in kinds:
         band.append(f"Shaded bands: 95% percentile bootstrap interval of the seed mean over seeds at each {unit} "
                     f"({drawer.band_resamples:,} resamples, generator seed {drawer.report.seed}), the tables' rule")
-    if kinds - {"curves"}:
+    if kinds & {"final", "bars", "mechanism"}:
         band.append(f"error bars: the tables' 95% percentile bootstrap interval over seeds "
                     f"({drawer.report.resamples:,} resamples)")
-    second = "; ".join(band) + "."
+    second = "; ".join(band) + "." if band else ""
     if band:
         second = second[0].upper() + second[1:]
     if figure.caption:
-        second += f" {figure.caption}"
+        second = f"{second} {figure.caption}".strip()
     unrun = [title for title in drawer.missing_panels if title not in drawer.conflict_panels]
     if unrun:
         second += f" Not drawn, no runs yet: {'; '.join(unrun)} (commands in the README)."
+    lines_unrun = [line for panel, line in drawer.unrun if panel not in drawer.missing_panels]
+    if lines_unrun:
+        second += (f" Lines without runs yet: {', '.join(dict.fromkeys(lines_unrun))} (the provenance lists each "
+                   "as missing; commands in the README).")
     if drawer.conflicts:
         second += (" Not drawn, runs in conflict: "
                    + "; ".join(conflict_note(line, flag, resolved.run_dirs)
@@ -392,7 +426,8 @@ def conflict_note(where: str, flag: str, run_dirs: Iterable[str]) -> str:
 def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str,
             drawer: Drawer | None = None) -> str:
     """Markdown caption: two human lines (``human_caption``), then the provenance: every line's runs, their configs,
-    seeds, steps and hardware."""
+    seeds, steps and hardware, and every declared line without runs (status missing), so that the caption says
+    whether the figure is complete."""
     by_dir = runs.set_index("run_dir")
     lines = []
     if drawer is not None:
@@ -414,6 +449,8 @@ def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.Data
                      f"{hardware} | {wall} |")
         for run_dir in resolved.run_dirs:
             configs[run_dir] = by_dir.loc[run_dir, "config"]
+    for panel, line in drawer.unrun if drawer is not None else ():
+        lines.append(f"| {panel} | {line} | missing | 0 |  |  |  |  |")
     lines += ["", "Resolved configs:", "", "```json", json.dumps(configs, indent=1, default=str, sort_keys=True),
               "```", ""]
     return "\n".join(lines)

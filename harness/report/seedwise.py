@@ -32,6 +32,11 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
   both), so z = (paper − ours)/(√2·sd) and its two-sided normal p say whether the two runs differ by more than
   seed noise. It assumes the paper's seed-to-seed spread equals ours; "n/a" where a statistic is "never" on some
   resample or the paper gives no single number.
+* ``relapses``: per method, the error at episode ``--at`` (seed mean with its interval, the median seed), the
+  seeds in a relapse there (solved, below ``specs.SOLVED``'s 2%, then back above ``RELAPSED``'s 20% and not solved
+  again) with their errors, and the seed mean without them; over the run, the seeds that ever relapse, relapses
+  per seed and the share of seed-episodes spent in a relapse. Whether a seed mean at one episode is the typical
+  seed's or a relapsing seed's.
 * ``rerun``: per method, ours beside other runs of the same cell whose seeds are not ours (``--other``: per-seed
   curves in an ``.npz``, ``<algorithm>_errors`` seeds × episodes, as the paper's own code writes them): the
   statistic with its interval for each, their difference with an interval from resampling each side's seeds on its
@@ -54,7 +59,7 @@ from harness.report import stats
 from harness.report.figures import smooth
 from harness.report.load import load_runs, warn
 from harness.report.paper import lookup, parse_cell
-from harness.report.specs import FINAL, MEAN, RELAPSED, SOLVED, Stat, algorithm_rank, label
+from harness.report.specs import FINAL, MEAN, RELAPSED, RELAPSES, SOLVED, Stat, algorithm_rank, label
 from harness.report.tables import Report, fmt
 
 METRIC = "error"
@@ -253,6 +258,52 @@ def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int
                      f"of those, relapsed (> {100 * RELAPSED.relapse_above:g}%)", "mean error over the run"], rows)
 
 
+def in_relapse(errors: np.ndarray, solved_below: float, relapse_above: float) -> np.ndarray:
+    """Per logged step, whether a seed is in a relapse there: it had solved (error below ``solved_below``), then
+    rose above ``relapse_above`` and has not solved again (``relapse_events``' states, step by step)."""
+    state, solved, relapsed = np.zeros(len(errors), dtype=bool), False, False
+    for index, error in enumerate(errors):
+        if not solved and error < solved_below:
+            solved, relapsed = True, False
+        elif solved and error > relapse_above:
+            solved, relapsed = False, True
+        state[index] = relapsed
+    return state
+
+
+def relapses_table(cells: list[Cell], at: int, resamples: int, seed: int) -> str:
+    """Per method, the error at episode ``at``: the seed mean [95% CI], the median seed, the seeds in a relapse
+    there (``in_relapse`` at the report's thresholds) and the seed mean without them; over the run, the seeds that
+    ever relapse, relapses per seed and the share of episodes a seed spends in a relapse."""
+    stat = Stat("at_step", step=at)
+    below, above = SOLVED.threshold, RELAPSED.relapse_above
+    rows = []
+    for cell in cells:
+        name = label({"algorithm.name": cell.algorithm})
+        if cell.matrix is None:
+            rows.append([name, "0", *[cell.status] * 7])
+            continue
+        matrix = cell.matrix
+        column = int(np.searchsorted(matrix.steps, at))
+        if column == len(matrix.steps) or matrix.steps[column] != at:
+            raise SystemExit(f"{name}: episode {at} is not logged")
+        states = np.array([in_relapse(row, below, above) for row in matrix.values])
+        events = stats.per_seed(RELAPSES, matrix)
+        value = stats.summarize(stat, matrix, resamples, seed)
+        at_values, relapsing = matrix.values[:, column], states[:, column]
+        rest = at_values[~relapsing]
+        rows.append([name, str(len(matrix.seeds)), with_interval(stat, value.value, value.low, value.high),
+                     number(stat, float(np.median(at_values))),
+                     ", ".join(f"seed {s} ({number(stat, v)})" for s, v in
+                               zip(matrix.seeds[relapsing], at_values[relapsing])) or "none",
+                     number(stat, float(rest.mean())) if rest.size else "–",
+                     f"{int((events > 0).sum())}/{len(matrix.seeds)}", f"{events.mean():.1f}",
+                     f"{100 * states.mean():.1f}%"])
+    return markdown(["", "seeds", f"error at {at} (%) [95% CI]", f"median seed at {at}",
+                     f"seeds in a relapse at {at} (error %)", f"seed mean at {at} without them",
+                     "seeds that ever relapse", "relapses per seed", "episodes in a relapse"], rows)
+
+
 def seed_mean(matrix: stats.SeedMatrix) -> np.ndarray:
     """Each logged step's mean over the seeds with a finite value there (NaN where none has: a metric the method
     does not log)."""
@@ -418,6 +469,10 @@ def main(argv: list[str] | None = None) -> None:
     replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
     replicate.add_argument("--threshold", type=float, default=None,
                            help="steps to this error (e.g. 0.01); without it, the final error")
+    relapses = commands.add_parser("relapses", parents=[common],
+                                   help="the error at an episode with the seeds in a relapse there, and relapses "
+                                        "over the run")
+    relapses.add_argument("--at", type=int, required=True, help="the episode, e.g. 400")
     rerun = commands.add_parser("rerun", parents=[common], help="ours against runs of the same cell on other seeds")
     rerun.add_argument("--other", type=Path, action="append", required=True,
                        help="per-seed curves of another run (.npz with <algorithm>_errors); repeat for several")
@@ -440,6 +495,8 @@ def main(argv: list[str] | None = None) -> None:
         print(paired_tables(sides, args.windows, args.resamples, args.seed))
     elif args.command == "perseed":
         print(perseed_table(cells, args.threshold))
+    elif args.command == "relapses":
+        print(relapses_table(cells, args.at, args.resamples, args.seed))
     elif args.command == "rerun":
         print(rerun_table(cells, args.other, args.threshold, args.resamples, args.seed))
     elif args.command == "replicate":

@@ -108,8 +108,9 @@ class Series:
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes. kind: curves (seed mean over steps with its 95% bootstrap band over seeds), final (final value vs
-    config key ``x``), bars (final value per series), mechanism (Fig 4b surplus by concentration bin at step 2,000).
+    """One axes. kind: curves (seed mean over steps with its 95% bootstrap band over seeds), seeds (each seed's own
+    curve, thin, under the seed mean: what a mean's spikes are made of), final (final value vs config key ``x``),
+    bars (final value per series), mechanism (Fig 4b surplus by concentration bin at step 2,000).
     An empty ``ylabel`` or ``xlabel`` is the task's (``axis_labels``)."""
 
     preset: str
@@ -265,6 +266,19 @@ def by_value(key: str, values, **where) -> tuple[Series, ...]:
     return tuple(Series({**where, key: value}) for value in values)
 
 
+# The lines of the paper's Section 4 figures (Figs 10, 11, 14), each panel with the methods the paper's own panel
+# draws (docs/reproduction.md §6.9): one run of six methods, of which each panel shows some
+_S4 = {"tpo": Series({"algorithm.name": "tpo"}, "TPO (4 ep)"),
+       "tpo_1ep": Series({"experiment": "fig10_diagnostics_tpo_1ep", "algorithm.name": "tpo"}, "TPO (1 ep)",
+                         style=("#d62728", ":")),
+       "grpo": Series({"algorithm.name": "grpo"}), "grpo_no_kl": Series({"algorithm.name": "grpo_no_kl"}),
+       "ppo": Series({"algorithm.name": "ppo"}), "dg": Series({"algorithm.name": "dg"}, "DG (1 ep)")}
+
+
+def section4(*names: str) -> tuple[Series, ...]:
+    return tuple(_S4[name] for name in names)
+
+
 VARIANTS = grid(**{"task.reward": ["bag_of_tokens", "sequential"],
                    "task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
 TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
@@ -308,7 +322,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           rows=algorithms("tpo", "grpo", "grpo_masked"), reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
     Table("fig14", "Figs 10/14 — multi-epoch extraction: error at episode 400 and final (%)", "fig10_diagnostics",
           rows=({"algorithm.name": "tpo"}, {"algorithm.name": "tpo", "experiment": "fig10_diagnostics_tpo_1ep"},
-                {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}),
+                {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}, {"algorithm.name": "grpo_no_kl"},
+                {"algorithm.name": "ppo"}),
           stats=(AT_400, FINAL), reference={"experiment": "fig10_diagnostics", "algorithm.name": "tpo"}, seeds=10,
           steps=2000),
     Table("fig8", "Fig 8 — anchor and target-matching ablations: final exact-match error (%)", "fig8_ablations",
@@ -468,19 +483,19 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
                   by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), where=PROMPT_MATCHED,
                   ylabel="Exact-match error")),
     Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(a) First-epoch gradient norm",
-              metrics=("grad_norm",), ylabel="‖g‖₂"),
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo"), title="(b) Weight: winners (solid), losers (dashed)",
-              metrics=("weight_winners", "weight_losers"), ylabel="Weight proxy", smooth=50, centred=True)),
+        Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo", "ppo", "dg"),
+              title="(a) First-epoch gradient norm", metrics=("grad_norm",), ylabel="‖g‖₂"),
+        Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo"), title="(b) Weight: winners (solid), losers "
+              "(dashed)", metrics=("weight_winners", "weight_losers"), ylabel="Weight proxy", smooth=50, centred=True)),
            caption="(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average "
                    "(docs/reproduction.md §6.9). Line style marks the metric here, not the algorithm."),
     Figure("fig11", "Fig 11 — informative groups are rare early; TPO removes all-fail groups fastest", (
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(a) All-fail groups",
+        Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo", "grpo_no_kl"), title="(a) All-fail groups",
               metrics=("all_fail",), ylabel="Fraction", smooth=50, centred=True),
-        Panel("fig10_diagnostics", by_algorithm("tpo", "grpo", "grpo_no_kl"), title="(b) Prompts with a success",
-              metrics=("frac_success",), ylabel="Fraction", smooth=50, centred=True)),
-           caption="All-fail = 1 − frac_success for grouped methods (docs/reproduction.md §14.9); centred "
-                   "50-episode average."),
+        Panel("fig10_diagnostics", section4(*_S4), title="(b) Prompts with a success", metrics=("frac_success",),
+              ylabel="Fraction", smooth=50, centred=True)),
+           caption="All-fail = 1 − frac_success for grouped methods (docs/reproduction.md §14.9); for PPO and "
+                   "DG, (b) is the fraction of successful rollouts; centred 50-episode average."),
     _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K", KS,
                   "(c) final error vs K; crosses: paper values."),
     Figure("fig13", "Fig 13 — zero-variance masking (H=8, K=32, 4 epochs)", (
@@ -490,14 +505,16 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
               logy=True, paper="fig13", ylabel="Final exact-match error")),
            caption="(b) crosses: paper values."),
     Figure("fig14", "Fig 14 — multi-epoch extraction (H=8, K=32)", tuple(
-        Panel("fig10_diagnostics", (Series({"algorithm.name": "tpo"}, "TPO (4 ep)"),
-                                    Series({"experiment": "fig10_diagnostics_tpo_1ep", "algorithm.name": "tpo"},
-                                           "TPO (1 ep)", style=("#d62728", ":")),
-                                    Series({"algorithm.name": "dg"}, "DG (1 ep)")),
-              title=title, metrics=(metric,), logy=metric == "error", ylabel=ylabel)
+        Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "dg"), title=title, metrics=(metric,),
+              logy=metric == "error", ylabel=ylabel)
         for title, metric, ylabel in (("(a) Error", "error", "Exact-match error"),
                                       ("(b) Gradient norm", "grad_norm", "‖g‖₂"))),
            caption="TPO (1 ep) is the fig10_diagnostics_tpo_1ep preset, drawn dotted in TPO's colour."),
+    Figure("fig14_seeds", "Fig 14, seed by seed — each seed's error under the seed mean (H=8, K=32)", tuple(
+        Panel("fig10_diagnostics", section4(name), title=title, kind="seeds", ylabel="Exact-match error")
+        for name, title in (("tpo", "(a) TPO (4 ep)"), ("tpo_1ep", "(b) TPO (1 ep)"), ("dg", "(c) DG (1 ep)"))),
+           caption="Thin lines: one seed each; thick line: the seed mean, the curve of Fig 14(a). Not a figure of "
+                   "the paper: the per-seed view of its Fig 14."),
     _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs", EPOCHS,
                   "(c) final error vs epochs; crosses: paper values."),
     Figure("fig16", "Fig 16 — TPO temperature η (reverse copy, bag-of-tokens, V=2, H=10)", (
