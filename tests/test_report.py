@@ -85,7 +85,7 @@ def test_cli_writes_mnist_tables_with_the_paper_column(tmp_path, capsys):
         mean_error = _stored_metrics(algorithm).groupby("step").error.mean()
         assert cells.loc[(row, "steps_to_0.05"), "ours"] == mean_error.index[mean_error < 0.05][0]
         assert np.isclose(cells.loc[(row, "final"), "ours"], mean_error.iloc[-1])
-    assert cells.loc[("TPO", "steps_to_0.05"), "paper_in_ci"]
+    assert cells.loc[("TPO", "steps_to_0.05"), "paper_in_rerun"]
     mechanism = pd.read_csv(tmp_path / "fig4b.csv", dtype={"paper": str})
     top = mechanism[(mechanism.row == "TPO") & (mechanism.col == "[.75, 1]")].iloc[0]
     at_2000 = _stored_metrics("tpo").query("step == 2000")
@@ -278,7 +278,7 @@ def test_never_reached_thresholds_read_as_words_in_markdown_not_inf():
     from harness.report.tables import cell_text, paired_text
 
     to5 = S("steps_to", threshold=0.05)
-    base = {"paper": "", "paper_in_ci": None, "status": "ok", "seeds": 20, "seeds_run": 20, "paired_seeds": 20,
+    base = {"paper": "", "paper_in_rerun": None, "status": "ok", "seeds": 20, "seeds_run": 20, "paired_seeds": 20,
             "reference": "TPO", "p_better": 0.2}
     never = pd.Series({**base, "ours": np.inf, "ci_low": np.inf, "ci_high": np.inf, "_reached": 3})
     assert cell_text(to5, never) == "never (3/20 seeds reach it)"

@@ -119,3 +119,37 @@ def test_mean_over_the_run_averages_each_seed_over_its_steps_then_over_seeds():
     result = paired(mean, a, b, resamples=200)
     assert result.diff == pytest.approx(((0.5 + 0.3) - (0.1 + 0.4)) / 2)
     assert result.p_better == 0.5  # seed 1: 0.3 < 0.4 (better); seed 0: 0.5 > 0.1
+
+
+def test_the_rerun_interval_is_ours_plus_the_difference_of_two_independent_resamples():
+    """Final error of 8 seeds: the rerun interval is value + the 2.5/97.5% quantiles of resample i − resample
+    i + R/2, computed here naively from the same resamples; it is symmetric about ours (each pair appears both
+    ways) and wider than the confidence interval (two runs' noise, not one). Bug caught: the spread taken as
+    resample − ours (the confidence interval again, not a rerun's)."""
+    m = matrix(np.random.default_rng(4).random((8, 3)))
+    summary = summarize(FINAL, m, resamples=400, seed=2)
+    counts = resample_counts(8, 400, 2)
+    means = counts @ m.values[:, -1] / 8
+    spread = means - np.roll(means, 200)
+    tail = (1 - 0.95) / 2  # as the tables compute it (a hair above 0.025 in floating point)
+    expected = np.quantile(summary.value + spread, [tail, 1 - tail], method="inverted_cdf")
+    assert (summary.rerun_low, summary.rerun_high) == pytest.approx(tuple(expected), abs=1e-12)
+    assert summary.value - summary.rerun_low == pytest.approx(summary.rerun_high - summary.value, abs=1e-12)
+    assert summary.rerun_low < summary.low and summary.rerun_high > summary.high
+
+
+def test_a_steps_to_set_by_the_slowest_seed_gets_a_rerun_interval_past_it():
+    """Seeds 0-18 cross 1% at episodes 40-199, seed 19 at 438: the seed mean crosses at 438, and no resample crosses
+    later (a resample either holds seed 19, crossing at 438, or does not, crossing sooner), so the confidence
+    interval ends at the point. A rerun's slowest seed can be slower: the rerun interval reaches past 438. A run
+    whose seed mean never crosses has a rerun interval ending at never; the lower end never goes below the first
+    step."""
+    values = np.ones((20, 1000))
+    for seed, crossing in enumerate(np.random.default_rng(1).integers(40, 200, 19)):
+        values[seed, crossing:] = 0.0
+    values[19, 438:] = 0.0
+    summary = summarize(TO_1, matrix(values))
+    assert summary.value == 438 and summary.high == 438 and summary.rerun_high > 438
+    values[19, :] = 1.0  # seed 19 never learns: the seed mean stays at 5%
+    never = summarize(TO_1, matrix(values))
+    assert never.value == np.inf and never.rerun_high == np.inf and never.rerun_low >= 0

@@ -3,7 +3,7 @@
 One CSV row per number, as printed: ``artefact`` (table name in specs.TABLES), ``stat`` (Stat.name), ``cell``
 (space-separated ``key=value`` pairs; a subset of the cell's key), ``value`` (as printed: "6.9", "never", "−"),
 ``low``/``high`` (bounds when the paper gives a range or an inequality), ``unit`` (% | steps | value), ``source``
-and ``note``. A printed value stands for its rounding interval (6.9% → [6.85, 6.95]%), so "inside our interval"
+and ``note``. A printed value stands for its rounding interval (6.9% → [6.85, 6.95]%), so "inside a rerun's interval"
 means the two intervals overlap.
 """
 

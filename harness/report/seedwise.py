@@ -26,8 +26,9 @@ quoting them names its command in ``<!-- computed by: python -m harness.report.s
   have zero variance (all-fail or all-success: no group-relative signal) at the episodes ``--at``, the mark of a
   policy that has become deterministic.
 * ``replicate``: per method, ours beside the paper's number for the same cell of ``--table``, and their difference
-  in units of the spread of a second run of as many seeds. "The paper's value inside our interval" treats the
-  paper's number as exact; it is itself one run of its seeds. If both came from the same process, paper − ours
+  in units of the spread of a second run of as many seeds: the normal approximation of the tables' rerun
+  interval (``stats.rerun_interval``), with a p-value. The paper's number is itself one run of its seeds. If both
+  came from the same process, paper − ours
   would have standard deviation √2·sd (sd: the standard deviation of ours over bootstrap resamples, taken for
   both), so z = (paper − ours)/(√2·sd) and its two-sided normal p say whether the two runs differ by more than
   seed noise. It assumes the paper's seed-to-seed spread equals ours; "n/a" where a statistic is "never" on some

@@ -8,6 +8,9 @@ comparisons.
 * Bootstrap: resample seeds with replacement (``RESAMPLES`` draws from ``numpy.random.default_rng(SEED)``), apply
   the same statistic to each resample's seed-mean curve, take the 2.5% and 97.5% quantiles (no interpolation, so
   ``never`` stays ``inf``). Same data and seed → same interval.
+* Rerun interval (the test of a published value, ``rerun_interval``): where the statistic of a second run of as
+  many seeds would land, ours plus the difference between two independent resamples; the report marks a paper
+  value ✓ when it overlaps this interval, not the confidence interval of ours.
 * Paired: seeds with the same id share initial parameters and contexts across algorithms. The difference
   (algorithm − reference) is bootstrapped with the *same* resampled seed ids for both, over the seeds that have a
   value on both sides (not diverged, the metric logged); never − never counts as 0.
@@ -25,6 +28,7 @@ draw from numpy's global generator.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -174,23 +178,51 @@ def _difference(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
 
 @dataclass
 class Summary:
-    """``seeds``: how many seeds the value averages (finite per-seed values; all seeds for steps_to)."""
+    """``seeds``: how many seeds the value averages (finite per-seed values; all seeds for steps_to); ``rerun_low``,
+    ``rerun_high``: where the same statistic of a rerun of as many seeds would land (``rerun_interval``)."""
 
     value: float
     se: float
     low: float
     high: float
     seeds: int
+    rerun_low: float = np.nan
+    rerun_high: float = np.nan
 
 
 def summarize(stat: Stat, matrix: SeedMatrix, resamples: int = RESAMPLES, seed: int = SEED) -> Summary:
-    """Point value, s.e. and bootstrap interval of one cell."""
+    """Point value, s.e., bootstrap interval and rerun interval of one cell."""
     n = len(matrix.seeds)
     if n == 0 or matrix.values.size == 0:
         return Summary(np.nan, np.nan, np.nan, np.nan, n)
-    low, high = interval(bootstrap(stat, matrix, resample_counts(n, resamples, seed)))
+    samples = bootstrap(stat, matrix, resample_counts(n, resamples, seed))
+    low, high = interval(samples)
+    value = point(stat, matrix)
     finite = n if stat.kind == "steps_to" else int(np.isfinite(_column(stat, matrix)).sum())
-    return Summary(point(stat, matrix), standard_error(stat, matrix), low, high, finite)
+    if stat.kind == "steps_to":
+        rerun = rerun_interval(value, samples, float(matrix.steps[0]), float(matrix.steps[-1]) + 1, censor=True)
+    else:
+        rerun = rerun_interval(value, samples, *((0.0, 1.0) if stat.percent else (-math.inf, math.inf)))
+    return Summary(value, standard_error(stat, matrix), low, high, finite, *rerun)
+
+
+def rerun_interval(value: float, samples: np.ndarray, lowest: float, highest: float, censor: bool = False,
+                   level: float = LEVEL) -> tuple[float, float]:
+    """A 95% bootstrap prediction interval for the statistic of a second, independent run of as many seeds: ours
+    plus the quantiles of the difference between two independent resamples (resample i against resample i + R/2, so
+    the difference is symmetric: a rerun is as likely above ours as below). It is the test of a published value,
+    itself one run of its seeds: the confidence interval of ours cannot reach past our slowest seed, so a statistic
+    set by the slowest seed (steps to X of the seed mean) has a lopsided one whose end is often the point itself.
+    The ends are kept within what the statistic can be, [``lowest``, ``highest``] (0–1 for a fraction, the run's
+    first logged step and one step past its last for steps to X). ``censor`` (steps to X): a resample that never
+    crosses counts as crossing one step after the run, ``highest``, and an end there is never (``inf``)."""
+    if censor:
+        samples, value = np.minimum(samples, highest), min(value, highest)
+    spread = samples - np.roll(samples, len(samples) // 2)
+    low, high = (float(np.clip(end, lowest, highest)) for end in interval(value + spread, level))
+    if censor:
+        low, high = (math.inf if end >= highest else end for end in (low, high))
+    return low, high
 
 
 @dataclass

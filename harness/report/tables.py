@@ -337,7 +337,9 @@ class Report:
             "ours": summary.value if summary else nan, "se": summary.se if summary else nan,
             "ci_low": summary.low if summary else nan, "ci_high": summary.high if summary else nan,
             "paper": published.text if published else "",
-            "paper_in_ci": published.overlaps(summary.low, summary.high) if published and summary else None,
+            "rerun_low": summary.rerun_low if summary else nan, "rerun_high": summary.rerun_high if summary else nan,
+            "paper_in_rerun": (published.overlaps(summary.rerun_low, summary.rerun_high) if published and summary
+                               else None),
             "paper_low": published.low if published else nan, "paper_high": published.high if published else nan,
             "paper_note": published.note if published else "",
             "reference": label({k: ref_key[k] for k in table.reference}) if ref is not None else "reference",
@@ -403,11 +405,11 @@ def _interval(stat: Stat, low: float, high: float) -> str:
 
 
 def cell_text(stat: Stat, cell: pd.Series) -> str:
-    """"58 [52, 66] (58 ✓)": ours [95% CI] (paper, ✓ inside / ✗ outside our interval); † partial; a threshold the
-    seed mean never gets below: "never (k/n seeds reach it)", k the seeds whose own curve does."""
+    """"58 [52, 66] (58 ✓)": ours [95% CI] (paper, ✓ inside / ✗ outside a rerun's interval); † partial; a
+    threshold the seed mean never gets below: "never (k/n seeds reach it)", k the seeds whose own curve does."""
     paper_part = ""
     if cell.paper:
-        mark = {True: " ✓", False: " ✗"}.get(cell.paper_in_ci, "")
+        mark = {True: " ✓", False: " ✗"}.get(cell.paper_in_rerun, "")
         paper_part = f" ({cell.paper}{mark})"
     if cell.status in ("missing", "failed", "conflict"):
         return f"{cell.status}{paper_part}"
@@ -481,8 +483,9 @@ def latex(frame: pd.DataFrame, caption: str) -> str:
                       r"\midrule", *body, r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
 
 
-RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ inside / ✗ outside our interval, rounding "
-         "included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
+RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ / ✗: inside / outside the 95% interval of a "
+         "rerun of as many seeds, ours plus the difference of two independent resamples, the rerun_low and "
+         "rerun_high columns of the CSV; rounding included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
          "below X; never = the seed mean never gets below X within the run (k/n: the seeds whose own curve does), "
          "an interval ending at never: some resamples never get there; \"−\" = above 95% where the paper uses that, "
          "and the paper's own never; † = partial (fewer seeds or steps than the preset); n=k: the value averages k "
