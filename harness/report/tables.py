@@ -485,8 +485,8 @@ def latex(frame: pd.DataFrame, caption: str) -> str:
 
 RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ / ✗: inside / outside the 95% interval of a "
          "rerun of as many seeds, ours plus the difference of two independent resamples, the rerun_low and "
-         "rerun_high columns of the CSV; rounding included). Final = seed mean at the last step; steps to X = first step whose seed-mean error is strictly "
-         "below X; never = the seed mean never gets below X within the run (k/n: the seeds whose own curve does), "
+         "rerun_high columns of the CSV; rounding included). Final = seed mean at the last step; steps to X = "
+         "first step whose seed-mean error is strictly below X; never = the seed mean never gets below X within the run (k/n: the seeds whose own curve does), "
          "an interval ending at never: some resamples never get there; \"−\" = above 95% where the paper uses that, "
          "and the paper's own never; † = partial (fewer seeds or steps than the preset); n=k: the value averages k "
          "of the cell's seeds (the others diverged or lack the metric).")
