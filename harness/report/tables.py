@@ -483,13 +483,14 @@ def latex(frame: pd.DataFrame, caption: str) -> str:
                       r"\midrule", *body, r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
 
 
-RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ / ✗: inside / outside the 95% interval of a "
-         "rerun of as many seeds, ours plus the difference of two independent resamples, the rerun_low and "
+RULES = ("Cells: ours [95% percentile bootstrap over seeds] (paper ✓ / ✗: inside / outside the 95% interval of "
+         "a rerun of as many seeds, ours plus the difference of two independent resamples, the rerun_low and "
          "rerun_high columns of the CSV; rounding included). Final = seed mean at the last step; steps to X = "
-         "first step whose seed-mean error is strictly below X; never = the seed mean never gets below X within the run (k/n: the seeds whose own curve does), "
-         "an interval ending at never: some resamples never get there; \"−\" = above 95% where the paper uses that, "
-         "and the paper's own never; † = partial (fewer seeds or steps than the preset); n=k: the value averages k "
-         "of the cell's seeds (the others diverged or lack the metric).")
+         "first step whose seed-mean error is strictly below X; never = the seed mean never gets below X "
+         "within the run (k/n: the seeds whose own curve does), an interval ending at never: some resamples "
+         "never get there; \"−\" = above 95% where the paper uses that, and the paper's own never; † = partial "
+         "(fewer seeds or steps than the preset); n=k: the value averages k of the cell's seeds (the others "
+         "diverged or lack the metric).")
 PAIRED = ("Paired with {ref} on the same seed ids: Δ = ours − reference [95% bootstrap, same resampled seeds for "
           "both], P = fraction of paired seeds on which this cell beats the reference (per-seed values; ties ½); n=k: "
           "only k seeds have a value on both sides.")
