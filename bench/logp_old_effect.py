@@ -25,8 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.report.load import read_config  # noqa: E402
-
-RESAMPLES, SEED = 2000, 0
+from harness.report.stats import RESAMPLES, SEED, interval, resample_counts  # noqa: E402
 
 
 def curves(run_dir: Path) -> np.ndarray:
@@ -47,10 +46,9 @@ def per_seed(errors: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def paired_interval(difference: np.ndarray) -> tuple[float, float]:
-    counts = np.random.default_rng(SEED).multinomial(len(difference), np.full(len(difference), 1 / len(difference)),
-                                                      size=RESAMPLES)
-    means = counts @ difference / len(difference)
-    return tuple(np.quantile(means, [0.025, 0.975], method="inverted_cdf"))
+    """The report's paired interval: the same resamples of seed ids (``stats.resample_counts``) and quantiles."""
+    means = resample_counts(len(difference), RESAMPLES, SEED) @ difference / len(difference)
+    return interval(means)
 
 
 def main() -> None:
