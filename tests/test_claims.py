@@ -50,12 +50,17 @@ def test_paper_scale_needs_every_declared_line_run(tmp_path):
 
 
 def test_partial_needs_something_short_and_not_run_needs_nothing_run(tmp_path):
-    """Bug caught: the ``partial`` branch removed (a complete figure labelled partial passed)."""
+    """Bugs caught: the ``partial`` branch removed (a complete figure labelled partial passed); a status compared
+    whole, so the report's "partial (2/10 seeds)" counted as complete."""
     complete = {"fig10.caption.md": CAPTION.format(ppo="ok")}
     (found,) = problems(tmp_path / "a", README_ROW.format(artefact="Fig 10", status="partial: PPO not run"), complete)
     assert "labelled partial" in found and "2 of 2" in found
     assert problems(tmp_path / "b", README_ROW.format(artefact="Fig 10", status="partial"),
                     {"fig10.caption.md": CAPTION.format(ppo="missing")}) == []
+    short = {"fig10.caption.md": CAPTION.format(ppo="partial (2/10 seeds)")}  # the report's own wording
+    assert problems(tmp_path / "d", README_ROW.format(artefact="Fig 10", status="partial"), short) == []
+    (found,) = problems(tmp_path / "e", README_ROW.format(artefact="Fig 10", status="reproduced at paper scale"), short)
+    assert "1 of 2" in found
     (found,) = problems(tmp_path / "c", README_ROW.format(artefact="Fig 10", status="not run"), complete)
     assert "not run" in found
 

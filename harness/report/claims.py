@@ -149,7 +149,7 @@ def completeness(path: Path) -> tuple[int, int]:
     for table in parse_tables(text):
         headers = [header.strip().lower() for header in table.header]
         if "status" in headers:  # a figure's provenance: one row per line
-            statuses += [row[headers.index("status")].strip() for _, row in table.rows]
+            statuses += [(row[headers.index("status")].split() or ["missing"])[0] for _, row in table.rows]
         elif not path.name.endswith(".caption.md"):
             statuses += ["partial" if "†" in cell else cell.split()[0] if cell.split() else "missing"
                          for _, row in table.rows for cell in row[1:] if cell.strip() not in ("ref", "–")]
