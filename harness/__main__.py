@@ -52,6 +52,7 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if multirun:  # a job that SLURM requeued (preempted, or at its time limit) continues its run
         sweep.continue_if_requeued(cfg)
+        interrupts.end_with_launcher()
     launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
     had_results = rundir.has_results(run_dir)
     try:
@@ -63,6 +64,9 @@ def main(cfg: DictConfig) -> float | None:
             sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
             line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
             os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
+            if interrupts.launcher_gone():  # a worker pool catches SystemExit and would keep the process waiting
+                logging.shutdown()
+                os._exit(130)
             process.exit_interrupted()
         if rundir.started(run_dir):
             print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "

@@ -994,7 +994,10 @@ class LocalLauncher:
     pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
     leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
     it SIGTERMs them (each writes its summary, "interrupted", and keeps its checkpoint), and so does its death, even
-    by ``kill -9`` (``die_with_parent``)."""
+    by ``kill -9`` (``die_with_parent``). A run folder whose ``run.lock`` a live process holds (a run of an earlier
+    runner still closing, or one started by hand) is waited for up to ``lock_wait_s``, then refused in one line."""
+
+    lock_wait_s = 60.0  # a run SIGTERMed by its runner's death writes its summary and lets go within seconds
 
     def __init__(self, work: Path):
         self.work = work
@@ -1012,7 +1015,22 @@ class LocalLauncher:
         start = slot % len(self.cores)
         return min(self.cores[start:] + self.cores[:start], key=load.__getitem__)
 
-    def start(self, job: Job, slot: int) -> subprocess.Popen:
+    def claim(self, job: Job) -> str | None:
+        """``pid on host`` of a live process still holding the job's run.lock after ``lock_wait_s``, or None."""
+        from harness import rundir
+
+        lock, waited_until = job.work_dir(self.work) / rundir.LOCK_FILE, time.time() + self.lock_wait_s
+        while (holder := rundir.lock_holder(lock)) and time.time() < waited_until:
+            time.sleep(0.5)
+        return holder
+
+    def start(self, job: Job, slot: int) -> subprocess.Popen | None:
+        """Start the job's run (None, with a REFUSED line, when a live process holds its run folder: ``claim``)."""
+        holder = self.claim(job)
+        if holder:
+            print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not started, process "
+                  f"{holder} holds {_shown(job.work_dir(self.work))} (stop it, or wait for it to end)", flush=True)
+            return None
         job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
         core, runner = self.core(slot), os.getpid()
 

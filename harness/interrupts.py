@@ -7,7 +7,8 @@ handles SIGINT and SIGTERM itself (``StopJobs``): it gives the jobs a moment to 
 those of its children still holding a run's lock (``run.lock``) in the sweep folder, waits until they release it,
 then raises KeyboardInterrupt. A job running in this process (the basic launcher) is not a child: the interrupt is
 raised at once, as before. The command that continues the sweep is the launching process's, so it is handed to
-the jobs (``LAUNCH_ARGV_ENV``): a worker's own ``sys.argv`` is its launcher's (loky's, submitit's)."""
+the jobs (``LAUNCH_ARGV_ENV``): a worker's own ``sys.argv`` is its launcher's (loky's, submitit's). A launching
+process killed by ``kill -9`` handles nothing: each worker watches for it and stops itself (``end_with_launcher``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from pathlib import Path
 from harness import process, rundir, sweep
 
 LAUNCH_ARGV_ENV = "TPO_BENCH_LAUNCH_ARGV"
+LAUNCHER_PID_ENV = "TPO_BENCH_LAUNCHER_PID"
+_watching = False  # this process already ends with its launcher
 GRACE_S = 5.0  # a job that got the signal itself stops and releases its lock well within this
 STOP_S = 120.0  # the most a job is waited for once told to stop (it writes its summary; its checkpoint is on disk)
 
@@ -34,6 +37,26 @@ def launch_argv() -> list[str]:
 
 def record_launch_argv(argv: list[str]) -> None:
     os.environ[LAUNCH_ARGV_ENV] = shlex.join(argv)
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+
+
+def end_with_launcher() -> None:
+    """In a worker process the launching process started (joblib's), end with it: a launcher killed by ``kill -9``
+    cannot stop its workers, which would train on, orphaned, holding their run's lock (``process.end_with_parent``).
+    Once per process; a job in the launching process itself, or on a cluster node, is left alone."""
+    global _watching
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if _watching or launcher is None or os.getpid() == int(launcher) or os.getppid() != int(launcher):
+        return
+    process.end_with_parent()
+    _watching = True
+
+
+def launcher_gone() -> bool:
+    """Whether this is a worker whose launching process has died: nobody is left to take its jobs' results, so
+    after a stopped job it ends rather than wait in the pool."""
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    return launcher is not None and int(launcher) not in (os.getpid(), os.getppid())
 
 
 def raise_on_stop() -> None:

@@ -19,6 +19,8 @@ import os
 import platform
 import signal
 import sys
+import threading
+import time
 from typing import NoReturn
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
@@ -98,3 +100,18 @@ def die_with_parent(parent: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def end_with_parent(poll_s: float = 0.5) -> None:
+    """SIGTERM this process once its parent dies (a sweep's worker whose launcher was killed, even by ``kill -9``):
+    a thread watches the parent pid change as the orphan is handed to init. Unlike ``die_with_parent`` it needs no
+    exec and does not depend on which of the parent's threads started this process (a worker pool's manager thread
+    may end long before the pool). The job stops at its checkpoint as on any SIGTERM; an idle worker ends."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()

@@ -9,8 +9,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -488,3 +490,30 @@ def test_a_runner_killed_by_sigkill_leaves_no_run_training(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted", summary
     assert not (run_dir / "run.lock").exists()
+
+
+def test_the_local_launcher_waits_for_a_live_run_lock_then_refuses_in_one_line(tmp_path, capsys):
+    """A run folder held by a live process (an orphan of a killed runner still closing, a run started by hand):
+    the launcher waits for it to let go and starts the run, or refuses it in a REFUSED line instead of starting a run
+    that exits 2. Bug caught: LocalLauncher.start without ``claim`` (the campaign reported ``FAILED … exit 2``)."""
+    from harness import rundir
+
+    job, launcher = hour_job("held", 0.1), campaign.LocalLauncher(tmp_path)
+    launcher.lock_wait_s = 1.0
+    job.work_dir(tmp_path).mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (job.work_dir(tmp_path) / rundir.LOCK_FILE).write_text(f"{holder.pid} {socket.gethostname()}\n")
+        assert launcher.start(job, 0) is None
+        (line,) = capsys.readouterr().out.splitlines()
+        assert "REFUSED" in line and f"process {holder.pid} on" in line and "held" in line
+        closing = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+        threading.Thread(target=closing.wait).start()  # reaped when it ends, as init reaps an orphan
+        (job.work_dir(tmp_path) / rundir.LOCK_FILE).write_text(f"{closing.pid} {socket.gethostname()}\n")
+        launcher.lock_wait_s = 30.0
+        started = time.time()
+        assert launcher.claim(job) is None  # it let go within the wait
+        assert closing.poll() is not None and time.time() - started < 30
+    finally:
+        holder.kill()
+        holder.wait()

@@ -189,3 +189,37 @@ def test_a_stopped_sweep_s_child_processes_drop_only_the_pool_teardown_warnings(
          " ' objects to clean up at shutdown'); warnings.warn('a warning of the run itself')"],
         capture_output=True, text=True, check=True)
     assert "resource_tracker" not in child.stderr and "a warning of the run itself" in child.stderr
+
+
+def test_a_sweep_launcher_killed_by_sigkill_leaves_no_worker_training(tmp_path):
+    """``kill -9`` of a joblib sweep's launching process alone: each worker notices, stops its job at the last
+    checkpoint with its summary written and its lock released, and ends; the same command continues the sweep.
+    Bugs caught: ``interrupts.end_with_launcher`` not called in ``main`` (the workers trained on with parent pid 1,
+    holding run.lock, and the re-run was refused as "being written by process N"); ``main`` ending a stopped job
+    with ``sys.exit`` when its launcher is gone (the pool caught it and the worker waited on, orphaned)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    launcher = subprocess.Popen([sys.executable, "-m", "harness", *SWEEP], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    sweep = tmp_path / "sweep"
+    deadline = time.time() + 180
+    while time.time() < deadline and len(list(sweep.glob(f"*/{outputs.CHECKPOINT_FILE}"))) < 2:
+        time.sleep(0.05)
+    workers = {int(lock.read_text().split()[0]) for lock in sweep.glob(f"*/{rundir.LOCK_FILE}")}
+    assert len(workers) == 2, "both jobs should be training in their workers"
+    launcher.kill()
+    launcher.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and [pid for pid in workers if _alive(pid)]:
+        time.sleep(0.1)
+    orphans = [pid for pid in workers if _alive(pid)]
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, "a worker trained on after its launcher died"
+    jobs = sorted(path.parent for path in sweep.glob(f"*/{outputs.SUMMARY_FILE}"))
+    assert len(jobs) == 2 and not list(sweep.glob(f"*/{rundir.LOCK_FILE}"))
+    assert all(json.loads((job / outputs.SUMMARY_FILE).read_text())["status"] == "interrupted" for job in jobs)
+    resumed = run_cli([*SWEEP, "trainer.resume=auto"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    for job in jobs:
+        summary = json.loads((job / outputs.SUMMARY_FILE).read_text())
+        assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
