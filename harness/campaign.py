@@ -94,6 +94,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from harness import cli
 from harness.process import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,8 @@ MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launche
 TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
 MIN_TIME_MIN = 10  # at its limit loses the episodes since its last checkpoint; at least this (start-up, imports)
 MAX_JOBS = 50  # --max-jobs: SLURM jobs queued or running at once
+MAX_PARALLEL = 10_000  # the most --jobs or --max-jobs accepts
+MAX_HOURS = 10_000.0  # the most --hours or --finish-within accepts (over a year)
 SUBMITIT = ".submitit"  # under --work: submitit's folder per SLURM job (its pickles and log)
 SLURM_RECORD = ".slurm.json"  # beside a run folder: the SLURM job that runs it (job id, submit time, command)
 ENDED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -188,19 +191,19 @@ def load_queue(name: str) -> dict:
     path = Path(name) if name.endswith(".yaml") else QUEUES / f"{name}.yaml"
     if not path.exists():
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
-        raise SystemExit(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
+        raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
     seen = set()
     for index, cell in enumerate(queue.get("cells") or ()):
         where = f"{path.name}: cells[{index}]"
         missing = [key for key in ("priority", "preset", "name", "seeds", "cost") if key not in cell]
         if missing:
-            raise SystemExit(f"Error: {where} has no {missing[0]}; a cell needs priority, preset, name, seeds, cost")
+            raise cli.Refusal(f"Error: {where} has no {missing[0]}; a cell needs priority, preset, name, seeds, cost")
         if isinstance(cell["cost"], bool) or not isinstance(cell["cost"], (int, float)) or not cell["cost"] > 0:
-            raise SystemExit(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
+            raise cli.Refusal(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
                              "seed-episode > 0")
         if (cell["preset"], cell["name"]) in seen:
-            raise SystemExit(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; list each cell once")
+            raise cli.Refusal(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; list each cell once")
         seen.add((cell["preset"], cell["name"]))
         check_resources(cell, where)
     return queue
@@ -212,7 +215,7 @@ def check_resources(cell: dict, where: str) -> None:
     ignored, or refused by sbatch only after the jobs before it were submitted."""
     unknown = [key for key in cell if key not in CELL_KEYS]
     if unknown:
-        raise SystemExit(f"Error: {where} has an unknown key {unknown[0]!r}; valid keys: {', '.join(CELL_KEYS)}")
+        raise cli.Refusal(f"Error: {where} has an unknown key {unknown[0]!r}; valid keys: {', '.join(CELL_KEYS)}")
 
     def integer(value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -228,13 +231,13 @@ def check_resources(cell: dict, where: str) -> None:
             ("gpu_hours", lambda v: (integer(v) or isinstance(v, float)) and 0 < v < math.inf,
              "a number > 0 (the cell's projected GPU-hours, all its seeds)")):
         if key in cell and not valid(cell[key]):
-            raise SystemExit(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
+            raise cli.Refusal(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
     gpu, on_cuda = cell.get("gpus", 0) == 1, GPU_OVERRIDE in (cell.get("overrides") or ())
     if gpu != on_cuda:  # the GPU a job asks for and the device its run uses go together
-        raise SystemExit(f"Error: {where} has gpus: {cell.get('gpus', 0)} but "
+        raise cli.Refusal(f"Error: {where} has gpus: {cell.get('gpus', 0)} but "
                          f"{'no' if gpu else 'the'} override {GPU_OVERRIDE}; a GPU cell has both, a CPU cell neither")
     if "gpu_hours" in cell and not gpu:
-        raise SystemExit(f"Error: {where}.gpu_hours is for a GPU cell (gpus: 1, {GPU_OVERRIDE})")
+        raise cli.Refusal(f"Error: {where}.gpu_hours is for a GPU cell (gpus: 1, {GPU_OVERRIDE})")
 
 
 class CellError(Exception):
@@ -289,7 +292,7 @@ def check_cells(queue: dict, name: str) -> None:
         try:
             cell_identity(cell["preset"], tuple(cell.get("overrides", ())))
         except CellError as error:
-            raise SystemExit(f"Error: {Path(name).name if name.endswith('.yaml') else name + '.yaml'}: cells[{index}] "
+            raise cli.Refusal(f"Error: {Path(name).name if name.endswith('.yaml') else name + '.yaml'}: cells[{index}] "
                              f"({cell['preset']}/{cell['name']}) does not compose: {error}; fix its overrides"
                              ) from None
 
@@ -304,7 +307,7 @@ def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
     priorities = list(dict.fromkeys(str(cell["priority"]) for cell in cells))
     unknown = sorted(chosen - set(priorities) - {f"{cell['preset']}/{cell['name']}" for cell in cells})
     if unknown or not chosen:
-        raise SystemExit(f"Error: --only {only!r}: {', '.join(unknown) or 'nothing'} is neither a priority nor a "
+        raise cli.Refusal(f"Error: --only {only!r}: {', '.join(unknown) or 'nothing'} is neither a priority nor a "
                          f"cell (<preset>/<cell>) of {Path(name).name if name.endswith('.yaml') else name + '.yaml'}; "
                          f"valid priorities (case-sensitive): {', '.join(priorities)}")
     return chosen
@@ -725,7 +728,7 @@ def campaign_lock(work: Path, results: Path, cells: list[tuple[str, str]]) -> It
     for folder in (work, results):
         holder = rundir.lock_holder(folder / OLD_LOCK) if (folder / OLD_LOCK).exists() else None
         if holder is not None:
-            raise SystemExit(f"Error: a campaign of an earlier version (process {holder}) holds all of {folder}; "
+            raise cli.Refusal(f"Error: a campaign of an earlier version (process {holder}) holds all of {folder}; "
                              f"wait for it or stop it (a lock left by a crash on another host: delete "
                              f"{folder / OLD_LOCK})")
 
@@ -1186,7 +1189,7 @@ class SlurmLauncher:
         try:
             self._active, self._asked = self.active_jobs(), time.time()
         except SlurmError as error:
-            raise SystemExit(f"Error: cannot tell which recorded SLURM jobs still run ({error}); nothing was "
+            raise cli.Refusal(f"Error: cannot tell which recorded SLURM jobs still run ({error}); nothing was "
                              "submitted: run the same command again once squeue answers") from None
         attached = {}
         for job in jobs:
@@ -1380,11 +1383,13 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     return failed
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.campaign", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.campaign", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
+    parser.add_argument("--jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=2,
+                        help="runs at a time (one core each)")
     parser.add_argument("--only", default=None,
                         help="comma list of the queue's priorities and cells to run, e.g. P1,P2 or "
                              "P7,fig8_ablations/h10_group_pg (case-sensitive)")
@@ -1394,34 +1399,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replace", action="store_true",
                         help="move runs of another configuration than their cell's (refused otherwise) to "
                              "<work>/.replaced/<time>/ and run their seeds again")
-    parser.add_argument("--hours", type=float, default=None,
+    parser.add_argument("--hours", type=cli.number(float, low=0, high=MAX_HOURS), default=None,
                         help="start no run after this many hours (running ones finish); 0: only export finished runs")
-    parser.add_argument("--finish-within", type=float, default=None, metavar="HOURS",
+    parser.add_argument("--finish-within", type=cli.number(float, low=0, high=MAX_HOURS), default=None,
+                        metavar="HOURS",
                         help="start only runs expected to end within this many hours (a hard session end)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
                         help="where runs run: local (--jobs at a time on this machine) or slurm (a SLURM job each)")
     parser.add_argument("--partition", default=None, help="--launcher slurm: the partition (default: the cluster's)")
-    parser.add_argument("--max-jobs", type=int, default=None,
+    parser.add_argument("--max-jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=None,
                         help=f"--launcher slurm: SLURM jobs queued or running at once (default {MAX_JOBS})")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
-    if args.jobs < 1:
-        parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
     if args.launcher == "local" and (args.partition is not None or args.max_jobs is not None):
         parser.error(f"{'--partition' if args.partition is not None else '--max-jobs'} is for --launcher slurm")
-    if args.max_jobs is not None and args.max_jobs < 1:
-        parser.error(f"--max-jobs={args.max_jobs} is not valid; expected a positive integer")
     args.max_jobs = args.max_jobs or MAX_JOBS
     if args.launcher == "slurm" and not args.dry_run:
         missing = [name for name in ("sbatch", "squeue", "srun") if shutil.which(name) is None]
         if missing:
-            raise SystemExit(f"Error: --launcher slurm: {', '.join(missing)} not found on PATH; run the campaign "
+            raise cli.Refusal(f"Error: --launcher slurm: {', '.join(missing)} not found on PATH; run the campaign "
                              "where SLURM's commands are (a login node), or without --launcher slurm")
-    for flag, value in (("--hours", args.hours), ("--finish-within", args.finish_within)):
-        if value is not None and not value >= 0:  # NaN too
-            parser.error(f"{flag}={value} is not valid; expected a number >= 0")
     queue = load_queue(args.queue)
     only = check_only(queue, args.only, args.queue)
     check_cells(queue, args.queue)

@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness import campaign
+from harness import campaign, cli
+from harness.campaign import MAX_HOURS, MAX_PARALLEL
 from harness.process import running
 from common.checks import did_you_mean
 
@@ -513,14 +514,17 @@ def write(suite: Suite, candidate: Candidate, results: Path, out: Path, command:
     return out / FILES[0]
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.scorecard", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.scorecard", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="algorithm=<id> [algorithm.<key>=<value> ...]")
     parser.add_argument("--quick", action="store_true", help="the quick suite (default: the full one)")
     parser.add_argument("--baselines", action="store_true", help="run the suite's baselines (no scorecard)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
-    parser.add_argument("--finish-within", type=float, default=None, metavar="HOURS",
+    parser.add_argument("--jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=2,
+                        help="runs at a time (one core each)")
+    parser.add_argument("--finish-within", type=cli.number(float, above=0, high=MAX_HOURS), default=None,
+                        metavar="HOURS",
                         help="start only runs expected to end within this many hours")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and their cost, run nothing")
     parser.add_argument("--replace", action="store_true",
@@ -530,10 +534,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()
-    if args.jobs < 1:
-        parser.error(f"--jobs={args.jobs} is not valid; expected a positive integer")
-    if args.finish_within is not None and not args.finish_within > 0:  # NaN too
-        parser.error(f"--finish-within={args.finish_within} is not valid; expected a number of hours > 0")
     try:
         suite = load_suite("quick" if args.quick else "full")
         if args.baselines:

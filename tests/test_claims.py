@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 from harness.report import claims
 
@@ -118,4 +120,6 @@ def test_the_command_exits_1_on_a_contradiction(tmp_path, capsys):
              {"fig10.caption.md": CAPTION.format(ppo="missing")})
     assert claims.main([str(tmp_path)]) == 1
     assert "README.md:3: Fig 10" in capsys.readouterr().out
-    assert claims.main([str(tmp_path / "nowhere")]) == 2
+    with pytest.raises(SystemExit) as refused:
+        claims.main([str(tmp_path / "nowhere")])
+    assert refused.value.code == 2 and "nowhere: no results/ folder" in capsys.readouterr().err

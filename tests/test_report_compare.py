@@ -226,7 +226,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(argv, messa
     with pytest.raises(SystemExit) as refused:
         main([str(sweep), "--out", str(tmp_path / "out"), *argv])
     assert refused.value.code == 2
-    assert capsys.readouterr().err.splitlines() == [f"python -m harness.report: {message}"]
+    assert capsys.readouterr().err.splitlines() == [f"Error: python -m harness.report: {message}"]
     assert not (tmp_path / "out").exists()
 
 
@@ -236,8 +236,8 @@ def test_a_baseline_without_usable_runs_in_any_task_is_refused_naming_the_tasks(
               "--baseline", "tpo"])
     assert refused.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"python -m harness.report: --baseline tpo: no task has usable runs of it ({EXPERIMENT}, single-context bandit "
-        "(failed))"]
+        f"Error: python -m harness.report: --baseline tpo: no task has usable runs of it ({EXPERIMENT}, "
+        "single-context bandit (failed))"]
     assert not (tmp_path / "out").exists()
 
 

@@ -270,8 +270,8 @@ def test_a_candidate_with_an_override_runs_and_gets_its_scorecard(tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (["algorithm=tpo", "algorithm.etaa=0.5"], "Error: algorithm.etaa is not a config key; did you mean algorithm.eta?"),
-    (["algorithm=tpo", "--finish-within", "-1"], "--finish-within=-1.0 is not valid; expected a number of hours > 0"),
-    (["algorithm=tpo", "--finish-within", "nan"], "--finish-within=nan is not valid; expected a number of hours > 0"),
+    (["algorithm=tpo", "--finish-within", "-1"], "argument --finish-within: '-1' is not a finite number > 0"),
+    (["algorithm=tpo", "--finish-within", "nan"], "argument --finish-within: 'nan' is not a finite number > 0"),
 ])
 def test_a_bad_key_or_flag_is_refused_in_one_line_before_anything_runs(arguments, message, capsys):
     """Bugs caught: parse_candidate not composing the candidate's keys (an 18-line traceback advising ``+key``, which

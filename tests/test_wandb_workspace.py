@@ -141,7 +141,7 @@ def refusal(capsys, argv: list[str]) -> str:
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("python -m harness.report: ")
+    assert lines[0].startswith("Error: python -m harness.report: ")
     return lines[0]
 
 

@@ -34,16 +34,19 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only, never a window
 
+from harness import cli  # noqa: E402
 from harness.report import compare, stats  # noqa: E402
 from harness.report.build import write_report  # noqa: E402
 from harness.report.specs import FIGURES, TABLES  # noqa: E402
 
-MIN_RESAMPLES = 100
+MIN_RESAMPLES = 100  # an interval from fewer is noise
+MAX_RESAMPLES = 100_000  # each resample is a (seeds × steps) draw; more would only cost memory
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.report", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", type=Path, help="sweep folders or run directories")
     parser.add_argument("--out", type=Path, default=Path("results/report"),
                         help="output folder: new, empty, or one an earlier report wrote (its README.md generated); "
@@ -54,11 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--figures", default="auto",
                         help=f"auto | all | none | generic (only the per-preset curves drawn for runs no paper "
                              f"figure covers) | comma list of {','.join(FIGURES)}")
-    parser.add_argument("--smooth", type=int, default=1,
+    parser.add_argument("--smooth", type=cli.number(int, low=1, high=100_000), default=1,
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
-    parser.add_argument("--resamples", type=int, default=stats.RESAMPLES,
-                        help=f"bootstrap resamples (at least {MIN_RESAMPLES})")
-    parser.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed (0 or more)")
+    parser.add_argument("--resamples", type=cli.number(int, low=MIN_RESAMPLES, high=MAX_RESAMPLES),
+                        default=stats.RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--seed", type=cli.number(int, low=0), default=stats.SEED,
+                        help="bootstrap generator seed")
     parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
                         help="also read runs from this W&B project (full histories via scan_history)")
     parser.add_argument("--wandb-filters", type=json.loads, default=None,
@@ -84,15 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         save_workspace(parser, args)
         return
     if args.preset is not None:
-        parser.exit(2, f"{parser.prog}: --preset chooses the runs of --wandb-workspace; a report reads every run of "
-                       "its run folders (or --wandb projects)\n")
+        parser.refuse("--preset chooses the runs of --wandb-workspace; a report reads every run of "
+                      "its run folders (or --wandb projects)")
     if not args.paths and not args.wandb:
         parser.error("give at least one run folder, --wandb ENTITY/PROJECT, or --wandb-workspace ENTITY/PROJECT")
-    if args.resamples < MIN_RESAMPLES:  # 0 gives no interval at all, a negative count fails deep in numpy
-        parser.exit(2, f"{parser.prog}: --resamples {args.resamples}: give at least {MIN_RESAMPLES} (an interval "
-                       f"from fewer is noise; default {stats.RESAMPLES})\n")
-    if args.seed < 0:  # numpy refuses it, deep in the first bootstrap, after the output folder is made
-        parser.exit(2, f"{parser.prog}: --seed {args.seed}: give a non-negative integer (default {stats.SEED})\n")
     comparison = comparison_request(parser, args)
     if args.wandb:
         check_wandb(parser, args.wandb)
@@ -101,12 +100,12 @@ def main(argv: list[str] | None = None) -> None:
                              wandb=args.wandb, wandb_filters=args.wandb_filters, resamples=args.resamples,
                              seed=args.seed, comparison=comparison)
     except compare.CompareError as error:
-        parser.exit(2, f"{parser.prog}: {error}\n")
+        parser.refuse(str(error))
     print(table.to_string(index=False))
     print(f"\nwritten to {args.out}/")
 
 
-def check_wandb(parser: argparse.ArgumentParser, projects: list[str]) -> None:
+def check_wandb(parser: cli.Parser, projects: list[str]) -> None:
     """``--wandb``: refused in one line (exit 2, before any run is read) for a malformed ENTITY/PROJECT or when W&B
     has no API key (``wandb login``)."""
     import wandb
@@ -115,40 +114,40 @@ def check_wandb(parser: argparse.ArgumentParser, projects: list[str]) -> None:
 
     for project in projects:
         if not PROJECT_PATH.fullmatch(project):
-            parser.exit(2, f"{parser.prog}: --wandb {project!r}: expected ENTITY/PROJECT (e.g. my-team/tpo-bench)\n")
+            parser.refuse(f"--wandb {project!r}: expected ENTITY/PROJECT (e.g. my-team/tpo-bench)")
     try:
         wandb.Api()
     except wandb.errors.UsageError as error:  # no API key
-        parser.exit(2, f"{parser.prog}: --wandb {projects[0]}: {error}\n")
+        parser.refuse(f"--wandb {projects[0]}: {error}")
 
 
-def comparison_request(parser: argparse.ArgumentParser, args: argparse.Namespace) -> compare.Request | None:
+def comparison_request(parser: cli.Parser, args: argparse.Namespace) -> compare.Request | None:
     """``--compare``/``--baseline``/``--windows`` as a request, or None; refused in one line (exit 2, before any run
     is read) when one of the first two comes without the other or a window is not one of ``compare.WINDOWS``."""
     if args.compare is None and args.baseline is None and args.windows is None:
         return None
     if args.compare is None or args.baseline is None:
-        parser.exit(2, f"{parser.prog}: --compare KEY and --baseline VALUE go together (--windows only with them)\n")
+        parser.refuse("--compare KEY and --baseline VALUE go together (--windows only with them)")
     windows = tuple(dict.fromkeys(args.windows.split(","))) if args.windows is not None else ("final",)
     unknown = [window for window in windows if window not in compare.WINDOWS]
     if unknown:
-        parser.exit(2, f"{parser.prog}: --windows {args.windows}: unknown {', '.join(unknown)}; choose from "
-                       f"{', '.join(compare.WINDOWS)}\n")
+        parser.refuse(f"--windows {args.windows}: unknown {', '.join(unknown)}; choose from "
+                      f"{', '.join(compare.WINDOWS)}")
     return compare.Request(args.compare, args.baseline, windows)
 
 
-def save_workspace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def save_workspace(parser: cli.Parser, args: argparse.Namespace) -> None:
     """``--wandb-workspace``: refused in one line (exit 2, nothing saved) with run folders or ``--wandb``, which it
     does not read, and for what ``wandb_workspace.save_workspace`` refuses."""
     if args.paths or args.wandb:
-        parser.exit(2, f"{parser.prog}: --wandb-workspace shows the runs of its own W&B project: give no run folders "
-                       "or --wandb\n")
+        parser.refuse("--wandb-workspace shows the runs of its own W&B project: give no run folders "
+                      "or --wandb")
     from harness.report import wandb_workspace  # wandb only where it is used: the report reads run folders
 
     try:
         workspace = wandb_workspace.save_workspace(args.wandb_workspace, args.preset, args.wandb_filters)
     except wandb_workspace.WorkspaceError as error:
-        parser.exit(2, f"{parser.prog}: {error}\n")
+        parser.refuse(str(error))
     print(f"saved W&B workspace {workspace.name!r} in {args.wandb_workspace}")
 
 

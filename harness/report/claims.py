@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import cli
 from harness.report.quotes import generated_files, parse_tables
 
 EVERY = re.compile(r"\b(?:every|all)\b(?:\s+[\w-]+){0,2}?\s+paper values?\b[^.;|]{0,40}?\binside\b", re.I)
@@ -199,13 +200,14 @@ def check(root: Path) -> list[Problem]:
     return problems
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.report.claims", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", nargs="?", type=Path, default=Path("."), help="the checkout (default: .)")
     args = parser.parse_args(argv)
     if not (args.root / "results").is_dir():
-        print(f"Error: {args.root} has no results/ folder (give the checkout's root)", file=sys.stderr)
-        return 2
+        parser.error(f"{args.root}: no results/ folder below it (give the checkout's root)")
     problems = check(args.root)
     for problem in problems:
         print(problem)

@@ -77,6 +77,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness import cli
 from harness.report.load import episodes
 from harness.rundir.summary import relapse_events, until_diverged
 
@@ -394,15 +395,10 @@ def _write_paper(args: argparse.Namespace) -> None:
     print(seed_dynamics_markdown({}, result))
 
 
-def _at_least_one(text: str) -> int:
-    if int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return int(text)
-
-
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.report.dynamics", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.report.dynamics", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     folders = {"nargs": "+", "type": Path, "help": "run folders, one cell each (e.g. under results/runs)"}
     relapses = commands.add_parser("relapses", help="relapse onsets, risk by zero-gradient streak, optimizer drift")
@@ -410,9 +406,12 @@ def main(argv: list[str] | None = None) -> None:
     relapses.set_defaults(action=_print_relapses)
     endings = commands.add_parser("endings", help="how each seed ends: learned, stuck, moving or diverged")
     endings.add_argument("paths", **folders)
-    endings.add_argument("--last", type=_at_least_one, default=100, help="logged episodes a seed's ending is read from")
-    endings.add_argument("--reach", type=float, default=0.05, help="error threshold of the first-episode column")
-    endings.add_argument("--learned", type=float, default=0.05, help="mean error below this: learned")
+    endings.add_argument("--last", type=cli.number(int, low=1, high=10**9), default=100,
+                         help="logged episodes a seed's ending is read from")
+    endings.add_argument("--reach", type=cli.number(float, low=0, high=1), default=0.05,
+                         help="error threshold of the first-episode column")
+    endings.add_argument("--learned", type=cli.number(float, low=0, high=1), default=0.05,
+                         help="mean error below this: learned")
     endings.set_defaults(action=_print_endings)
     paper = commands.add_parser("paper", help="the paper's Fig 1b seeds (its per-seed npz) → " + PAPER_FILE.name)
     paper.add_argument("--paper-npz", type=Path, required=True, help="token_reversal_sparse_reward_results.npz")

@@ -19,7 +19,6 @@ and all-fail fraction are its check (``results/fig8_ablations/conclusions.md``).
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
@@ -28,6 +27,7 @@ from scipy.stats import binom
 
 from algorithms import Rollout
 from algorithms.registry import ALGORITHMS, Algorithm, get_algorithm
+from harness import cli
 from harness.report.group_pull import gradients, method
 
 DECADES = (-6, 9)  # the odds searched for a fixed point: 10^-6 … 10^9, on a grid of STEPS per decade
@@ -105,13 +105,15 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(prog="python -m harness.report.fixed_point", description=__doc__.split("\n\n")[0])
     parser.add_argument("--algorithms", nargs="+", default=list(target_algorithms()),
                         help="default: the sequence-level algorithms that fit a target (TPO and its ablation)")
-    parser.add_argument("--H", nargs="+", type=int, default=[7, 8, 10], help="sequence lengths")
-    parser.add_argument("--V", type=int, default=2, help="vocabulary size")
-    parser.add_argument("--K", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--H", nargs="+", type=cli.number(int, low=1, high=64), default=[7, 8, 10],
+                        help="sequence lengths")
+    parser.add_argument("--V", type=cli.number(int, low=2, high=2**53), default=2, help="vocabulary size")
+    parser.add_argument("--K", type=cli.number(int, low=2, high=MAX_K), default=8, help="samples per prompt")
     args = parser.parse_args(argv)
     valid = sequence_level_group_algorithms()
     for name in args.algorithms:

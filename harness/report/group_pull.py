@@ -19,7 +19,6 @@ much noise it gains (``real_under_noise``).
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from omegaconf import OmegaConf
 from algorithms import Groups, Rollout
 from algorithms.registry import ALGORITHMS, Algorithm, build, get_algorithm
 from algorithms.scores import Spread
+from harness import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor",
@@ -143,18 +143,19 @@ def markdown(rows: list[str], columns: list[str], ratios: list[list]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(prog="python -m harness.report.group_pull", description=__doc__.split("\n\n")[0])
     parser.add_argument("--algorithms", nargs="+", default=list(swept_algorithms()),
                         help="default: those the beyond_amplification preset sweeps")
-    parser.add_argument("--K", type=int, default=8, help="candidates per group")
-    parser.add_argument("--noise", nargs="+", type=float, default=[0.001, 0.01], help="σ of the score noise")
-    parser.add_argument("--draws", type=int, default=4096, help="noisy groups averaged per σ (and per real group)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--K", type=cli.number(int, low=2, high=4096), default=8, help="candidates per group")
+    parser.add_argument("--noise", nargs="+", type=cli.number(float, above=0, high=1e6), default=[0.001, 0.01],
+                        help="σ of the score noise")
+    parser.add_argument("--draws", type=cli.number(int, low=1, high=1_000_000), default=4096,
+                        help="noisy groups averaged per σ (and per real group)")
+    parser.add_argument("--seed", type=cli.number(int, low=0), default=0)
     parser.add_argument("--out", type=Path, help="also write both tables here (markdown)")
     args = parser.parse_args(argv)
-    if args.K < 2:
-        parser.error(f"--K {args.K}: a group needs at least 2 candidates")
     valid = standardising()
     for name in args.algorithms:
         if name not in valid:  # one line naming the valid ids

@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 
 from algorithms.registry import neutral_hyperparameters
+from harness import cli
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.rundir import NEUTRAL_DEFAULTS
 from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
@@ -562,8 +563,8 @@ def episodes(path: Path, metrics: Metrics = None) -> pd.DataFrame:
     per metric. Runs of different configurations, or a seed in two runs, are refused: they would be pooled."""
     runs, curves = load_runs([path], metrics=None if metrics is None else list(metrics))
     if runs.signature.nunique() > 1:
-        raise SystemExit(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
+        raise cli.Refusal(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
     seeds = [seed for ids in runs.seed_ids for seed in ids]
     if len(seeds) != len(set(seeds)):
-        raise SystemExit(f"{path}: a seed is in more than one run; keep one copy of each seed")
+        raise cli.Refusal(f"{path}: a seed is in more than one run; keep one copy of each seed")
     return curves.astype({"metric": str}).pivot(index=["seed", "step"], columns="metric", values="value")

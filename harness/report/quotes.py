@@ -38,6 +38,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import cli
+
 NUM = r"\d+(?:\.\d+)?(?:e-?\d+)?"
 SNUM = r"-?" + NUM
 INTERVAL = re.compile(rf"(?:({SNUM})\s*)?\[\s*({SNUM}|-?inf|never|−)\s*,\s*({SNUM}|-?inf|never|−)\s*\]")
@@ -263,9 +265,10 @@ def check(root: Path) -> Result:
     return result
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report.quotes", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.report.quotes", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", nargs="?", type=Path, default=Path("results"),
                         help="folder of preset folders, each with a conclusions.md and its generated tables")
     args = parser.parse_args(argv)

@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import mannwhitneyu, norm
 
+from harness import cli
 from harness.report import stats
 from harness.report.figures import smooth
 from harness.report.load import load_runs, warn
@@ -114,12 +115,12 @@ def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list
     resolve it, restricted to ``seeds`` when given; no ``algorithms``: every one with runs, in the paper's order."""
     runs, curves = load_runs(paths, metrics=[metric])
     if runs.empty:
-        raise SystemExit(f"no runs under {', '.join(map(str, paths))}")
+        raise cli.Refusal(f"no runs under {', '.join(map(str, paths))}")
     if preset is None:
         own = {experiment for run_dir, experiment in zip(runs.run_dir, runs.experiment)
                if Path(run_dir).is_relative_to(paths[0])}
         if len(own) != 1:
-            raise SystemExit(f"{paths[0]}: runs of {len(own)} presets ({', '.join(sorted(own))}); give --preset")
+            raise cli.Refusal(f"{paths[0]}: runs of {len(own)} presets ({', '.join(sorted(own))}); give --preset")
         preset = own.pop()
     report = Report(runs, curves)
     key = parse_cell(where.replace(",", " "))
@@ -287,7 +288,7 @@ def relapses_table(cells: list[Cell], at: int, resamples: int, seed: int) -> str
         matrix = cell.matrix
         column = int(np.searchsorted(matrix.steps, at))
         if column == len(matrix.steps) or matrix.steps[column] != at:
-            raise SystemExit(f"{name}: episode {at} is not logged")
+            raise cli.Refusal(f"{name}: episode {at} is not logged")
         states = np.array([in_relapse(row, below, above) for row in matrix.values])
         events = stats.per_seed(RELAPSES, matrix)
         value = stats.summarize(stat, matrix, resamples, seed)
@@ -431,9 +432,10 @@ def rerun_table(cells: list[Cell], others: list[Path], threshold: float, resampl
                      "Mann–Whitney p (per seed)"], rows)
 
 
+@cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.report.seedwise", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(prog="python -m harness.report.seedwise", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("paths", nargs="+", type=Path, help="run folders (e.g. under results/runs); the first one's "
                                                            "preset resolves the cells")
@@ -443,8 +445,10 @@ def main(argv: list[str] | None = None) -> None:
     common.add_argument("--seeds", type=parse_seeds, default=None, help="only these seed ids: 0-4 or 0,2,5-9")
     common.add_argument("--preset", default=None, help="resolve the cells as this preset's tables do (default: the "
                                                        "preset of the first path's runs)")
-    common.add_argument("--resamples", type=int, default=stats.RESAMPLES, help="bootstrap resamples")
-    common.add_argument("--seed", type=int, default=stats.SEED, help="bootstrap generator seed")
+    common.add_argument("--resamples", type=cli.number(int, low=1, high=100_000), default=stats.RESAMPLES,
+                        help="bootstrap resamples")
+    common.add_argument("--seed", type=cli.number(int, low=0), default=stats.SEED,
+                        help="bootstrap generator seed")
     commands = parser.add_subparsers(dest="command", required=True)
     paired = commands.add_parser("paired", parents=[common], help="windows of the run, each paired to the reference")
     paired.add_argument("--windows", type=lambda text: text.split(","), default=list(WINDOWS),
@@ -455,29 +459,31 @@ def main(argv: list[str] | None = None) -> None:
     for name, text in (("perseed", "per-seed first episodes below a threshold"),
                        ("methods", "final error, Δ, steps to a threshold, solved and relapsed seeds, run mean")):
         commands.add_parser(name, parents=[common], help=text).add_argument(
-            "--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
+            "--threshold", type=cli.number(float, above=0, high=1), required=True, help="error threshold, e.g. 0.01")
     diagnostics = commands.add_parser("diagnostics", parents=[common],
                                       help="Section 4's all-fail fraction and gradient-norm peak and decay")
     diagnostics.add_argument("--at", type=lambda text: [int(item) for item in text.split(",")], default=[0, 100],
                              help="episodes at which to read the all-fail fraction (default 0,100)")
-    diagnostics.add_argument("--window", type=int, default=50, help="centred moving average of the gradient norm")
-    diagnostics.add_argument("--fraction", type=float, default=0.01,
+    diagnostics.add_argument("--window", type=cli.number(int, low=1, high=10**9), default=50,
+                             help="centred moving average of the gradient norm")
+    diagnostics.add_argument("--fraction", type=cli.number(float, above=0, high=1), default=0.01,
                              help="the decay point: the first episode after the peak below this fraction of it")
     diagnostics.add_argument("--zero-variance", action="store_true",
                              help="also the fraction of zero-variance groups at the episodes --at")
     replicate = commands.add_parser("replicate", parents=[common],
                                     help="ours against the paper's number, in units of an independent rerun's spread")
     replicate.add_argument("--table", required=True, help="the paper artefact whose numbers to read, e.g. table1")
-    replicate.add_argument("--threshold", type=float, default=None,
+    replicate.add_argument("--threshold", type=cli.number(float, above=0, high=1), default=None,
                            help="steps to this error (e.g. 0.01); without it, the final error")
     relapses = commands.add_parser("relapses", parents=[common],
                                    help="the error at an episode with the seeds in a relapse there, and relapses "
                                         "over the run")
-    relapses.add_argument("--at", type=int, required=True, help="the episode, e.g. 400")
+    relapses.add_argument("--at", type=cli.number(int, low=0, high=10**9), required=True, help="the episode, e.g. 400")
     rerun = commands.add_parser("rerun", parents=[common], help="ours against runs of the same cell on other seeds")
     rerun.add_argument("--other", type=Path, action="append", required=True,
                        help="per-seed curves of another run (.npz with <algorithm>_errors); repeat for several")
-    rerun.add_argument("--threshold", type=float, required=True, help="error threshold, e.g. 0.01")
+    rerun.add_argument("--threshold", type=cli.number(float, above=0, high=1), required=True,
+                       help="error threshold, e.g. 0.01")
     args = parser.parse_args(argv)
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
