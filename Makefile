@@ -17,7 +17,7 @@ LOCK_FLAGS ?=
 
 .PHONY: install lock demo demo-llm test bench bench-jax reference-traces report gpu-site clean
 
-$(STAMP): $(LOCK) $(LOCK_NODEPS) pyproject.toml Makefile
+$(STAMP): $(LOCK) $(LOCK_NODEPS) pyproject.toml setup.py Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else \
 		f"$(LOCK) is for Python 3.11, $(PYTHON) is {sys.version.split()[0]}: make install PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)

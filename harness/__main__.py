@@ -41,6 +41,12 @@ REFUSED = (ConfigError, outputs.CheckpointError)  # raised before any work: the 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    """Train one configuration (``run_job``); a sweep job in a worker process ends with its launcher."""
+    with interrupts.worker_job():
+        return run_job(cfg)
+
+
+def run_job(cfg: DictConfig) -> float | None:
     """Train one configuration; return the final mean error (for Hydra sweepers that optimise it).
 
     A single run that fails exits non-zero (2 when refused before any work: a bad value, a run directory that holds
@@ -52,7 +58,6 @@ def main(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if multirun:  # a job that SLURM requeued (preempted, or at its time limit) continues its run
         sweep.continue_if_requeued(cfg)
-        interrupts.end_with_launcher()
     launch_log = None if multirun else LaunchLog(run_dir / f"{hydra_cfg.job.name}.log")
     had_results = rundir.has_results(run_dir)
     try:
@@ -64,10 +69,7 @@ def main(cfg: DictConfig) -> float | None:
             sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
             line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
             os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
-            if interrupts.launcher_gone():  # a worker pool catches SystemExit and would keep the process waiting
-                logging.shutdown()
-                os._exit(130)
-            process.exit_interrupted()
+            process.exit_interrupted()  # (a worker whose launcher is gone ends here: ``interrupts.worker_job``)
         if rundir.started(run_dir):
             print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
                   "again if it has none)", file=sys.stderr)

@@ -94,11 +94,11 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from harness import cli
+from harness import cli, locations
 from harness.process import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
-QUEUES = ROOT / "conf" / "campaign"
+QUEUES = locations.CONF / "campaign"
 DONE = ("completed", "diverged")
 MARGIN = 1.25  # --finish-within: a run's wall time over its cell's mean measured cost (seeds and machine load vary)
 FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=false")  # every run's, see Job.command
@@ -733,7 +733,7 @@ def campaign_lock(work: Path, results: Path, cells: list[tuple[str, str]]) -> It
                              f"{folder / OLD_LOCK})")
 
     def busy(folder: Path, preset: str, cell: str) -> Callable[[str, Path], Exception]:
-        return lambda holder, path: SystemExit(
+        return lambda holder, path: cli.Refusal(
             f"Error: another campaign (process {holder}) runs {preset}/{cell} in {folder}; wait for it or stop it "
             f"(campaigns of other cells, e.g. other --only priorities, may run beside it; locks left by a crash on "
             f"another host: delete the files naming process {holder} under {folder / LOCKS})")
@@ -1019,20 +1019,26 @@ class LocalLauncher:
         return min(self.cores[start:] + self.cores[:start], key=load.__getitem__)
 
     def claim(self, job: Job) -> str | None:
-        """``pid on host`` of a live process still holding the job's run.lock after ``lock_wait_s``, or None."""
+        """Why the job's run folder is not free (a live process of this machine still holding its run.lock after
+        ``lock_wait_s``; at once, a lock of another host, which this machine cannot see end), or None."""
         from harness import rundir
 
         lock, waited_until = job.work_dir(self.work) / rundir.LOCK_FILE, time.time() + self.lock_wait_s
-        while (holder := rundir.lock_holder(lock)) and time.time() < waited_until:
+        here = (f" on {socket.gethostname()}", "starting")
+        while (holder := rundir.lock_holder(lock)) and holder.endswith(here) and time.time() < waited_until:
             time.sleep(0.5)
-        return holder
+        if holder is None:
+            return None
+        if holder.endswith(here):
+            return f"process {holder} holds it (stop it, or wait for it to end)"
+        return f"process {holder} holds its {rundir.LOCK_FILE} (a lock left by a crash on another host: delete {lock})"
 
     def start(self, job: Job, slot: int) -> subprocess.Popen | None:
-        """Start the job's run (None, with a REFUSED line, when a live process holds its run folder: ``claim``)."""
-        holder = self.claim(job)
-        if holder:
-            print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not started, process "
-                  f"{holder} holds {_shown(job.work_dir(self.work))} (stop it, or wait for it to end)", flush=True)
+        """Start the job's run (None, with a REFUSED line, when its run folder is not free: ``claim``)."""
+        claimed = self.claim(job)
+        if claimed:
+            print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not started, "
+                  f"{_shown(job.work_dir(self.work))}: {claimed}", flush=True)
             return None
         job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
         core, runner = self.core(slot), os.getpid()
@@ -1409,8 +1415,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partition", default=None, help="--launcher slurm: the partition (default: the cluster's)")
     parser.add_argument("--max-jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=None,
                         help=f"--launcher slurm: SLURM jobs queued or running at once (default {MAX_JOBS})")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
-    parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
+    parser.add_argument("--work", type=Path, default=locations.HOME / "runs" / "campaign",
+                        help="run directories")
+    parser.add_argument("--results", type=Path, default=locations.HOME / "results",
+                        help="where finished runs are copied")
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
     if args.launcher == "local" and (args.partition is not None or args.max_jobs is not None):

@@ -50,19 +50,27 @@ def number(kind: type = float, low: float | None = None, high: float | None = No
 
 
 class Refusal(SystemExit):
-    """A refusal raised where a tool reads its input (a queue file, a run folder, an output folder): exit status 2,
-    and ``str`` is the one ``Error:`` line, which ``refusals_exit_2`` prints (as does IPython for a notebook's)."""
+    """A refusal raised where a tool reads its input (a queue file, a run folder, an output folder): ``str`` is the
+    one ``Error:`` line. Inside a tool's ``main`` (``refusals_exit_2``) it ends the tool with exit status 2; raised
+    from a script of one's own, Python prints the line and exits 1."""
 
     def __init__(self, message: str):
+        super().__init__(message if message.startswith("Error: ") else f"Error: {message}")
+
+
+class Refused(SystemExit):
+    """How a tool's ``main`` ends on a ``Refusal``: exit status 2, ``str`` still the line (for callers in Python)."""
+
+    def __init__(self, line: str):
         super().__init__(2)
-        self.message = message if message.startswith("Error: ") else f"Error: {message}"
+        self.line = line
 
     def __str__(self) -> str:
-        return self.message
+        return self.line
 
 
 def refusals_exit_2(main: Callable) -> Callable:
-    """Decorate a tool's ``main``: a ``Refusal`` from anywhere inside it prints its line (exit status 2)."""
+    """Decorate a tool's ``main``: a ``Refusal`` from anywhere inside it prints its line and exits 2."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
@@ -70,6 +78,6 @@ def refusals_exit_2(main: Callable) -> Callable:
             return main(*args, **kwargs)
         except Refusal as refusal:
             print(refusal, file=sys.stderr)
-            raise
+            raise Refused(str(refusal)) from None
 
     return run

@@ -4,7 +4,6 @@ process-wide settings a run applies once at its start. Every trainer (``harness/
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -14,13 +13,14 @@ import algorithms
 from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
     did_you_mean)
+from harness import locations
 from harness.tracking import check_logger_config
 from tasks import get_task
 from tasks.base import Task
 from tasks.memory import check_memory
 from tasks.models import linear
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONFIG_DIR = locations.CONF
 
 
 EXPERIMENT_NAME_RULE = ("a non-empty name that is one folder name: letters, digits, _ - . only (no path separators, "

@@ -8,10 +8,12 @@ those of its children still holding a run's lock (``run.lock``) in the sweep fol
 then raises KeyboardInterrupt. A job running in this process (the basic launcher) is not a child: the interrupt is
 raised at once, as before. The command that continues the sweep is the launching process's, so it is handed to
 the jobs (``LAUNCH_ARGV_ENV``): a worker's own ``sys.argv`` is its launcher's (loky's, submitit's). A launching
-process killed by ``kill -9`` handles nothing: each worker watches for it and stops itself (``end_with_launcher``)."""
+process killed by ``kill -9`` handles nothing: each worker watches for it and stops itself (``worker_job``)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shlex
 import signal
@@ -23,8 +25,7 @@ from pathlib import Path
 from harness import process, rundir, sweep
 
 LAUNCH_ARGV_ENV = "TPO_BENCH_LAUNCH_ARGV"
-LAUNCHER_PID_ENV = "TPO_BENCH_LAUNCHER_PID"
-_watching = False  # this process already ends with its launcher
+LAUNCHER_ENV = "TPO_BENCH_LAUNCHER"  # "<pid> <host>" of the sweep's launching process
 GRACE_S = 5.0  # a job that got the signal itself stops and releases its lock well within this
 STOP_S = 120.0  # the most a job is waited for once told to stop (it writes its summary; its checkpoint is on disk)
 
@@ -37,26 +38,73 @@ def launch_argv() -> list[str]:
 
 def record_launch_argv(argv: list[str]) -> None:
     os.environ[LAUNCH_ARGV_ENV] = shlex.join(argv)
-    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    os.environ[LAUNCHER_ENV] = f"{os.getpid()} {socket.gethostname()}"
 
 
-def end_with_launcher() -> None:
-    """In a worker process the launching process started (joblib's), end with it: a launcher killed by ``kill -9``
-    cannot stop its workers, which would train on, orphaned, holding their run's lock (``process.end_with_parent``).
-    Once per process; a job in the launching process itself, or on a cluster node, is left alone."""
-    global _watching
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
-    if _watching or launcher is None or os.getpid() == int(launcher) or os.getppid() != int(launcher):
-        return
-    process.end_with_parent()
-    _watching = True
+def _launcher() -> int | None:
+    """The pid of this sweep's launching process, when it is another process on this machine (not on a cluster
+    node, where the variable arrives with the job's environment)."""
+    recorded = os.environ.get(LAUNCHER_ENV, "").split()
+    if len(recorded) != 2 or recorded[1] != socket.gethostname() or not recorded[0].isdigit():
+        return None
+    return None if int(recorded[0]) == os.getpid() else int(recorded[0])
 
 
 def launcher_gone() -> bool:
-    """Whether this is a worker whose launching process has died: nobody is left to take its jobs' results, so
-    after a stopped job it ends rather than wait in the pool."""
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
-    return launcher is not None and int(launcher) not in (os.getpid(), os.getppid())
+    """Whether this is a sweep job's worker whose launching process has died: nobody is left to take its jobs'
+    results, so after a stopped job it ends rather than wait in the pool."""
+    launcher = _launcher()
+    return launcher is not None and os.getppid() != launcher and not process.running(launcher)
+
+
+@contextlib.contextmanager
+def worker_job():
+    """Around a sweep job in a worker process the launching process started (joblib's): the worker ends with its
+    launcher, which a ``kill -9`` leaves no time to stop it (it would train on, orphaned, holding its run's lock).
+    Once the launcher is gone a running job is sent SIGTERM every half second, so that it stops at its checkpoint
+    once training (``Session.training``) handles the signal; until then, and while the run writes its summary, a
+    SIGTERM is only noted, and the worker ends after the job. An idle worker ends at once. A job in the launching
+    process itself, or of another parent (a cluster's), is left alone."""
+    global _in_job, _watching
+    launcher = _launcher()
+    if launcher is None or os.getppid() != launcher:
+        if launcher is not None and launcher_gone():  # died before this job started: do not start it
+            os.write(sys.stderr.fileno(), b"Interrupted: the sweep's launching process is gone; job not started\n")
+            os._exit(130)
+        yield
+        return
+    if not _watching:
+        signal.signal(signal.SIGTERM, _note_stop)
+        process.end_with_parent(_stop_orphan)
+        _watching = True
+    _in_job = True
+    try:
+        yield
+    finally:
+        _in_job = False
+        if _stop_noted or launcher_gone():  # (a pool would catch SystemExit and keep the worker waiting)
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+
+
+_in_job = False  # a worker's job is running (its orphan is stopped by SIGTERM, not ended)
+_watching = False  # this worker watches its launcher (``process.end_with_parent``)
+_stop_noted = False  # a SIGTERM arrived outside training
+
+
+def _note_stop(signum, frame) -> None:
+    global _stop_noted
+    _stop_noted = True
+
+
+def _stop_orphan() -> None:
+    """Called by the watcher every half second once the launcher is gone."""
+    if _in_job:
+        os.kill(os.getpid(), signal.SIGTERM)
+    else:
+        os._exit(130)
 
 
 def raise_on_stop() -> None:

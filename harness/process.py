@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 _HEAP_BLOCK_LIMIT = 32 * 1024 * 1024  # the largest mmap threshold glibc accepts on 64-bit systems
@@ -102,16 +102,18 @@ def die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def end_with_parent(poll_s: float = 0.5) -> None:
-    """SIGTERM this process once its parent dies (a sweep's worker whose launcher was killed, even by ``kill -9``):
-    a thread watches the parent pid change as the orphan is handed to init. Unlike ``die_with_parent`` it needs no
+def end_with_parent(orphaned: Callable[[], None], poll_s: float = 0.5) -> None:
+    """Call ``orphaned`` every ``poll_s`` seconds once this process's parent has died (even by ``kill -9``): a
+    thread watches the parent pid change as the orphan is handed to init. Unlike ``die_with_parent`` it needs no
     exec and does not depend on which of the parent's threads started this process (a worker pool's manager thread
-    may end long before the pool). The job stops at its checkpoint as on any SIGTERM; an idle worker ends."""
+    may end long before the pool)."""
     parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGTERM)
+        while True:
+            orphaned()
+            time.sleep(poll_s)
 
     threading.Thread(target=watch, name="end-with-parent", daemon=True).start()

@@ -38,15 +38,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness import campaign, cli
+from harness import campaign, cli, locations
 from harness.campaign import MAX_HOURS, MAX_PARALLEL
 from harness.process import running
 from common.checks import did_you_mean
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ROOT / "conf" / "scorecard"
-ALGORITHMS = ROOT / "conf" / "algorithm"
-OUT = ROOT / "results" / "scorecards"
+SUITES = locations.CONF / "scorecard"
+ALGORITHMS = locations.CONF / "algorithm"
+OUT = locations.HOME / "results" / "scorecards"
 SUITE_KEYS = ("version", "preset", "baselines", "cells")
 CELL_KEYS = ("name", "family", "seeds", "cost", "overrides")
 WINDOWS = ("mean", "final")  # the verdicts read the first
@@ -530,8 +530,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replace", action="store_true",
                         help="move runs of another configuration than the suite's aside and run their seeds again")
     parser.add_argument("--out", type=Path, default=None, help="default: results/scorecards/<suite>/<label>")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "campaign", help="run directories")
-    parser.add_argument("--results", type=Path, default=ROOT / "results", help="where finished runs are copied")
+    parser.add_argument("--work", type=Path, default=locations.HOME / "runs" / "campaign",
+                        help="run directories")
+    parser.add_argument("--results", type=Path, default=locations.HOME / "results",
+                        help="where finished runs are copied")
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()
     try:

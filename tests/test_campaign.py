@@ -507,10 +507,13 @@ def test_the_local_launcher_waits_for_a_live_run_lock_then_refuses_in_one_line(t
         assert launcher.start(job, 0) is None
         (line,) = capsys.readouterr().out.splitlines()
         assert "REFUSED" in line and f"process {holder.pid} on" in line and "held" in line
+        (job.work_dir(tmp_path) / rundir.LOCK_FILE).write_text("12345 another-host\n")  # not seen to end from here
+        launcher.lock_wait_s, started = 30.0, time.time()
+        assert launcher.start(job, 0) is None and time.time() - started < 5
+        assert "delete" in capsys.readouterr().out
         closing = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
         threading.Thread(target=closing.wait).start()  # reaped when it ends, as init reaps an orphan
         (job.work_dir(tmp_path) / rundir.LOCK_FILE).write_text(f"{closing.pid} {socket.gethostname()}\n")
-        launcher.lock_wait_s = 30.0
         started = time.time()
         assert launcher.claim(job) is None  # it let go within the wait
         assert closing.poll() is not None and time.time() - started < 30

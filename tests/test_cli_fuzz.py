@@ -38,9 +38,9 @@ SURFACES = {
         ["algorithm=tpo", "--quick", "--bogus"]]),
     "report": (report.main, [
         *[["runs", *case] for case in numeric("--smooth", int) + numeric("--resamples", int)
-          + numeric("--seed", int, huge=False, zero=False)],
+          + numeric("--seed", int, zero=False)],
         [], ["runs", "--tables", "bogus"], ["runs", "--figures", "bogus"], ["runs", "--wandb-filters", "{bad"],
-        ["runs", "--compare", "algorithm"], ["runs", "--baseline", "tpo"], ["--wandb", "no-slash"],
+        ["runs", "--compare", "algorithm"], ["no_such_folder"], ["runs", "--baseline", "tpo"], ["--wandb", "no-slash"],
         ["--preset", "table1"], ["runs", "--bogus"]]),
     "quotes": (quotes.main, [["resluts"], ["README.md"], ["a", "b"], ["--bogus"]]),
     "claims": (claims.main, [["nowhere"], ["a", "b"]]),
@@ -49,10 +49,11 @@ SURFACES = {
         ["--V", "1"], ["--K", "1"], ["--H", "60", "--V", "4"], ["--algorithms", "nope"]]),
     "group_pull": (group_pull.main, [
         *numeric("--K", int), *numeric("--draws", int), *numeric("--noise", float),
-        *numeric("--seed", int, huge=False, zero=False), ["--algorithms", "nope"]]),
+        *numeric("--seed", int, zero=False), ["--algorithms", "nope"]]),
     "seedwise": (seedwise.main, [
         *[["relapses", "runs", *case] for case in numeric("--at", int, zero=False) + numeric("--resamples", int)],
         *[["methods", "runs", *case] for case in numeric("--threshold", float)],
+        *[["relapses", "runs", "--at", "400", "--seeds", value] for value in ("0-999999999", "5-2", "x", "-3")],
         ["paired", "runs", "--windows", "bogus"], ["nope"], []]),
     "dynamics": (dynamics.main, [
         *[["endings", "runs", *case] for case in numeric("--last", int) + numeric("--reach", float, zero=False)],
@@ -104,3 +105,24 @@ def test_the_training_command_refuses_bad_values_in_one_line(tmp_path):
                     or any((tmp_path / str(index)).iterdir()):
                 failures.append((argv, process.returncode, err[-400:]))
     assert not failures, failures
+
+
+@pytest.mark.parametrize("flag", ["--tables", "--figures"])
+def test_an_unknown_table_or_figure_is_refused_before_any_run_is_read(flag, tmp_path, monkeypatch, capsys):
+    """Bug caught: ``write_report`` checking the names only after loading the runs (and the figures after every
+    table's bootstrap)."""
+    loaded = []
+    monkeypatch.setattr("harness.report.build.load_runs", lambda *args, **kwargs: loaded.append(args))
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path), "--out", str(tmp_path / "out"), flag, "bogus"])
+    assert "unknown name(s): bogus" in capsys.readouterr().err and not loaded
+
+
+def test_a_refusal_outside_a_tool_still_says_why(tmp_path):
+    """A script of one's own calling the report's functions: the refusal's line is printed (by Python, exit 1), not
+    a silent exit. Bug caught: ``cli.Refusal`` built as ``SystemExit(2)`` (Python prints nothing for an int)."""
+    script = ("from pathlib import Path\nfrom harness.report.build import write_report\n"
+              "write_report([Path('.')], Path('out'))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and done.stderr.strip().startswith("Error: no run directories"), done.stderr

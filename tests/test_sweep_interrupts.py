@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from harness import rundir
+from harness import interrupts, rundir
 from harness.rundir import outputs
 
 SWEEP = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=6000", "task.checkpoint_every=50",
@@ -223,3 +224,31 @@ def test_a_sweep_launcher_killed_by_sigkill_leaves_no_worker_training(tmp_path):
     for job in jobs:
         summary = json.loads((job / outputs.SUMMARY_FILE).read_text())
         assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
+
+
+def test_a_worker_whose_launcher_died_before_its_job_started_does_not_start_it(tmp_path):
+    """A worker that reaches its job after its launcher was killed (loky unpickles a job for seconds): one line, exit
+    130, the job not run. Bug caught: ``worker_job`` watching only a worker whose parent is the live launcher (it
+    trained to the end, orphaned)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), interrupts.LAUNCHER_ENV: f"{dead.pid} {socket.gethostname()}"}
+    job = "from harness import interrupts\nwith interrupts.worker_job():\n    print('the job ran')\n"
+    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and "the job ran" not in done.stdout
+    assert done.stderr.strip() == "Interrupted: the sweep's launching process is gone; job not started"
+    env[interrupts.LAUNCHER_ENV] = f"{dead.pid} another-host"  # a cluster node's job: its launcher is elsewhere
+    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "the job ran" in done.stdout
+
+
+def test_a_sigterm_outside_training_lets_a_workers_job_finish_then_ends_the_worker():
+    """In a sweep's worker, a SIGTERM while the job builds its task or writes its summary (the watcher's, once the
+    launcher is gone) is noted, not fatal: the job finishes what it writes, then the worker ends with 130. Bug
+    caught: ``worker_job`` without its SIGTERM handler (the default action killed the job mid-write)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), interrupts.LAUNCHER_ENV: f"{os.getpid()} {socket.gethostname()}"}
+    job = ("import os, signal, time\nfrom harness import interrupts\nwith interrupts.worker_job():\n"
+           "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.2)\n    print('summary written')\n"
+           "print('back in the pool')\n")
+    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stdout == "summary written\n", (done.returncode, done.stdout, done.stderr)

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
     parser.add_argument("--resamples", type=cli.number(int, low=MIN_RESAMPLES, high=MAX_RESAMPLES),
                         default=stats.RESAMPLES, help="bootstrap resamples")
-    parser.add_argument("--seed", type=cli.number(int, low=0), default=stats.SEED,
+    parser.add_argument("--seed", type=cli.number(int, low=0, high=2**32 - 1), default=stats.SEED,
                         help="bootstrap generator seed")
     parser.add_argument("--wandb", action="append", default=[], metavar="ENTITY/PROJECT",
                         help="also read runs from this W&B project (full histories via scan_history)")

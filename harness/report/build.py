@@ -234,6 +234,8 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     written, when the runs cannot give it), whole or not at all (``staged``); return the per-run table. ``out``
     must be new, empty (but for a hand-written ``conclusions.md``) or a folder an earlier report wrote
     (``claim_out``)."""
+    _select(table_specs, tables, set())  # a name that is no table or figure: refused before any run is read
+    _select(figure_specs, figures, set())
     previous = claim_out(out)
     needed = metrics_needed(table_specs, figure_specs)
     runs, curves = load_runs(paths, metrics=lambda experiment: GENERIC_METRICS | needed.get(experiment, set()),

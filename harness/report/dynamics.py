@@ -77,14 +77,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import cli
+from harness import cli, locations
 from harness.report.load import episodes
 from harness.rundir.summary import relapse_events, until_diverged
 
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
 EPISODES = (100, 200, 300, 400, 500, 1000, 1500, 1999)
 LOCK_TAIL, LOCK_ZERO_VAR = 0.1, 0.98  # locked: the last 10% of episodes, >= 98% of groups zero-variance
-PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "fig1b_seed_dynamics.json"
+PAPER_FILE = locations.PAPER / "fig1b_seed_dynamics.json"
 RELAPSE_METRICS = ("error", "frac_zero_var", "grad_norm", "update_muon", "update_adam")
 GRADIENT_EDGES = (1e-3, 1e-2, 1e-1, 1.0)  # bins: exactly 0, (0, 1e-3), [1e-3, 1e-2), ..., ≥ 1
 STREAK_BINS = ((0, 0), (1, 2), (3, 10), (11, None))  # zero-gradient episodes in a row, inclusive ranges

@@ -29,15 +29,14 @@ from omegaconf import OmegaConf
 from algorithms import Groups, Rollout
 from algorithms.registry import ALGORITHMS, Algorithm, build, get_algorithm
 from algorithms.scores import Spread
-from harness import cli
+from harness import cli, locations
 
-ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor",
            "shrunk σ": "beyond_amplification_shrinkage", "ranks": "beyond_amplification_rank"}
 
 
 def _preset(name: str) -> dict:
-    return yaml.safe_load((ROOT / "conf" / "experiment" / f"{name}.yaml").read_text()) or {}
+    return yaml.safe_load((locations.CONF / "experiment" / f"{name}.yaml").read_text()) or {}
 
 
 def variants() -> dict[str, dict]:
@@ -58,7 +57,7 @@ def swept_algorithms() -> tuple[str, ...]:
 
 def method(algorithm: str, overrides: dict) -> Algorithm:
     """The algorithm as its conf/algorithm YAML sets it, with a variant's ``overrides``."""
-    return build(OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "algorithm" / f"{algorithm}.yaml"), overrides))
+    return build(OmegaConf.merge(OmegaConf.load(locations.CONF / "algorithm" / f"{algorithm}.yaml"), overrides))
 
 
 def gradients(method: Algorithm, scores: torch.Tensor, logp_old: torch.Tensor | None = None) -> torch.Tensor:
@@ -151,9 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--K", type=cli.number(int, low=2, high=4096), default=8, help="candidates per group")
     parser.add_argument("--noise", nargs="+", type=cli.number(float, above=0, high=1e6), default=[0.001, 0.01],
                         help="σ of the score noise")
-    parser.add_argument("--draws", type=cli.number(int, low=1, high=1_000_000), default=4096,
+    parser.add_argument("--draws", type=cli.number(int, low=1, high=100_000), default=4096,
                         help="noisy groups averaged per σ (and per real group)")
-    parser.add_argument("--seed", type=cli.number(int, low=0), default=0)
+    parser.add_argument("--seed", type=cli.number(int, low=0, high=2**32 - 1), default=0)
     parser.add_argument("--out", type=Path, help="also write both tables here (markdown)")
     args = parser.parse_args(argv)
     valid = standardising()

@@ -562,6 +562,8 @@ def episodes(path: Path, metrics: Metrics = None) -> pd.DataFrame:
     """Every logged episode of every seed under ``path`` (one configuration): one row per (seed, step), one column
     per metric. Runs of different configurations, or a seed in two runs, are refused: they would be pooled."""
     runs, curves = load_runs([path], metrics=None if metrics is None else list(metrics))
+    if runs.empty:
+        raise cli.Refusal(f"{path}: no run directories (with {SUMMARY_FILE}) under it")
     if runs.signature.nunique() > 1:
         raise cli.Refusal(f"{path}: runs of {runs.signature.nunique()} configurations; give one cell's folder")
     seeds = [seed for ids in runs.seed_ids for seed in ids]

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-PAPER_FILE = Path(__file__).resolve().parents[2] / "results" / "paper" / "paper_numbers.csv"
+from harness import locations
+
+PAPER_FILE = locations.PAPER / "paper_numbers.csv"
 
 
 @dataclass(frozen=True)

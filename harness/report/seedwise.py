@@ -65,6 +65,7 @@ from harness.report.specs import FINAL, MEAN, RELAPSED, RELAPSES, SOLVED, Stat, 
 from harness.report.tables import Report, fmt
 
 METRIC = "error"
+MAX_SEED_IDS = 100_000  # --seeds: more ids than any run folder holds
 GRAD_NORM, ALL_FAIL, ZERO_VARIANCE = "grad_norm", "all_fail", "frac_zero_var"  # what ``diagnostics`` reads
 MINUS = "\u2212"
 
@@ -101,11 +102,18 @@ class Cell:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``0-4,7`` → [0, 1, 2, 3, 4, 7]."""
+    """``0-4,7`` → [0, 1, 2, 3, 4, 7] (an argparse type: at most ``MAX_SEED_IDS`` ids, ranges in order)."""
     seeds = []
     for part in text.split(","):
         first, _, last = part.partition("-")
-        seeds += range(int(first), int(last or first) + 1)
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected seed ids such as 0-4 or 0,2,5-9") from None
+        if not 0 <= low <= high or len(seeds) + high - low + 1 > MAX_SEED_IDS:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected ranges low-high with 0 <= low <= high, at most "
+                                             f"{MAX_SEED_IDS} ids")
+        seeds += range(low, high + 1)
     return seeds
 
 
@@ -132,6 +140,9 @@ def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list
         matrix = report.matrix(resolved, metric) if resolved.usable else None
         if matrix is not None and seeds is not None:
             keep = np.isin(matrix.seeds, seeds)
+            if not keep.any():
+                raise cli.Refusal(f"--seeds: {label({'algorithm.name': algorithm})} has none of them (its seeds: "
+                                  f"{', '.join(map(str, matrix.seeds[:20]))}{' …' if len(matrix.seeds) > 20 else ''})")
             matrix = stats.SeedMatrix(matrix.seeds[keep], matrix.steps, matrix.values[keep])
         if resolved.status != "ok" or resolved.flags:
             warn(f"{label({'algorithm.name': algorithm})}: {'; '.join([resolved.status, *resolved.flags])}")
@@ -445,9 +456,9 @@ def main(argv: list[str] | None = None) -> None:
     common.add_argument("--seeds", type=parse_seeds, default=None, help="only these seed ids: 0-4 or 0,2,5-9")
     common.add_argument("--preset", default=None, help="resolve the cells as this preset's tables do (default: the "
                                                        "preset of the first path's runs)")
-    common.add_argument("--resamples", type=cli.number(int, low=1, high=100_000), default=stats.RESAMPLES,
+    common.add_argument("--resamples", type=cli.number(int, low=100, high=100_000), default=stats.RESAMPLES,
                         help="bootstrap resamples")
-    common.add_argument("--seed", type=cli.number(int, low=0), default=stats.SEED,
+    common.add_argument("--seed", type=cli.number(int, low=0, high=2**32 - 1), default=stats.SEED,
                         help="bootstrap generator seed")
     commands = parser.add_subparsers(dest="command", required=True)
     paired = commands.add_parser("paired", parents=[common], help="windows of the run, each paired to the reference")

@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness import locations
 from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
 from harness.report.load import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = locations.CONF
 DONE = ("completed", "diverged")
 
 

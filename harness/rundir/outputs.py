@@ -90,6 +90,8 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 def git_commit() -> str | None:
     """The code's git commit, suffixed "-dirty" when tracked files have uncommitted changes; None outside git."""
     root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():  # an installed package: not a checkout (whatever repository holds the venv)
+        return None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
