@@ -109,8 +109,11 @@ def run_job(cfg: DictConfig) -> float | None:
     if multirun:
         sweep.record_job(hydra_cfg.job.num, run_dir, summary["status"], summary.get("error"))
     final = summary["final"].get("error", {}).get("mean")
-    log.info("%s/%s: status=%s final error=%s steps_to=%s (%.1fs) → %s", cfg.task.name, cfg.algorithm.name,
-             summary["status"], final, summary["steps_to"].get("error"), summary["wall_seconds"], run_dir)
+    steps_to = ", ".join(f"{threshold}: {step if step is not None else 'never'}"
+                         for threshold, step in (summary["steps_to"].get("error") or {}).items())
+    log.info("%s/%s: %s, final error %s, first step below (seed mean) %s (%.1f s) → %s", cfg.task.name,
+             cfg.algorithm.name, summary["status"], "–" if final is None else f"{final:.3g}", steps_to or "–",
+             summary["wall_seconds"], run_dir)
     return final
 
 

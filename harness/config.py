@@ -137,7 +137,7 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
         check_number("task.steps_to", threshold, low=0, high=1)
     check_logger_config(cfg.logger)
     check_bool("flush_denormal", cfg.flush_denormal)
-    check_choice("trainer.progress", cfg.trainer.progress, ("auto", True, False))
+    check_choice("trainer.progress", cfg.trainer.progress, ("auto", "bar", "lines", True, False))
     check_number("trainer.solved_below", cfg.trainer.solved_below, low=0, high=1)
     check_number("trainer.relapse_above", cfg.trainer.relapse_above, low=cfg.trainer.solved_below, high=1)
     check_experiment_name(cfg.experiment_name)

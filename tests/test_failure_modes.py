@@ -487,8 +487,8 @@ def test_group_pull_refuses_an_unknown_algorithm_and_writes_its_command(tmp_path
     for name in ("tpoo", "ppo"):  # unknown; known, but it compares no group
         with pytest.raises(SystemExit):
             group_pull.main(["--algorithms", name])
-        assert (f"group_pull: --algorithms {name}: not an algorithm that standardises group scores; valid choices: tpo, "
-                in capsys.readouterr().err)
+        assert (f"group_pull: --algorithms {name}: not an algorithm that standardises group scores; valid choices: "
+                "tpo, " in capsys.readouterr().err)
     valid = group_pull.standardising()
     assert set(valid) >= {"tpo", "grpo", "dapo", "group_pg"} and "dg" not in valid
     out = tmp_path / "pull.md"

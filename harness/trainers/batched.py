@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.progress import Progress
 from harness.rundir import outputs
 from harness.config import build_task
 from harness.rundir.session import Session
@@ -104,7 +104,7 @@ class BatchedTrainer(Trainer):
             tracker.flush()
 
         checkpoint_every = int(self.cfg.trainer.checkpoint_every)  # read once: an interpolated lookup costs ~0.4 ms
-        progress = self._progress_bar(steps, first)
+        progress = Progress(f"{self.cfg.task.name}/{self.cfg.algorithm.name}", steps, first, self.cfg.trainer.progress)
         try:
             if first == 0 and (initial := task.initial_metrics()) is not None:
                 record(*initial)
@@ -114,30 +114,16 @@ class BatchedTrainer(Trainer):
                     losses.append((step, out.loss.detach().expand(len(seeds))))  # a view; (S,) or one for all
                     if len(losses) == MAX_PENDING_LOSSES:
                         read_diverged()
+                errors = None
                 if out.metrics is not None:
-                    values = record(out.log_step, out.metrics)
-                    if progress is not None and "error" in values:
-                        progress.set_postfix(error=f"{np.nanmean(values['error']):.4f}", refresh=False)
-                if progress is not None:
-                    progress.update(1)
+                    errors = record(out.log_step, out.metrics).get("error")
+                progress.advance(errors)
                 if checkpoint_every and (step + 1) % checkpoint_every == 0:
                     save(step + 1)
             save(steps)
         finally:
             read_diverged()
-            if progress is not None:
-                progress.close()
-
-    def _progress_bar(self, steps: int, start: int):
-        show = self.cfg.trainer.progress
-        if show == "auto":
-            show = sys.stderr.isatty()
-        if not show:
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=steps, initial=start, desc=f"{self.cfg.task.name}/{self.cfg.algorithm.name}",
-                    dynamic_ncols=True)
+            progress.close()
 
     def hardware(self) -> dict[str, Any]:
         return {"device": str(self.device), "cpu": linear.cpu_model(), "cpu_matmul": linear.backend()}
