@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,12 +65,16 @@ def worker_job():
     launcher, which a ``kill -9`` leaves no time to stop it (it would train on, orphaned, holding its run's lock).
     Once the launcher is gone a running job is sent SIGTERM every half second, so that it stops at its checkpoint
     once training (``Session.training``) handles the signal; until then, and while the run writes its summary, a
-    SIGTERM is only noted, and the worker ends after the job. An idle worker ends at once. A job in the launching
-    process itself, or of another parent (a cluster's), is left alone."""
+    SIGTERM is only noted (and sent again until training takes it), and the worker ends after the job. An idle
+    worker ends at once. A job in the launching
+    process itself, or in a process no pool started (a cluster's job, which outlives its launcher), is left alone."""
     global _in_job, _watching
     launcher = _launcher()
-    if launcher is None or os.getppid() != launcher:
-        if launcher is not None and launcher_gone():  # died before this job started: do not start it
+    if launcher is None or multiprocessing.parent_process() is None:  # not a pool's worker: a cluster's job goes on
+        yield
+        return
+    if os.getppid() != launcher:
+        if launcher_gone():  # the launcher died before this job started: do not start it
             os.write(sys.stderr.fileno(), b"Interrupted: the sweep's launching process is gone; job not started\n")
             os._exit(130)
         yield
@@ -95,8 +101,22 @@ _stop_noted = False  # a SIGTERM arrived outside training
 
 
 def _note_stop(signum, frame) -> None:
+    """A worker's SIGTERM outside training: an idle worker ends; a job is sent SIGTERM again every half second until
+    it ends, so that it stops at its checkpoint once training handles the signal (the launcher's stop of a job still
+    setting up, too)."""
     global _stop_noted
-    _stop_noted = True
+    if not _in_job:
+        os._exit(130)
+    if not _stop_noted:
+        _stop_noted = True
+        threading.Thread(target=_resend_while_in_job, name="stop-again", daemon=True).start()
+
+
+def _resend_while_in_job() -> None:
+    while _in_job:
+        time.sleep(0.5)
+        if _in_job:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _stop_orphan() -> None:

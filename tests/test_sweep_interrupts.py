@@ -226,29 +226,69 @@ def test_a_sweep_launcher_killed_by_sigkill_leaves_no_worker_training(tmp_path):
         assert summary["status"] == "completed" and summary["resumed_from"] and summary["last_step"] == 5999
 
 
-def test_a_worker_whose_launcher_died_before_its_job_started_does_not_start_it(tmp_path):
+WORKER = """
+import multiprocessing, os, signal, socket, sys, time
+from harness import interrupts, process
+
+def job():
+    with interrupts.worker_job():
+{body}
+
+if __name__ == "__main__":
+    interrupts.record_launch_argv([])  # this process launches, as python -m harness -m does
+{before}
+    child = multiprocessing.get_context("fork").Process(target=job)  # a pool's worker
+    child.start()
+    child.join()
+    print("exit", child.exitcode, flush=True)
+"""
+
+
+def worker(body: str, before: str = "") -> subprocess.CompletedProcess:
+    """Run ``body`` as a sweep job in a worker process a launching process started; its stdout ends with the
+    worker's exit code."""
+    script = WORKER.format(body=textwrap.indent(textwrap.dedent(body), " " * 8),
+                           before=textwrap.indent(textwrap.dedent(before), " " * 4))
+    return subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_worker_whose_launcher_died_before_its_job_started_does_not_start_it():
     """A worker that reaches its job after its launcher was killed (loky unpickles a job for seconds): one line, exit
-    130, the job not run. Bug caught: ``worker_job`` watching only a worker whose parent is the live launcher (it
-    trained to the end, orphaned)."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), interrupts.LAUNCHER_ENV: f"{dead.pid} {socket.gethostname()}"}
-    job = "from harness import interrupts\nwith interrupts.worker_job():\n    print('the job ran')\n"
-    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 130 and "the job ran" not in done.stdout
+    130, the job not run; a process no pool started (a cluster's job, which outlives its launcher) runs it. Bug
+    caught: ``worker_job`` watching only a worker whose parent is the live launcher (it trained to the end,
+    orphaned)."""
+    dead = "dead = __import__('subprocess').Popen([sys.executable, '-c', 'pass']); dead.wait()\n"
+    done = worker("print('the job ran')", dead + "os.environ[interrupts.LAUNCHER_ENV] = f'{dead.pid} "
+                                                  "{socket.gethostname()}'")
+    assert done.stdout == "exit 130\n", (done.stdout, done.stderr)
     assert done.stderr.strip() == "Interrupted: the sweep's launching process is gone; job not started"
-    env[interrupts.LAUNCHER_ENV] = f"{dead.pid} another-host"  # a cluster node's job: its launcher is elsewhere
-    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and "the job ran" in done.stdout
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its launcher died long ago, as a cluster's queued job's may
+    env = {**os.environ, "PYTHONPATH": str(ROOT), interrupts.LAUNCHER_ENV: f"{gone.pid} {socket.gethostname()}"}
+    job = "from harness import interrupts\nwith interrupts.worker_job():\n    print('the job ran')\n"
+    alone = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0 and alone.stdout == "the job ran\n"
 
 
 def test_a_sigterm_outside_training_lets_a_workers_job_finish_then_ends_the_worker():
     """In a sweep's worker, a SIGTERM while the job builds its task or writes its summary (the watcher's, once the
     launcher is gone) is noted, not fatal: the job finishes what it writes, then the worker ends with 130. Bug
     caught: ``worker_job`` without its SIGTERM handler (the default action killed the job mid-write)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), interrupts.LAUNCHER_ENV: f"{os.getpid()} {socket.gethostname()}"}
-    job = ("import os, signal, time\nfrom harness import interrupts\nwith interrupts.worker_job():\n"
-           "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(0.2)\n    print('summary written')\n"
-           "print('back in the pool')\n")
-    done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 130 and done.stdout == "summary written\n", (done.returncode, done.stdout, done.stderr)
+    done = worker("os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nprint('summary written', flush=True)")
+    assert done.stdout == "summary written\nexit 130\n", (done.stdout, done.stderr)
+
+
+def test_a_stop_while_a_workers_job_sets_up_stops_it_once_training_starts():
+    """The launcher's SIGTERM to a job still building its task is noted, then delivered again until training's
+    handler takes it: the job stops at its first checkpoint instead of training on. Bug caught: ``_note_stop``
+    without ``_resend_while_in_job`` (the job trained to the end, then the pool was torn down under it)."""
+    done = worker("""\
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, process.stop_by_interrupt)  # training begins
+        try:
+            time.sleep(20)
+            print('trained to the end', flush=True)
+        except KeyboardInterrupt:
+            print('stopped at the checkpoint', flush=True)""")
+    assert done.stdout == "stopped at the checkpoint\nexit 130\n", (done.stdout, done.stderr)
