@@ -35,19 +35,26 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
-def test_a_stopped_joblib_sweep_stops_its_jobs_at_their_checkpoints_and_continues(tmp_path, how):
-    """Bug caught: interrupts.py:StopJobs.__call__ — ``raise KeyboardInterrupt`` first (joblib kills the workers
-    before they write their summaries; under ``kill`` the workers go on training, orphaned)."""
+def start_training_sweep(tmp_path: Path, output) -> tuple[subprocess.Popen, Path, set[int]]:
+    """``SWEEP`` launched in its own session, once both jobs train in their workers past a checkpoint: the launching
+    process, the sweep folder and the workers' pids (from the jobs' locks)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     process = subprocess.Popen([sys.executable, "-m", "harness", *SWEEP], cwd=tmp_path, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=output, stderr=output, start_new_session=True)
     sweep = tmp_path / "sweep"
     deadline = time.time() + 180
     while time.time() < deadline and len(list(sweep.glob(f"*/{outputs.CHECKPOINT_FILE}"))) < 2:
         time.sleep(0.05)
     workers = {int(lock.read_text().split()[0]) for lock in sweep.glob(f"*/{rundir.LOCK_FILE}")}
     assert len(workers) == 2, "both jobs should be training in their workers"
+    return process, sweep, workers
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_a_stopped_joblib_sweep_stops_its_jobs_at_their_checkpoints_and_continues(tmp_path, how):
+    """Bug caught: interrupts.py:StopJobs.__call__ — ``raise KeyboardInterrupt`` first (joblib kills the workers
+    before they write their summaries; under ``kill`` the workers go on training, orphaned)."""
+    process, sweep, workers = start_training_sweep(tmp_path, subprocess.PIPE)
     if how == "ctrl-c":
         os.killpg(process.pid, signal.SIGINT)
     else:
@@ -195,18 +202,10 @@ def test_a_stopped_sweep_s_child_processes_drop_only_the_pool_teardown_warnings(
 def test_a_sweep_launcher_killed_by_sigkill_leaves_no_worker_training(tmp_path):
     """``kill -9`` of a joblib sweep's launching process alone: each worker notices, stops its job at the last
     checkpoint with its summary written and its lock released, and ends; the same command continues the sweep.
-    Bugs caught: ``interrupts.end_with_launcher`` not called in ``main`` (the workers trained on with parent pid 1,
+    Bugs caught: ``interrupts.worker_job`` not used in ``main`` (the workers trained on with parent pid 1,
     holding run.lock, and the re-run was refused as "being written by process N"); ``main`` ending a stopped job
     with ``sys.exit`` when its launcher is gone (the pool caught it and the worker waited on, orphaned)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    launcher = subprocess.Popen([sys.executable, "-m", "harness", *SWEEP], cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    sweep = tmp_path / "sweep"
-    deadline = time.time() + 180
-    while time.time() < deadline and len(list(sweep.glob(f"*/{outputs.CHECKPOINT_FILE}"))) < 2:
-        time.sleep(0.05)
-    workers = {int(lock.read_text().split()[0]) for lock in sweep.glob(f"*/{rundir.LOCK_FILE}")}
-    assert len(workers) == 2, "both jobs should be training in their workers"
+    launcher, sweep, workers = start_training_sweep(tmp_path, subprocess.DEVNULL)
     launcher.kill()
     launcher.wait()
     deadline = time.time() + 120
