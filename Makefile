@@ -106,7 +106,7 @@ gpu-site: install
 
 ## Every paper table and figure the runs under multirun/ support, beside the paper's numbers
 report: install
-	$(PY) -m harness.report multirun --out results/all
+	$(PY) -m harness.report multirun --out reports/all
 
 clean:
-	rm -rf $(VENV) outputs multirun
+	rm -rf $(VENV) outputs multirun reports

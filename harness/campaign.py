@@ -244,33 +244,110 @@ class CellError(Exception):
     """A cell whose overrides do not compose (one line: what Hydra or the harness said)."""
 
 
-@functools.cache  # a running campaign re-plans after every finished run: compose each cell's config once
-def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
-    """The identity (``harness.rundir.identity``) of the cell's runs as ``Job.command`` composes them; CellError
-    when the overrides do not compose or resolve."""
-    from harness import rundir
-    from harness.config import compose_config
-
-    try:
-        return rundir.identity(compose_config([f"experiment={preset}", *overrides, *FIXED]))
-    except Exception as error:  # noqa: BLE001 - Hydra, OmegaConf and the harness raise many kinds: shown as one line
-        raise CellError(_one_line(error)) from None
+CELL_CACHE = "campaign-cells"  # under the user's cache: each cell's composed identity and refusal, by source
+SOURCES = ("harness", "algorithms", "tasks", "common")  # packages whose code composes and checks a cell
 
 
 @functools.cache
+def source_fingerprint() -> str:
+    """sha256 of every config and source file that composing or checking a cell reads (conf/, and the .py and .yaml
+    files of ``SOURCES``): an edit to any of them gives another fingerprint, so a cached cell is never stale."""
+    import hashlib
+    import importlib.util
+
+    roots = [locations.CONF, *(Path(importlib.util.find_spec(name).submodule_search_locations[0])
+                               for name in SOURCES)]
+    digest = hashlib.sha256()
+    for root in roots:
+        for path in sorted(p for pattern in ("*.py", "*.yaml") for p in root.rglob(pattern)
+                           if "__pycache__" not in p.parts):
+            digest.update(f"{path.relative_to(root.parent)}\0{path.stat().st_size}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+class CellCache:
+    """Composed cells and checked exported runs, kept across processes (``<cache>/campaign-cells/<fingerprint>.json``;
+    the cache is ``$TPO_BENCH_CACHE``, else ``~/.cache/tpo-bench``): Hydra takes about half a second a composition
+    and a queue holds hundreds of cells and exported runs, so a campaign's start (``--dry-run`` too) would otherwise
+    spend minutes redoing what it did last time. Cells are keyed by preset and overrides, runs by their files' paths,
+    sizes and modification times, all under the fingerprint of the code and configs (``source_fingerprint``); an
+    unreadable file is ignored and rewritten."""
+
+    def __init__(self):
+        self.entries: dict[str, dict] | None = None
+        self.changed = False
+
+    def path(self) -> Path:
+        cache = Path(os.environ.get("TPO_BENCH_CACHE", "~/.cache/tpo-bench")).expanduser()
+        return cache / CELL_CACHE / f"{source_fingerprint()}.json"
+
+    def get(self, key: list, compose: Callable[[], dict]) -> dict:
+        """The entry cached under ``key`` (JSON values), else ``compose()``'s, remembered."""
+        if self.entries is None:
+            try:
+                self.entries = json.loads(self.path().read_text())
+            except (OSError, ValueError):
+                self.entries = {}
+        key = json.dumps(key)
+        if key not in self.entries:
+            self.entries[key] = compose()
+            self.changed = True
+        return self.entries[key]
+
+    def save(self) -> None:
+        """Write what was composed since the last save, whole (a temporary renamed into place); a cache that
+        cannot be written only costs the next start its compositions."""
+        if not self.changed:
+            return
+        path = self.path()
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(self.entries))
+            os.replace(temporary, path)
+            self.changed = False
+        except OSError:
+            temporary.unlink(missing_ok=True)
+
+
+CELLS = CellCache()
+
+
+def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
+    """The identity (``harness.rundir.identity``) of the cell's runs as ``Job.command`` composes them; CellError
+    when the overrides do not compose or resolve. Composed once per code and config version (``CellCache``)."""
+    def compose() -> dict:
+        from harness import rundir
+        from harness.config import compose_config
+
+        try:
+            return {"identity": rundir.identity(compose_config([f"experiment={preset}", *overrides, *FIXED]))}
+        except Exception as error:  # noqa: BLE001 - Hydra, OmegaConf and the harness raise many kinds: one line
+            return {"error": _one_line(error)}
+
+    entry = CELLS.get(["identity", preset, list(overrides)], compose)
+    if "error" in entry:
+        raise CellError(entry["error"])
+    return copy.deepcopy(entry["identity"])
+
+
 def cell_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
     """Why a run of the cell would be refused at its start (a value its task or algorithm rejects, such as
     ``task.alpha=abc``: it composes, but ``build_task`` checks it), in one line; None when it would start. Built on
-    PyTorch's ``meta`` device: nothing is allocated."""
-    import torch
+    PyTorch's ``meta`` device: nothing is allocated. Checked once per code and config version (``CellCache``)."""
+    def check() -> dict:
+        import torch
 
-    from harness.config import build_task, compose_config
+        from harness.config import build_task, compose_config
 
-    try:
-        build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))
-    except Exception as error:  # noqa: BLE001 - the harness's ConfigError, or what a task raises: one line
-        return _one_line(error)
-    return None
+        try:
+            build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))
+        except Exception as error:  # noqa: BLE001 - the harness's ConfigError, or what a task raises: one line
+            return {"refusal": _one_line(error)}
+        return {"refusal": None}
+
+    return CELLS.get(["refusal", preset, list(overrides)], check)["refusal"]
 
 
 def _one_line(error: BaseException) -> str:
@@ -295,6 +372,7 @@ def check_cells(queue: dict, name: str) -> None:
             raise cli.Refusal(f"Error: {Path(name).name if name.endswith('.yaml') else name + '.yaml'}: cells[{index}] "
                              f"({cell['preset']}/{cell['name']}) does not compose: {error}; fix its overrides"
                              ) from None
+    CELLS.save()
 
 
 def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
@@ -427,10 +505,13 @@ def _warn(path: Path, problem: str) -> None:
         print(f"warning: skipped {_shown(path)}: {problem}", file=sys.stderr, flush=True)
 
 
-@functools.cache  # by path, size and mtime: a campaign reads the same exported files at every re-plan
 def _metrics_problem(path: str, size: int, mtime: int) -> str | None:
     """Why the metrics file at ``path`` cannot be read whole (a gzip file is decompressed to its end, which checks
-    its length and CRC), or None."""
+    its length and CRC), or None; read once per path, size and modification time (``CellCache``)."""
+    return CELLS.get(["metrics", path, size, mtime], lambda: {"problem": _read_metrics_problem(path)})["problem"]
+
+
+def _read_metrics_problem(path: str) -> str | None:
     try:
         if path.endswith(".gz"):
             with gzip.open(path, "rb") as packed:
@@ -530,18 +611,14 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
 
 
 def _exported_problem(folder: Path) -> str | None:
-    """``finished_run_problem`` of an exported run, read once per version of its files (a campaign plans again after
-    every run)."""
+    """``finished_run_problem`` of an exported run, read once per version of its files (``CellCache``: a campaign
+    plans again after every run, and at every start)."""
     from harness.report.load import finished_run_problem
 
-    stamp = tuple((path.stat().st_mtime_ns, path.stat().st_size) if path.exists() else None
-                  for path in (folder / "summary.json", folder / "metrics.csv.gz", folder / "metrics.csv"))
-    if (folder, stamp) not in _problems:
-        _problems[(folder, stamp)] = finished_run_problem(folder)
-    return _problems[(folder, stamp)]
-
-
-_problems: dict[tuple, str | None] = {}
+    stamp = [[path.stat().st_mtime_ns, path.stat().st_size] if path.exists() else None
+             for path in (folder / "summary.json", folder / "metrics.csv.gz", folder / "metrics.csv")]
+    return CELLS.get(["run", str(folder.resolve()), stamp],
+                     lambda: {"problem": finished_run_problem(folder)})["problem"]
 
 
 def _rate(spent: dict[str, tuple[float, int]], keep) -> float | None:
@@ -1392,6 +1469,7 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.campaign", description=__doc__,
+                        details='docs/usage.md, "The campaign", and harness/campaign.py',
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("queue", nargs="?", default="paper", help="conf/campaign/<queue>.yaml, or a YAML path")
     parser.add_argument("--jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=2,
@@ -1402,6 +1480,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--breadth", action="store_true",
                         help="within a priority, every cell's first seeds before any cell's next ones")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
+    parser.add_argument("--all", action="store_true", help="list the cells already done too (else only counted)")
     parser.add_argument("--replace", action="store_true",
                         help="move runs of another configuration than their cell's (refused otherwise) to "
                              "<work>/.replaced/<time>/ and run their seeds again")
@@ -1455,6 +1534,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
 
     stale: list[tuple[Path, str, list[str]]] = []
     planned, factor = plan(queue, args.results, only, cpu_model(), stale)
+    CELLS.save()
     if args.breadth:
         planned = breadth_first(planned)
     slurm = args.launcher == "slurm"
@@ -1477,6 +1557,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     preset_width = max((len(job.preset) for job, _ in planned), default=0)
     cell_width = max((len(job.cell) for job, _ in planned), default=0)
     mismatched = {folder for folder, _, _ in stale}
+    rows, done = [], 0
     for job, state in planned:
         if state.startswith("to run") and job.work_dir(args.work) in mismatched:
             state = "refused: its work folder holds a run of another configuration"
@@ -1490,10 +1571,13 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             state += "" if job in fits else f"; does not fit in {args.finish_within:g} h"
         if slurm and state.startswith(("to run", "resumable")):
             state += f"; {launcher.describe(job)}"
+        done += state.startswith("done")
+        if state.startswith("done") and not args.all:
+            continue
         name = "" if state.startswith("done") else job.name
         cost = f"{job.hours:6.2f} {'CPU' if job.gpu_hours is None else 'GPU'}-h"
-        print(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} {job.steps:>6} steps "
-              f"{cost}  {state}")
+        rows.append(f"{job.priority}  {job.preset:<{preset_width}} {job.cell:<{cell_width}} {name:<12} "
+                    f"{job.steps:>6} steps {cost}  {state}")
     hours = sum(job.cpu_hours for job in todo if GPU_OVERRIDE not in job.overrides)
     gpu_jobs = [job for job, state in planned if GPU_OVERRIDE in job.overrides and not state.startswith("done")]
     print(f"{len(todo)} runs to go: {hours:.1f} CPU-hours, {hours / parallel:.1f} h at {at}")
@@ -1506,6 +1590,8 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at {at} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
+    print(f"{done} runs done{'' if args.all else ' (--all lists them)'}; the queue, in order:", *rows, sep="\n",
+          flush=True)
     if stale:
         for folder, cell, changes in stale:
             print(f"Error: {_shown(folder)} holds a run of another configuration than the cell {cell} "
@@ -1514,6 +1600,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
         return 2
     cells_to_run = {(job.preset, job.cell): job for job in todo if GPU_OVERRIDE not in job.overrides or _cuda_here()}
     refused = [(cell, why) for cell, job in cells_to_run.items() if (why := cell_refusal(job.preset, job.overrides))]
+    CELLS.save()
     for (preset, name), why in refused:  # before any run starts: its jobs would each be refused at their start
         print(f"Error: cell {preset}/{name} would be refused at its start: {why}; fix its overrides",
               file=sys.stderr, flush=True)

@@ -13,7 +13,14 @@ from typing import Callable, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line refusals (its subcommands' parsers too, which argparse makes of the same class)."""
+    """argparse with one-line refusals (its subcommands' parsers too, which argparse makes of the same class).
+    ``details``: where the full description lives; ``--help`` then shows only the description's first paragraph
+    and points there (a tool's module docstring is its reference, too long for a terminal)."""
+
+    def __init__(self, *args, details: str | None = None, **kwargs):
+        if details is not None and kwargs.get("description"):
+            kwargs["description"] = f"{kwargs['description'].split(chr(10) * 2)[0].strip()}\n\nDetails: {details}."
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.refuse(f"{message} ({self.prog} --help lists the arguments)")

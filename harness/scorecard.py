@@ -1,17 +1,18 @@
-"""``python -m harness.scorecard algorithm=<id> [algorithm.<key>=<value> ...] [--quick]``: where a new algorithm
+"""``python -m harness.scorecard algorithm=<id> [algorithm.<key>=<value> ...] [--suite full]``: where a new algorithm
 stands against the committed baselines, on a fixed suite, paired per seed.
 
-A suite (``conf/scorecard/<quick|full>.yaml``, with a ``version``) lists cells: a task configuration (overrides on
-top of the suite's preset, which only names the runs' experiment), its seeds (0 .. n-1, all in one run) and its
-episodes, a few per task family (tabular bandits, MNIST bandit, dense and terminal token reversal). The candidate's
-runs are the suite's cells with ``algorithm=<id>`` and its ``algorithm.*`` overrides; nothing else may be given (a
-task, trainer or seed key would make the runs another configuration than the baselines': refused in one line). They
-run through the campaign (``harness.campaign``: resumable, ``--jobs`` at a time, ``--finish-within``, a run of
-another configuration in their folders refused) into ``results/runs/<preset>/<cell>/<label>/``, beside the
-baselines' (``--baselines`` runs those, the same way). It takes the campaign's per-cell locks, so it runs beside
-a campaign of other cells (the paper's queue) or another candidate's scorecard, in the same folders. Every algorithm
-starts each seed from the same parameters and sees the same prompt stream (counter-based RNG), so a cell compares
-the candidate with a baseline on the seeds both have, paired.
+A suite (``conf/scorecard/<quick|full>.yaml``, with a ``version``; ``--suite``, quick by default) lists cells: a
+task configuration (overrides on top of the suite's preset, which only names the runs' experiment), its seeds (0 ..
+n-1, all in one run) and its episodes, a few per task family (tabular bandits, MNIST bandit, dense and terminal
+token reversal). The candidate's runs are the suite's cells with ``algorithm=<id>`` and its ``algorithm.*``
+overrides; nothing else may be given (a task, trainer or seed key would make the runs another configuration than the
+baselines': refused in one line). They run through the campaign (``harness.campaign``: resumable, ``--jobs`` at a
+time, ``--finish-within``, a run of another configuration in their folders refused) into
+``results/runs/<preset>/<cell>/<label>/``, beside the baselines' (``--baselines`` runs those, the same way). It
+takes the campaign's per-cell locks, so it runs beside a campaign of other cells (the paper's queue) or another
+candidate's scorecard, in the same folders. Every algorithm starts each seed from the same parameters and sees the
+same prompt stream (counter-based RNG), so a cell compares the candidate with a baseline on the seeds both have,
+paired.
 
 The scorecard (``results/scorecards/<suite>/<label>/``): per cell and baseline the candidate's score and Δ =
 candidate − baseline with 95% paired bootstrap intervals and P(better) (``harness.report.compare``); across the
@@ -34,7 +35,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -51,6 +51,7 @@ SUITE_KEYS = ("version", "preset", "baselines", "cells")
 CELL_KEYS = ("name", "family", "seeds", "cost", "overrides")
 WINDOWS = ("mean", "final")  # the verdicts read the first
 VERDICT = "mean"
+DEFAULT_SUITE = "quick"  # the suite a plain command runs: the full one is hours
 TITLE = "# Scorecard: "  # how every scorecard.md starts: a folder holding another file of that name is not ours
 FILES = ("scorecard.md", "scorecard_cells.csv", "scorecard_aggregates.csv", "scorecard_families.csv",
          "scorecard.png")
@@ -202,7 +203,7 @@ def run_cells(suite: Suite, candidates: list[Candidate], args: argparse.Namespac
     plan = queue(suite, candidates)
     campaign.check_cells(plan, f"scorecard_{suite.name}.yaml")
     options = argparse.Namespace(jobs=args.jobs, dry_run=args.dry_run, breadth=False, replace=args.replace, hours=None,
-                                 finish_within=args.finish_within, launcher="local", partition=None,
+                                 all=True, finish_within=args.finish_within, launcher="local", partition=None,
                                  max_jobs=campaign.MAX_JOBS, work=args.work, results=args.results)
     if args.dry_run:
         return campaign.campaign(plan, options, None)
@@ -257,7 +258,7 @@ def baselines_of(suite: Suite, candidate: Candidate) -> list[str]:
 
 def missing_text(suite: Suite, candidate: Candidate, missing: dict[str, list[str]]) -> str:
     """One line: whose runs are missing in which cells, and the command that runs them."""
-    flag = "" if suite.name == "full" else " --quick"
+    flag = "" if suite.name == DEFAULT_SUITE else f" --suite {suite.name}"
     baselines = baselines_of(suite, candidate)
     return "; ".join(f"{value} in {', '.join(names)} (python -m harness.scorecard "
                      f"{'--baselines' if value in baselines else ' '.join(candidate.arguments)}{flag})"
@@ -298,32 +299,13 @@ def oriented(table: pd.DataFrame) -> pd.DataFrame:
 
 def family_deltas(comparison, suite: Suite) -> pd.DataFrame:
     """Per family and baseline: the mean over the family's cells of the candidate's mean paired Δ (window
-    ``VERDICT``), with rliable's stratified bootstrap interval (paired seeds resampled within each cell) and the
-    verdict: ahead (interval above 0), behind (below) or level."""
-    from harness.report import aggregates, stats
-    from harness.report.compare import WINDOWS as STATS
+    ``VERDICT``), with rliable's stratified bootstrap interval and the verdict (``aggregates.family_deltas``)."""
+    from harness.report import aggregates
 
-    candidate, stat = comparison.baseline, STATS[VERDICT]
-    rows = []
-    for family in suite.families:
-        indices = [index for index, cell in enumerate(suite.cells) if cell.family == family]
-        for baseline in comparison.values[1:]:
-            columns = []
-            for index in indices:
-                ours = pd.Series(stats.per_seed(stat, comparison.scores[index, candidate]),
-                                 comparison.scores[index, candidate].seeds)
-                theirs = pd.Series(stats.per_seed(stat, comparison.scores[index, baseline]),
-                                   comparison.scores[index, baseline].seeds)
-                both = (ours - theirs).dropna()
-                columns.append(both.to_numpy())
-            deltas = aggregates.balanced(columns)  # paired seeds × cells
-            point, interval = aggregates.estimate(deltas, lambda x: np.array([x.mean()]), comparison.resamples,
-                                                  comparison.seed)
-            low, high = interval[:, 0]
-            verdict = "ahead" if low > 0 else "behind" if high < 0 else "level"
-            rows.append({"family": family, "baseline": baseline, "cells": len(indices), "seeds": len(deltas),
-                         "diff": point[0], "diff_low": low, "diff_high": high, "verdict": verdict})
-    return pd.DataFrame(rows)
+    families = {family: [index for index, cell in enumerate(suite.cells) if cell.family == family]
+                for family in suite.families}
+    return aggregates.family_deltas(comparison, families, VERDICT, candidate_first=True).rename(
+        columns={"value": "baseline"})
 
 
 def verdict_lines(families: pd.DataFrame) -> list[str]:
@@ -517,9 +499,14 @@ def write(suite: Suite, candidate: Candidate, results: Path, out: Path, command:
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.scorecard", description=__doc__,
+                        details='docs/usage.md, "The scorecard", and harness/scorecard.py',
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="algorithm=<id> [algorithm.<key>=<value> ...]")
-    parser.add_argument("--quick", action="store_true", help="the quick suite (default: the full one)")
+    parser.add_argument("--suite", choices=suite_names(), default=DEFAULT_SUITE,
+                        help=f"conf/scorecard/<suite>.yaml (default {DEFAULT_SUITE}: under an hour of one core; full: "
+                             "paper lengths, about 2.5 CPU-hours)")
+    # the flag of earlier versions, in the commands committed scorecards record
+    parser.add_argument("--quick", action="store_const", const="quick", dest="suite", help=argparse.SUPPRESS)
     parser.add_argument("--baselines", action="store_true", help="run the suite's baselines (no scorecard)")
     parser.add_argument("--jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=2,
                         help="runs at a time (one core each)")
@@ -537,7 +524,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()
     try:
-        suite = load_suite("quick" if args.quick else "full")
+        suite = load_suite(args.suite)
         if args.baselines:
             if args.overrides:
                 raise ScorecardError(f"{args.overrides[0]}: --baselines runs the suite's baselines only")
@@ -549,7 +536,8 @@ def main(argv: list[str] | None = None) -> None:
         code = run_cells(suite, [candidate], args)
         if code or args.dry_run:
             sys.exit(code)
-        command = " ".join(["python -m harness.scorecard", *candidate.arguments, *(["--quick"] if args.quick else [])])
+        command = " ".join(["python -m harness.scorecard", *candidate.arguments,
+                            *([] if suite.name == DEFAULT_SUITE else ["--suite", suite.name])])
         print(f"wrote {write(suite, candidate, args.results, out, command)}")
     except ScorecardError as error:
         print(f"Error: {error}", file=sys.stderr)

@@ -11,6 +11,9 @@ of its path do not exist yet: a single run refused before any work, or a sweep s
 removes those of them it left empty (``remove_new_folders``), and nothing that existed before the launch.
 
 A sweep job that SLURM runs again continues the run it started (``continue_if_requeued``).
+
+``SweepPlan`` (a Hydra callback too) prints, before the first job, the sweep's size and its estimated CPU-hours
+(``sweep_plan``): a preset can be hours of work, and a user should know before it starts.
 """
 
 from __future__ import annotations
@@ -129,3 +132,90 @@ class SweepReport(Callback):
             print(f"FAILED job #{job['job']} {job['dir']}: {job['error']}", file=sys.stderr)
         if failed:
             sys.exit(1)
+
+
+class SweepPlan(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            line = sweep_plan(config)
+        except Exception as error:  # noqa: BLE001 - an estimate never stops a sweep
+            line = f"sweep: no estimate ({type(error).__name__}: {error})"
+        print(line, flush=True)  # stdout, with Hydra's launch lines: stderr is for what went wrong
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The jobs' overrides as Hydra's basic sweeper expands them: the preset's ``hydra.sweeper.params``, then the
+    command line's overrides (a key in both: the command line's), their cartesian product."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def _same(recorded: Any, value: str) -> bool:
+    """A recorded config value equals an override's text (``1`` = ``1.0``, ``true`` = True)."""
+    if isinstance(recorded, bool) or recorded is None:
+        return json.dumps(recorded) == value.lower()
+    if isinstance(recorded, (int, float)):
+        try:
+            return float(value) == float(recorded)
+        except ValueError:
+            return False
+    return str(recorded) == value
+
+
+def _measured(runs: Path, experiment: str, job: dict[str, str], task: str, algorithm: str) -> float | None:
+    """CPU-seconds per seed and step of the committed runs (``runs``: results/runs) of this job's configuration in
+    ``experiment`` (every override the job sets, as recorded in their config.yaml), else of its task and algorithm
+    in any preset; None without any."""
+    import yaml
+
+    from harness import rundir
+
+    def rate(summaries) -> float | None:
+        seconds = work = 0.0
+        for summary in summaries:
+            record = json.loads(summary.read_text())
+            cost = record.get("cpu_seconds") or record.get("wall_seconds")
+            if cost and (record.get("hardware") or {}).get("device", "cpu") == "cpu":
+                seconds, work = seconds + cost, work + len(record.get("seeds") or ()) * (record.get("steps") or 0)
+        return seconds / work if work else None
+
+    def matches(summary: Path) -> bool:
+        config = summary.parent / "config.yaml"
+        flat = rundir.flatten(yaml.safe_load(config.read_text())) if config.exists() else {}
+        return all(_same(flat.get(key if key in flat else f"{key}.name"), value) for key, value in job.items())
+
+    same = [path for path in (runs / experiment).rglob("summary.json") if matches(path)]
+    if (found := rate(same)) is not None:
+        return found
+    kin = [path for path in runs.glob("*/**/summary.json")
+           if (record := json.loads(path.read_text())).get("task") == task and record.get("algorithm") == algorithm]
+    return rate(kin)
+
+
+def sweep_plan(config: DictConfig, runs: Path | None = None) -> str:
+    """One line: the sweep's jobs, seeds and steps, and its CPU-hours estimated from committed runs' measured cost
+    per seed and step (``_measured``; jobs without any are counted apart)."""
+    from harness import locations
+
+    runs = runs if runs is not None else locations.HOME / "results" / "runs"
+    jobs = [dict(override.split("=", 1) for override in job) for job in sweep_jobs(config)]
+    hours, unknown, seed_steps = 0.0, 0, 0
+    for job in jobs:
+        seeds = int(job.get("seeds", config.seeds))
+        steps = int(job.get("trainer.steps", job.get("task.steps", config.trainer.steps)))
+        seed_steps += seeds * steps
+        rate = _measured(runs, str(config.experiment_name), job, job.get("task", str(config.task.name)),
+                         job.get("algorithm", str(config.algorithm.name)))
+        if rate is None:
+            unknown += 1
+        else:
+            hours += rate * seeds * steps / 3600
+    estimate = (f"about {hours:.2g} CPU-hours" if hours >= 0.01 else "under a CPU-minute") + (
+        f" for {len(jobs) - unknown} of them (the other {unknown}: no committed run of their task and algorithm "
+        "to measure)" if unknown else "")
+    return (f"sweep {config.experiment_name}: {len(jobs)} job(s), {seed_steps:,} seed-steps in all; {estimate}, as "
+            "committed runs of the same configuration (else task and algorithm) measured, on their CPUs")

@@ -520,3 +520,60 @@ def test_the_local_launcher_waits_for_a_live_run_lock_then_refuses_in_one_line(t
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.fixture
+def cell_cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache of composed cells in the test's folder, as a fresh process has it."""
+    monkeypatch.setenv("TPO_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(campaign, "CELLS", campaign.CellCache())
+    return tmp_path / "cache" / campaign.CELL_CACHE
+
+
+def test_a_cell_composed_once_is_read_back_by_the_next_process_without_composing(cell_cache, monkeypatch):
+    """The first composition is saved under the code's fingerprint; a new cache (a new process) returns the same
+    identity, and the same refusal, with composition made to fail. Bugs caught: ``CellCache.save`` not writing,
+    ``get`` composing again despite the file, the refusal not cached (each start builds every cell's task)."""
+    cell = QUEUE["cells"][0]
+    overrides = tuple(cell["overrides"])
+    identity = campaign.cell_identity(cell["preset"], overrides)
+    assert campaign.cell_refusal(cell["preset"], overrides) is None
+    assert campaign.cell_refusal(cell["preset"], ("task.alpha=-1",)) is not None
+    campaign.CELLS.save()
+    assert [path.name for path in cell_cache.iterdir()] == [f"{campaign.source_fingerprint()}.json"]
+
+    import harness.config
+
+    def no_compose(*args, **kwargs):
+        raise AssertionError("composed again")
+
+    monkeypatch.setattr(harness.config, "compose_config", no_compose)
+    monkeypatch.setattr(campaign, "CELLS", campaign.CellCache())
+    assert campaign.cell_identity(cell["preset"], overrides) == identity
+    assert campaign.cell_refusal(cell["preset"], overrides) is None
+    assert "alpha" in campaign.cell_refusal(cell["preset"], ("task.alpha=-1",))
+
+
+def test_a_damaged_cache_file_is_ignored_and_rewritten(cell_cache):
+    cell = QUEUE["cells"][0]
+    cell_cache.mkdir(parents=True)
+    path = cell_cache / f"{campaign.source_fingerprint()}.json"
+    path.write_text('{"truncated')
+    identity = campaign.cell_identity(cell["preset"], tuple(cell["overrides"]))
+    campaign.CELLS.save()
+    assert list(json.loads(path.read_text()).values()) == [{"identity": identity}]
+
+
+def test_the_fingerprint_follows_every_config_file_s_content(tmp_path, monkeypatch):
+    """An edited value in one config file (same name, same size) gives another fingerprint, so no cell composed
+    from the old file is read back. Bug caught: a fingerprint of names and sizes only."""
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "t.yaml").write_text("alpha: 0.1\n")
+    monkeypatch.setattr(campaign.locations, "CONF", conf)
+    campaign.source_fingerprint.cache_clear()
+    before = campaign.source_fingerprint()
+    (conf / "task" / "t.yaml").write_text("alpha: 0.2\n")
+    campaign.source_fingerprint.cache_clear()
+    assert campaign.source_fingerprint() != before
+    campaign.source_fingerprint.cache_clear()

@@ -3,6 +3,9 @@ that need ``-m``, and the folders a refused launch leaves (none it made)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ def test_help_shows_the_examples_and_the_groups_a_user_picks():
     for example in ("python -m harness task=mnist_bandit algorithm=tpo seeds=2 trainer.steps=200",
                     "python -m harness -m task=tabular_single algorithm=tpo,grpo",
                     "python -m harness -m experiment=fig4_mnist",
-                    "python -m harness.report multirun/ --out results/all"):
+                    "python -m harness.report multirun/ --out reports/all"):
         assert example in text
     groups = {line.split()[0] for line in text.split("== Config groups")[1].split("== Config ==")[0].splitlines()
               if line.startswith("  ") and not line.startswith("   ")}
@@ -105,3 +108,25 @@ def test_hydra_mode_multirun_is_a_sweep_as_m_is():
     check_launch(["task=tabular_single", "hydra.mode=MULTIRUN", "algorithm=tpo,grpo"])  # accepted, as with -m
     with pytest.raises(ConfigError, match="is a sweep"):
         check_launch(["task=tabular_single", "algorithm=tpo,grpo"])
+
+
+@pytest.mark.parametrize("module", ["harness.campaign", "harness.report", "harness.scorecard"])
+def test_a_tools_help_is_its_first_paragraph_and_where_the_rest_lives(module):
+    """``--help`` shows the docstring's first paragraph and a ``Details:`` line, not the whole reference, and every
+    table and figure name in it stays whole (argparse wraps at spaces: a comma list without them was split
+    mid-name). Bugs caught: ``cli.Parser`` ignoring ``details``, a name list joined without spaces."""
+    import importlib
+
+    from harness.report.specs import FIGURES, TABLES
+
+    doc = importlib.import_module(module if module != "harness.report" else "harness.report.__main__").__doc__
+    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120,
+                            cwd=CONF.parent)
+    assert result.returncode == 0, result.stderr
+    first, second = doc.split("\n\n")[:2]
+    assert " ".join(first.split()) in " ".join(result.stdout.split())
+    assert " ".join(second.split())[:80] not in " ".join(result.stdout.split())
+    assert "Details: docs/usage.md" in result.stdout
+    if module == "harness.report":
+        for name in [*FIGURES, *TABLES]:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", result.stdout), name

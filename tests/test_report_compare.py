@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,10 +55,10 @@ def write_sweep(root: Path) -> Path:
     return root
 
 
-def run(argv: list) -> str:
-    """The command's stderr (its warnings)."""
+def run(argv: list, stdout: io.StringIO | None = None) -> str:
+    """The command's stderr (its warnings); what it prints goes to ``stdout``."""
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout or io.StringIO()):
         main([str(arg) for arg in argv])
     return stderr.getvalue()
 
@@ -67,11 +68,14 @@ def sweep(tmp_path_factory) -> Path:
     return write_sweep(tmp_path_factory.mktemp("compare") / "runs")
 
 
+PRINTED = io.StringIO()  # what the compared fixture's command printed
+
+
 @pytest.fixture(scope="module")
 def compared(sweep) -> tuple[Path, str]:
     out = sweep.parent / "out"
     warnings = run([sweep, "--out", out, "--figures", "none", "--compare", "algorithm", "--baseline", "tpo",
-                    "--windows", "final,mean", "--resamples", RESAMPLES, "--seed", SEED])
+                    "--windows", "final,mean", "--resamples", RESAMPLES, "--seed", SEED], PRINTED)
     return out, warnings
 
 
@@ -269,3 +273,90 @@ def test_a_baseline_whose_every_seed_diverged_gives_no_aggregates_and_one_warnin
                     "tpo", "--resamples", 100])
     assert "the baseline TPO has no score in any task; no aggregates" in warnings
     assert (tmp_path / "out" / "compare_tasks.csv").exists()
+
+
+LABELS = {"tpo": "TPO", "dg": "DG", "grpo": "GRPO"}
+TASK_WORDS = {"tabular_multi": "multi-context bandit", "tabular_single": "single-context bandit",
+              "token_reversal": "token reversal"}
+
+
+def test_the_terminal_shows_each_tasks_difference_the_aggregates_and_a_verdict_line_per_family(compared):
+    """The command prints, for the first window (final): a row per task and algorithm with its Δ to TPO as the
+    per-task table has it, each algorithm's IQM, and per family (here a task each) one verdict line whose verdict is
+    recomputed here: the mean paired Δ (algorithm − TPO) with rliable's bootstrap interval, ahead when above 0.
+    Bugs caught: the verdict's Δ taken as TPO − algorithm (ahead and behind swapped), the mean window read for the
+    final one, the aggregates left out of the terminal."""
+    out, _ = compared
+    printed = PRINTED.getvalue().splitlines()
+    tasks = pd.read_csv(out / "compare_tasks.csv")
+    for row in tasks[(tasks.window == "final") & (tasks.algorithm != "tpo")].itertuples():
+        delta = compare_text(row.diff, row.diff_low, row.diff_high)
+        assert any(line.startswith(f"{EXPERIMENT}, {TASK_WORDS[row.task]}")
+                   and re.search(rf"\s{LABELS[row.algorithm]}†?\s", line) and delta in line
+                   for line in printed), (row.task, row.algorithm, delta)
+    iqm = pd.read_csv(out / "compare_aggregates.csv").query("window == 'final' and statistic == 'iqm'")
+    for row in iqm.itertuples():
+        assert any(line.startswith(LABELS[row.algorithm]) and f"{row.estimate:.4f} [{row.low:.4f}, {row.high:.4f}]"
+                   in line for line in printed)
+    for task in TASKS:
+        verdicts = {}
+        for algorithm in ("dg", "grpo"):
+            paired = (1 - errors()[task, algorithm][:, -1]) - (1 - errors()[task, "tpo"][:SEEDS, -1])
+            _, interval = rliable_estimate(paired[:, None], lambda x: np.array([x.mean()]))
+            low, high = interval[:, 0]
+            verdicts.setdefault("ahead of TPO" if low > 0 else "behind TPO" if high < 0 else "level with TPO",
+                                []).append(LABELS[algorithm])
+        order = ("ahead of TPO", "level with TPO", "behind TPO")
+        expected = "; ".join(f"{words}: {', '.join(verdicts[words])}" for words in order if words in verdicts)
+        assert f"{EXPERIMENT}, {TASK_WORDS[task]}: {expected}" in printed
+    assert not any(line.startswith("warning:") for line in printed)  # 6 seeds and more in every cell
+
+
+def compare_text(value: float, low: float, high: float) -> str:
+    from harness.report.compare import with_interval
+
+    return with_interval(value, low, high, difference=True)
+
+
+def small_sweep(root: Path, seeds: dict[str, int], offsets: dict[str, float] | None = None) -> Path:
+    """tabular_single runs, ``seeds`` per algorithm; each algorithm's errors are TPO's plus its offset."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.2, 0.8, (max(seeds.values()), STEPS))
+    for algorithm, count in seeds.items():
+        write_run(root / algorithm, make_config(EXPERIMENT, "tabular_single", algorithm, count, STEPS),
+                  {"error": base[:count] + (offsets or {}).get(algorithm, 0.0)})
+    return root
+
+
+def printed_lines(root: Path, out: Path) -> list[str]:
+    stdout = io.StringIO()
+    run([root, "--out", out, "--figures", "none", "--compare", "algorithm", "--baseline", "tpo", "--resamples", 100],
+        stdout)
+    return stdout.getvalue().splitlines()
+
+
+def test_cells_with_fewer_than_five_seeds_get_one_warning_line_naming_them(tmp_path):
+    """TPO and GRPO at 5 seeds, DG at 4: one warning naming DG's cell only. Bugs caught: the boundary taken as
+    ≤ 5 (TPO and GRPO named), no warning at all."""
+    lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 5, "dg": 4, "grpo": 5}), tmp_path / "out")
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert warnings == ["warning: 1 of 3 cells have fewer than 5 seeds (DG on compare_synthetic, single-context "
+                        "bandit: 4): their intervals and verdicts say little; rerun with more seeds (seeds=20)"]
+
+
+def test_one_paired_seed_gives_no_verdict(tmp_path):
+    """At one seed the bootstrap interval has no width: the verdict is undecided, not ahead. Bug caught: the
+    ``MIN_VERDICT_SEEDS`` guard removed (DG, better on its one seed, called ahead)."""
+    lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 1, "dg": 1}, {"dg": -0.1}), tmp_path / "out")
+    assert f"{EXPERIMENT}, single-context bandit: undecided (fewer than 2 paired seeds): DG" in lines
+    assert "warning: every cell has fewer than 5 seeds (the fewest: 1)" in "\n".join(lines)
+
+
+def test_algorithms_equal_seed_by_seed_are_named_in_a_note(tmp_path):
+    """DG's errors are TPO's plus 1e-7 (one update rounded otherwise), GRPO's plus 1e-3: the note names TPO = DG
+    and not GRPO. Bugs caught: exact equality demanded (no note), a tolerance that takes GRPO in."""
+    lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 5, "dg": 5, "grpo": 5}, {"dg": 1e-7, "grpo": 1e-3}),
+                          tmp_path / "out")
+    notes = [line for line in lines if line.startswith("note:")]
+    assert len(notes) == 1 and "within 1e-05 at every step): TPO = DG (" in notes[0]
+    assert "GRPO" not in notes[0]

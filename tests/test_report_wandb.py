@@ -1,4 +1,5 @@
-"""W&B runs (one per seed, see harness/tracking.py) convert to the same frames as run directories."""
+"""W&B runs (one per seed, or one for all seeds above logger.seed_runs; see harness/tracking.py) convert to the
+same frames as run directories."""
 
 from __future__ import annotations
 
@@ -155,3 +156,36 @@ def test_a_run_started_before_the_step_metric_and_resumed_after_reads_both_kinds
     runs, curves = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([fake]))
     assert runs.status.tolist() == ["completed"]
     assert curves.sort_values("step")[["step", "value"]].values.tolist() == [[0, 0.9], [1, 0.8], [2, 0.6], [3, 0.5]]
+
+
+def test_one_run_for_a_configurations_seeds_reads_as_a_run_per_seed():
+    """A configuration's run (harness/tracking.py, above ``logger.seed_runs`` seeds: ``<key>/seed<N>`` columns and
+    summary keys beside their seed means, the seed ids in its config) gives the frames a run per seed gives, a failed
+    seed (``status/seed1``) left out as its own failed run is. Bugs caught: load.py ``SeedOfRun`` taking another
+    seed's summary key or the run's status for a seed's, reading the seed means as a seed."""
+    rng = np.random.default_rng(1)
+    steps, config = np.arange(0, 40, 10), make_config("inputs_check", "token_reversal", "tpo", 3, 40)
+    error, entropy = rng.random((3, len(steps))), rng.random((3, len(steps)))
+    status = {0: "completed", 1: "failed", 2: "completed"}
+    per_seed = []
+    for seed in range(3):
+        run = FakeRun({**config, "trainer": {"steps": 40}, "seed": seed}, steps,
+                      {"error": error[seed], "target_entropy": entropy[seed]}, status=status[seed])
+        run.summary.update(last_step=30, metrics_rows=4)
+        per_seed.append(run)
+    one = FakeRun({**config, "trainer": {"steps": 40}, "seed_ids": [0, 1, 2]}, steps,
+                  {"error": error.mean(0), "target_entropy": entropy.mean(0)})
+    for seed in range(3):
+        for index, row in enumerate(one._rows):
+            row.update({"step": int(steps[index]), f"error/seed{seed}": float(error[seed, index]),
+                        f"target_entropy/seed{seed}": float(entropy[seed, index])})
+        one.summary[f"status/seed{seed}"] = status[seed]
+    one.summary.update(status="completed", last_step=30, metrics_rows=4)
+    runs_per_seed, curves_per_seed = load_runs(wandb=["me/tpo"], wandb_api=FakeApi(per_seed))
+    runs_one, curves_one = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([one]))
+    assert runs_one.seed_ids.tolist() == [(0, 2)] and set(curves_one.metric) == {"error", "target_entropy"}
+    key = ["seed", "step", "metric"]
+    pd.testing.assert_frame_equal(curves_one.sort_values(key).reset_index(drop=True),
+                                  curves_per_seed.sort_values(key).reset_index(drop=True))
+    columns = ["status", "seed_ids", "steps", "last_step", "signature"]
+    assert runs_one[columns].to_dict("records") == runs_per_seed[columns].to_dict("records")

@@ -190,7 +190,8 @@ def test_missing_runs_are_named_with_the_command_that_runs_them(tmp_path):
     suite = tiny_suite(tmp_path)
     errors = {key: value for key, value in synthetic_errors().items() if key != ("b", "pg")}
     write_synthetic(tmp_path / "results", errors)
-    with pytest.raises(scorecard.ScorecardError, match=r"pg in b \(python -m harness.scorecard --baselines --quick\)"):
+    with pytest.raises(scorecard.ScorecardError,
+                       match=r"pg in b \(python -m harness.scorecard --baselines --suite tiny\)"):
         scorecard.check_baselines(suite, scorecard.Candidate("rloo"), tmp_path / "results")
     with pytest.raises(scorecard.ScorecardError, match=r"rloo in a, b, c \(python -m harness.scorecard algorithm=rloo"):
         scorecard.comparison(suite, scorecard.Candidate("rloo"), tmp_path / "results")

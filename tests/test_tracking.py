@@ -1,17 +1,20 @@
 """W&B never stalls or stops training: each wandb.init is bounded by logger.init_timeout, and the first failure turns
-W&B off for every seed of the run, with one warning, while the local files stay complete."""
+W&B off for every seed of the run, with one warning, while the local files stay complete. Above logger.seed_runs
+seeds one W&B run holds them all, a layout a resume keeps; the logger's keys are checked before any work."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import compose_config, run_config
-from harness.tracking import DEFAULT_INIT_TIMEOUT
+from harness.tracking import DEFAULT_INIT_TIMEOUT, make_tracker
 
 
 class FakeRun:
@@ -96,8 +99,6 @@ def test_a_config_without_init_timeout_still_runs(tmp_path, monkeypatch):
     """Configs saved before logger.init_timeout existed (a resumed run's) get the default."""
     from omegaconf import open_dict
 
-    from harness.tracking import make_tracker
-
     wandb = fake_wandb(monkeypatch, succeed=1)
     cfg = compose_config(["task=tabular_single", "logger=wandb", "logger.mode=online"])
     with open_dict(cfg):
@@ -116,3 +117,68 @@ def test_init_timeout_must_be_positive(value):
     with pytest.raises(ConfigError, match=f"logger.init_timeout={value if value != 'abc' else repr(value)} is not "
                                           "valid; expected a number > 0"):
         build_task(compose_config(["task=tabular_single", "logger=wandb", f"logger.init_timeout={value}"]))
+
+
+@pytest.mark.parametrize("seed_runs, runs", [(3, 3), (2, 1)])
+def test_seed_runs_seeds_get_a_run_each_and_one_more_gets_one_run(tmp_path, monkeypatch, seed_runs, runs):
+    """3 seeds with ``logger.seed_runs=3``: a W&B run per seed, as ever; with 2, one run for the configuration, named
+    by the group, under its first seed's id (the one a fresh start clears), its config carrying the seed ids and its
+    rows each seed's value as ``<metric>/seed<N>`` beside their mean. Bugs caught: tracking.py ``<`` for ``<=`` in
+    the threshold, the seed ids left out of the config, the id of another seed."""
+    from harness import rundir
+
+    wandb = fake_wandb(monkeypatch, succeed=3)
+    run_config([*OVERRIDES, f"logger.seed_runs={seed_runs}"], tmp_path)
+    assert len(wandb.calls) == runs
+    uid = json.loads((tmp_path / "identity.json").read_text())["uid"]
+    if runs == 3:
+        assert [call["config"]["seed"] for call in wandb.calls] == [0, 1, 2]
+        return
+    (call,) = wandb.calls
+    assert call["name"] == call["group"] and call["id"] == rundir.wandb_run_id(tmp_path, uid, 0)
+    assert call["config"]["seed_ids"] == [0, 1, 2] and "seed" not in call["config"]
+    assert call["settings"]["x_save_requirements"] is False  # most of each later init's cost
+    frame = pd.read_csv(tmp_path / "metrics.csv")
+    (run,) = wandb.runs
+    assert [row["step"] for row in run.logged] == sorted(frame.step.unique())
+    last = run.logged[-1]
+    assert [last[f"error/seed{seed}"] for seed in (0, 1, 2)] == pytest.approx(
+        frame[frame.step == frame.step.max()].sort_values("seed").error.tolist(), rel=1e-6)
+    assert last["error"] == pytest.approx(np.mean([last[f"error/seed{seed}"] for seed in (0, 1, 2)]))
+    assert run.summary["status"] == "completed" and [run.summary[f"status/seed{s}"] for s in (0, 1, 2)] == [
+        "completed"] * 3
+
+
+@pytest.mark.parametrize("started, runs", [("seed_runs: 2", 1), ("seed_runs: 9", 9), ("", 9)])
+def test_a_resume_keeps_the_wandb_layout_of_the_launch_that_started_the_run(tmp_path, monkeypatch, started, runs):
+    """9 seeds: the layout follows the ``logger.seed_runs`` of the run's first launch (its ``.hydra/config.yaml``),
+    one run per seed for a run mirrored before the key existed (not the default's 8), whatever this launch sets: a
+    W&B run never changes layout midway. Bugs caught: tracking.py ``seed_runs`` reading this launch's key, or the
+    default for a run without it."""
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(f"logger:\n  name: wandb\n  {started}\n")
+    wandb = fake_wandb(monkeypatch, succeed=9)
+    cfg = compose_config(["task=tabular_single", "logger=wandb", "logger.mode=online",
+                          f"logger.seed_runs={9 if runs == 1 else 2}"])
+    tracker = make_tracker(cfg, tmp_path, list(range(9)), {})
+    tracker.finish({"status": "completed"})
+    assert len(wandb.calls) == runs
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "abc"])
+def test_seed_runs_must_be_a_count(value):
+    from common.checks import ConfigError
+    from harness.config import build_task
+
+    shown = value if value != "abc" else repr(value)
+    with pytest.raises(ConfigError, match=f"^logger.seed_runs={shown} is not valid; expected an integer >= 0$"):
+        build_task(compose_config(["task=tabular_single", "logger=wandb", f"logger.seed_runs={value}"]))
+
+
+def test_an_unknown_logger_name_is_refused_naming_the_choices():
+    from common.checks import ConfigError
+    from harness.config import build_task
+
+    with pytest.raises(ConfigError, match="^logger.name='tensorbord' is not valid; valid choices: wandb, tensorboard, "
+                                          "none$"):
+        build_task(compose_config(["task=tabular_single", "logger=tensorboard", "logger.name=tensorbord"]))

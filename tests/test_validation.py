@@ -33,7 +33,8 @@ BAD_VALUES = [
     (["cpu_matmul=mkl"], "cpu_matmul='mkl' is not valid; valid choices: auto, onednn, blas"),
     ([SINGLE, "flush_denormal=maybe"], "flush_denormal='maybe' is not valid; valid choices: true, false"),
     ([SINGLE, "experiment_name=null"], "experiment_name=None is not valid; expected a non-empty name"),
-    ([SINGLE, "logger.name=tensorboard"], "logger.name='tensorboard' is not valid; valid choices: wandb, none"),
+    ([SINGLE, "logger.name=tensorbord"],
+     "logger.name='tensorbord' is not valid; valid choices: wandb, tensorboard, none"),
     ([MNIST, "trainer.steps=5"], "trainer.steps=5 is not valid with task.eval_every=200"),
     ([TOKEN, "task.dedup=1"], "task.dedup=1 is not valid"),  # 1 is not true
     # logger (harness/tracking.py check_logger_config)

@@ -1,7 +1,8 @@
 """The W&B mirror (harness/tracking.py), read back from offline runs with wandb's own record format: a sweep's points
 are groups of their own, ``step`` is every metric's x-axis, rows arrive as they are produced (not at checkpoints),
 starting W&B or a W&B that cannot keep up never holds training, each seed's summary is summary.json's, and TRL's own
-metrics reach the seed's run."""
+metrics reach the seed's run. Above logger.seed_runs seeds one run holds every seed as columns of its rows, and the
+report reads it back as it reads a run per seed."""
 
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ def _read_offline(run_dir: Path) -> list[OfflineRun]:
 def rows(run: OfflineRun) -> list[dict]:
     """The run's metrics.csv rows (not those forwarded from TRL)."""
     return [row for row in run.history if tracking.TRL_STEP not in row]
+
+
+def seeds_of(run: OfflineRun) -> tuple[int, ...]:
+    """The seeds a W&B run mirrors: its own, or those of the configuration's run."""
+    return (run.config["seed"],) if "seed" in run.config else tuple(run.config[tracking.SEED_IDS])
 
 
 # ---- the group: the run's identity as the launch overrode it ---------------------------------------------------------
@@ -191,6 +197,80 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
     assert summary["mean"]["error"]["per_seed"] == pytest.approx(frame.groupby("seed").error.mean().tolist())
 
 
+# ---- one run for a configuration's seeds ----------------------------------------------------------------------------
+
+SINGLE_RUN = ["task=tabular_single", "seeds=3", "trainer.steps=8", *OFFLINE]
+METRICS = ("error", "misalignment")
+
+
+def test_above_seed_runs_one_run_holds_each_seed_in_columns_of_its_rows(tmp_path):
+    """3 seeds, ``logger.seed_runs=2``: one offline run, named by its group, the seed ids in its config; its rows are
+    metrics.csv's steps, each seed's value in ``<metric>/seed<N>`` (compared with metrics.csv read on its own), their
+    mean under the metric's name; its summary the run's keys, each seed's as ``<key>/seed<N>`` beside their mean.
+    Bugs caught (tracking.py ``_wandb_rows``, ``configuration_summary``): a seed's values in another seed's column
+    (seeds × names read as names × seeds), a mean over the metrics rather than the seeds, a seed's final value or
+    status from another seed."""
+    summary = run_config([*SINGLE_RUN, "logger.seed_runs=2"], tmp_path)
+    (run,) = read_offline(tmp_path, ended=True)
+    assert run.name == run.group and run.config[tracking.SEED_IDS] == [0, 1, 2] and "seed" not in run.config
+    frame = pd.read_csv(tmp_path / "metrics.csv")
+    history = rows(run)
+    assert [row["step"] for row in history] == sorted(frame.step.unique())
+    columns = {"step", *METRICS, *(f"{metric}/seed{seed}" for metric in METRICS for seed in (0, 1, 2))}
+    assert all({key for key in row if not key.startswith("_")} == columns for row in history)
+    for metric in METRICS:
+        wide = frame.pivot(index="step", columns="seed", values=metric).sort_index()[[0, 1, 2]]
+        logged = np.array([[row[f"{metric}/seed{seed}"] for seed in (0, 1, 2)] for row in history])
+        np.testing.assert_array_equal(np.float32(logged), np.float32(wide.to_numpy()))  # metrics.csv: float32's digits
+        np.testing.assert_allclose([row[metric] for row in history], logged.mean(axis=1), rtol=1e-12)
+    per_seed = {f"{kind}/{metric}/seed{seed}": summary[kind][metric]["per_seed"][seed]
+                for kind in ("final", "mean") for metric in METRICS for seed in (0, 1, 2)}
+    expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "metrics_rows": 8,
+                "commit": summary["commit"], "cpu_seconds": summary["cpu_seconds"],
+                "final/error": summary["final"]["error"]["mean"], "mean/error": summary["mean"]["error"]["mean"],
+                "steps_to/error<0.1": None, **per_seed, **{f"status/seed{seed}": "completed" for seed in (0, 1, 2)}}
+    assert {key: run.summary.get(key) for key in expected} == expected
+    assert "final/error/seed3" not in run.summary and "seed_status" not in run.summary
+
+
+class ApiRun:
+    """An offline run as ``wandb.Api().runs`` lists it: its config without W&B's own keys, summary, state, history."""
+
+    def __init__(self, run: OfflineRun):
+        self.name, self.group, self.id = run.name, run.group, run.path.parent.name.rsplit("-", 1)[-1]
+        self.config = {key: value for key, value in run.config.items() if not key.startswith("_")}
+        self.summary, self.state, self._history = run.summary, "finished" if run.ended else "running", run.history
+
+    def scan_history(self):
+        return iter(self._history)
+
+
+def test_the_report_reads_one_run_for_the_seeds_as_it_reads_a_run_per_seed(tmp_path):
+    """The same run mirrored with a run per seed and with one for its 3 seeds, read back through the report's W&B
+    loader from the offline files: the same runs and curves, which are the run folder's. Bugs caught (load.py
+    ``SeedOfRun``, ``_seed_runs``): a seed's column read as another's, the seed means read as a seed, the seed ids
+    left in the configuration (another signature than the run folder's), a summary key of another seed."""
+    from harness.report.load import load_runs
+    from test_report_wandb import FakeApi
+
+    loaded = {}
+    for seed_runs in (3, 2):
+        run_config([*SINGLE_RUN, f"logger.seed_runs={seed_runs}"], tmp_path / f"seed_runs{seed_runs}")
+        offline = read_offline(tmp_path / f"seed_runs{seed_runs}", ended=True)
+        assert len(offline) == (3 if seed_runs == 3 else 1)
+        loaded[seed_runs] = load_runs(wandb=["me/tpo"], wandb_api=FakeApi([ApiRun(run) for run in offline]))
+    loaded["folder"] = load_runs([tmp_path / "seed_runs3"])
+    keys, columns = ["seed", "step", "metric"], ["experiment", "task", "algorithm", "status", "seed_ids", "steps",
+                                                  "last_step", "signature"]
+    curves = {name: frame.sort_values(keys).reset_index(drop=True) for name, (_, frame) in loaded.items()}
+    assert len(curves[2]) == 3 * 8 * len(METRICS)
+    pd.testing.assert_frame_equal(curves[2], curves[3])
+    pd.testing.assert_frame_equal(curves[2][keys].astype(str), curves["folder"][keys].astype(str))
+    np.testing.assert_array_equal(np.float32(curves[2].value), np.float32(curves["folder"].value))
+    records = {name: runs[columns].to_dict("records") for name, (runs, _) in loaded.items()}
+    assert records[2] == records[3] == records["folder"] and records[2][0]["status"] == "completed"
+
+
 # ---- every row exactly once after a resume ---------------------------------------------------------------------------
 
 def assert_every_row_once(run_dir: Path) -> None:
@@ -198,12 +278,13 @@ def assert_every_row_once(run_dir: Path) -> None:
     frame = pd.read_csv(run_dir / "metrics.csv")
 
     def last_launch_ended(runs: list[OfflineRun]) -> bool:  # (a killed launch's runs may never end)
-        last: dict[int, OfflineRun] = {}
+        last: dict[tuple, OfflineRun] = {}
         for run in runs:  # offline-run-<launch time>-<id>: the latest launch's sorts last
-            seed = run.config.get("seed")
-            if seed not in last or run.path.parent.name > last[seed].path.parent.name:
-                last[seed] = run
-        return len(last) == frame.seed.nunique() and all(run.ended for run in last.values())
+            seeds = seeds_of(run) if run.config else ()  # (a file just created holds no config yet)
+            if seeds not in last or run.path.parent.name > last[seeds].path.parent.name:
+                last[seeds] = run
+        return ({seed for seeds in last for seed in seeds} == set(frame.seed)
+                and all(run.ended for run in last.values()))
 
     deadline, runs = time.monotonic() + 60, read_offline(run_dir)
     while not last_launch_ended(runs) and time.monotonic() < deadline:
@@ -211,34 +292,42 @@ def assert_every_row_once(run_dir: Path) -> None:
         runs = read_offline(run_dir)
     logged: dict[int, Counter] = {}
     for run in runs:
-        logged.setdefault(run.config["seed"], Counter()).update(row["step"] for row in rows(run))
+        for seed in seeds_of(run):  # (a configuration's run: the rows holding the seed's column)
+            logged.setdefault(seed, Counter()).update(row["step"] for row in rows(run)
+                                                      if "seed" in run.config or f"error/seed{seed}" in row)
     assert sorted(logged) == sorted(frame.seed.unique())
     for seed, counts in logged.items():
         expected = frame[frame.seed == seed].step.tolist()
         missing = sorted(set(expected) - set(counts))
         twice = sorted(step for step, n in counts.items() if n > 1)
-        files = [(run.path.parent.name, run.ended, len(rows(run))) for run in runs if run.config.get("seed") == seed]
+        files = [(run.path.parent.name, run.ended, len(rows(run))) for run in runs if seed in seeds_of(run)]
         assert not missing and not twice and len(counts) == len(expected), \
             f"seed {seed}: {len(missing)} rows missing from W&B (first {missing[:3]}), logged twice {twice[:3]}; " \
             f"its files (launch, ended, rows): {files}"
 
 
-def test_a_resume_does_not_log_again_the_rows_wandb_holds_past_the_checkpoint(tmp_path):
+@pytest.mark.parametrize("seed_runs, files", [(2, 4), (1, 2)])
+def test_a_resume_does_not_log_again_the_rows_wandb_holds_past_the_checkpoint(tmp_path, seed_runs, files):
     """Ctrl-C at step 8 with checkpoints every 5: the interrupted launch's runs hold rows 0-7, the resume restarts at
-    5 and reproduces rows 5-7, which must not reach W&B a second time."""
-    overrides = ["task=tabular_single", "seeds=2", "trainer.steps=20", "trainer.checkpoint_every=5", *OFFLINE]
+    5 and reproduces rows 5-7, which must not reach W&B a second time: with a run per seed, and with one run for
+    both seeds (``logger.seed_runs=1``)."""
+    overrides = ["task=tabular_single", "seeds=2", "trainer.steps=20", "trainer.checkpoint_every=5", *OFFLINE,
+                 f"logger.seed_runs={seed_runs}"]
     run_killed_at(overrides, tmp_path / "run", get_task("tabular_single"), 8)
     run_config([*overrides, "trainer.resume=auto"], tmp_path / "run")
-    assert len(read_offline(tmp_path / "run")) == 4  # two launches of two seeds
+    assert len(read_offline(tmp_path / "run")) == files  # two launches of two runs, or of one
     assert_every_row_once(tmp_path / "run")
 
 
-def test_after_a_kill_9_the_resume_sends_wandb_the_rows_it_lost(tmp_path):
+@pytest.mark.parametrize("seed_runs", [2, 1])
+def test_after_a_kill_9_the_resume_sends_wandb_the_rows_it_lost(tmp_path, seed_runs):
     """``kill -9`` just after the second checkpoint: the killed launch's wandb service has not written its last
-    seconds of rows, which lie before the checkpoint and are not produced again; the resume sends them."""
+    seconds of rows, which lie before the checkpoint and are not produced again; the resume sends them, to each
+    seed's run or to the configuration's."""
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "harness", "task=tabular_single", "seeds=2", "trainer.steps=3000",
-               "trainer.checkpoint_every=500", *OFFLINE, "trainer.resume=auto", f"hydra.run.dir={run_dir}"]
+               "trainer.checkpoint_every=500", *OFFLINE, f"logger.seed_runs={seed_runs}", "trainer.resume=auto",
+               f"hydra.run.dir={run_dir}"]
     # each launch with a wandb service of its own, as from a shell (not this worker's, which earlier tests started and
     # which would outlive the kill holding the run's id)
     environment = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "PYTHONPATH": str(ROOT)}

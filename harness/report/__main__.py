@@ -46,17 +46,18 @@ MAX_RESAMPLES = 100_000  # each resample is a (seeds × steps) draw; more would 
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.report", description=__doc__,
+                        details='docs/usage.md, "The report" and "Comparing any set of runs"',
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", type=Path, help="sweep folders or run directories")
-    parser.add_argument("--out", type=Path, default=Path("results/report"),
+    parser.add_argument("--out", type=Path, default=Path("reports/latest"),
                         help="output folder: new, empty, or one an earlier report wrote (its README.md generated); "
                              "tables and figures that report listed and this one does not write are removed, "
                              "hand-written files are never replaced")
     parser.add_argument("--tables", default="auto",
-                        help=f"auto (those whose preset has runs) | all | none | comma list of {','.join(TABLES)}")
+                        help=f"auto (those whose preset has runs) | all | none | comma list of: {', '.join(TABLES)}")
     parser.add_argument("--figures", default="auto",
                         help=f"auto | all | none | generic (only the per-preset curves drawn for runs no paper "
-                             f"figure covers) | comma list of {','.join(FIGURES)}")
+                             f"figure covers) | comma list of: {', '.join(FIGURES)}")
     parser.add_argument("--smooth", type=cli.number(int, low=1, high=100_000), default=1,
                         help="causal moving-average window for figures that do not fix their own (Fig 1b: 40)")
     parser.add_argument("--resamples", type=cli.number(int, low=MIN_RESAMPLES, high=MAX_RESAMPLES),
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                              seed=args.seed, comparison=comparison)
     except compare.CompareError as error:
         parser.refuse(str(error))
-    print(table.to_string(index=False))
+    print(table.attrs.get("verdict") or table.to_string(index=False))  # a comparison: its verdict, not every run
     print(f"\nwritten to {args.out}/")
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from absl import logging as absl_logging
 from rliable import library as rly
 from rliable import metrics, plot_utils
+from tabulate import tabulate
 
 from harness.report import stats
 from harness.report.compare import CONFIG_KEY, WINDOWS, Comparison, task_text, text, with_interval
@@ -73,6 +74,45 @@ def balanced(per_task: list[np.ndarray]) -> np.ndarray:
     """(runs × tasks …) from each task's rows (seeds): the first n of each, n the fewest any task has."""
     runs = min(len(rows) for rows in per_task)
     return np.stack([rows[:runs] for rows in per_task], axis=1)
+
+
+MIN_VERDICT_SEEDS = 2  # one paired seed gives a zero-width interval: no verdict from it
+
+
+def family_deltas(comparison: Comparison, families: dict[str, list[int]], window: str,
+                  candidate_first: bool = False) -> pd.DataFrame:
+    """Per family (name → its task indices) and non-baseline value: the mean over the family's tasks of the mean
+    paired Δ of ``window``'s score, value − baseline (baseline − value with ``candidate_first``: the scorecard's
+    candidate is its comparison's baseline), with rliable's stratified bootstrap interval (paired seeds resampled
+    within each task) and a verdict: ahead (interval above 0), behind (below), level (across 0), or undecided with
+    fewer than ``MIN_VERDICT_SEEDS`` paired seeds. Tasks where the value has no score are left out of its mean."""
+    stat, baseline = WINDOWS[window], comparison.baseline
+    rows = []
+    for family, indices in families.items():
+        for value in comparison.values[1:]:
+            columns = []
+            for index in indices:
+                if (index, value) not in comparison.scores:
+                    continue
+                theirs, ours = (comparison.scores[index, value], comparison.scores[index, baseline])
+                first, second = (ours, theirs) if candidate_first else (theirs, ours)
+                delta = (pd.Series(stats.per_seed(stat, first), first.seeds)
+                         - pd.Series(stats.per_seed(stat, second), second.seeds)).dropna()
+                columns.append(delta.to_numpy())
+            if not columns:
+                continue
+            deltas = balanced(columns)  # paired seeds × tasks
+            if len(deltas) < MIN_VERDICT_SEEDS:
+                point, low, high, verdict = (deltas.mean() if deltas.size else np.nan), np.nan, np.nan, "undecided"
+            else:
+                points, interval = estimate(deltas, lambda x: np.array([x.mean()]), comparison.resamples,
+                                            comparison.seed)
+                point, (low, high) = points[0], interval[:, 0]
+                verdict = "ahead" if low > 0 else "behind" if high < 0 else "level"
+            rows.append({"family": family, "value": value, "cells": len(columns), "seeds": len(deltas),
+                         "diff": point, "diff_low": low, "diff_high": high, "verdict": verdict})
+    return pd.DataFrame(rows, columns=["family", "value", "cells", "seeds", "diff", "diff_low", "diff_high",
+                                       "verdict"])
 
 
 @dataclass
@@ -268,9 +308,10 @@ def _caption(comparison: Comparison, report: Report, name: str, title: str, line
     return "\n".join([*lines, ""]) + "\n" + caption(Figure(name, title, ()), used, report.runs, command)
 
 
-def write(comparison: Comparison, report: Report, out: Path, command: str, intro: str) -> list[str]:
+def write(comparison: Comparison, report: Report, out: Path, command: str,
+          intro: str) -> tuple[list[str], pd.DataFrame]:
     """Write compare_aggregates.md|csv and the two figures (png, pdf, caption) into ``out``; return the README's
-    lines for them. ``intro``: the comparison's definitions, which the markdown file repeats."""
+    lines for them and the aggregates. ``intro``: the comparison's definitions, which the markdown file repeats."""
     key, baseline = comparison.key, text(comparison.key, comparison.baseline)
     resampling = f"{comparison.resamples:,} resamples, generator seed {comparison.seed}"
     rules = ("rliable (Agarwal et al. 2021): interquartile mean and optimality gap (γ = 1) of the runs × tasks "
@@ -322,4 +363,115 @@ def write(comparison: Comparison, report: Report, out: Path, command: str, intro
     else:
         lines.append("No IQM against the step: fewer than 2 values have runs in every task, or the tasks share fewer "
                      "than 2 logged steps (their budgets or logging intervals differ).\n")
+    return lines, frame
+
+
+# ---- the terminal's verdict ---------------------------------------------------------------------------------------
+
+SAME_ATOL = 1e-5  # scores this close at every seed and step: one update, rounded differently in float32
+FEW_SEEDS = 5  # below this many seeds a cell's interval is too wide, or too unstable, to read a verdict from
+
+
+def families(comparison: Comparison) -> dict[str, list[int]]:
+    """The tasks grouped by experiment and task (a sweep's points, e.g. each V, are one family), whichever of the
+    two is not the compared key."""
+    grouped: dict[str, list[int]] = {}
+    for index, task in enumerate(comparison.tasks):
+        named = {key: task[key] for key in ("experiment", "task") if key in task and key != comparison.key}
+        grouped.setdefault(task_text(named) or task_text(task), []).append(index)
+    return grouped
+
+
+def verdict_lines(comparison: Comparison, frame: pd.DataFrame) -> list[str]:
+    """One line per family: the values ahead of the baseline, level with it, behind it, undecided (their Δ is in
+    the per-task table)."""
+    key, baseline = comparison.key, text(comparison.key, comparison.baseline)
+    words = {"ahead": f"ahead of {baseline}", "level": f"level with {baseline}", "behind": f"behind {baseline}",
+             "undecided": "undecided (fewer than 2 paired seeds)"}
+    lines = []
+    for family, rows in frame.groupby("family", sort=False):
+        parts = [f"{phrase}: {', '.join(text(key, value) for value in rows.value[rows.verdict == verdict])}"
+                 for verdict, phrase in words.items() if (rows.verdict == verdict).any()]
+        lines.append(f"{family}: {'; '.join(parts)}")
     return lines
+
+
+def few_seeds_warning(comparison: Comparison) -> str | None:
+    """One line naming the cells with fewer than ``FEW_SEEDS`` seeds, or None."""
+    few = {(index, value): len(matrix.seeds) for (index, value), matrix in comparison.scores.items()
+           if len(matrix.seeds) < FEW_SEEDS}
+    if not few:
+        return None
+    if len(few) == len(comparison.scores):
+        which = f"every cell has fewer than {FEW_SEEDS} seeds (the fewest: {min(few.values())})"
+    else:
+        shown = "; ".join(f"{text(comparison.key, value)} on {task_text(comparison.tasks[index])}: {n}"
+                          for (index, value), n in list(few.items())[:3])
+        which = (f"{len(few)} of {len(comparison.scores)} cells have fewer than {FEW_SEEDS} seeds ({shown}"
+                 f"{f' and {len(few) - 3} more' if len(few) > 3 else ''})")
+    return f"warning: {which}: their intervals and verdicts say little; rerun with more seeds (seeds=20)"
+
+
+def _plain(frame: pd.DataFrame) -> str:
+    """A table for the terminal: columns left-aligned, cells as given."""
+    return tabulate(frame, headers="keys", tablefmt="plain", showindex=False, disable_numparse=True)
+
+
+def terminal_summary(comparison: Comparison, tasks: pd.DataFrame, aggregates: pd.DataFrame) -> str:
+    """What ``--compare`` prints: per task each value's score and paired Δ to the baseline with P(better); across
+    tasks rliable's IQM and P(improvement); one verdict line per family (``family_deltas``); the small-n warning.
+    Every interval is a 95% bootstrap interval; the first window decides the verdicts."""
+    key, baseline = comparison.key, text(comparison.key, comparison.baseline)
+    window = comparison.windows[0]
+    rows = tasks[tasks.window == window]
+    per_task = pd.DataFrame({
+        "task": rows.cell, key: [text(key, value) + ("†" if status == "partial" else "")
+                                 for value, status in zip(rows[key], rows.status)],
+        "seeds": rows.seeds,
+        "score": [with_interval(*numbers) for numbers in zip(rows.score, rows.score_low, rows.score_high)],
+        f"Δ vs {baseline}": ["ref" if value == comparison.baseline else with_interval(*numbers, difference=True)
+                             for value, *numbers in zip(rows[key], rows["diff"], rows.diff_low, rows.diff_high)],
+        "P(better)": ["–" if np.isnan(p) else f"{p:.2f}" for p in rows.p_better]})
+    lines = [f"{key} against {baseline}: score = 1 − error, {window} window, [95% bootstrap interval]; "
+             "† partial cell", "", _plain(per_task)]
+    across = aggregates[aggregates.window == window]
+    if not across.empty:
+        shown = []
+        for value, part in across.groupby(key, sort=False):
+            by_name = part.set_index("statistic")
+            improvement = by_name.loc["probability_of_improvement"] if "probability_of_improvement" in by_name.index \
+                else None
+            shown.append({key: text(key, value), "IQM": with_interval(*by_name.loc["iqm", ["estimate", "low", "high"]]),
+                          f"P(> {baseline})": "ref" if improvement is None else
+                          with_interval(improvement.estimate, improvement.low, improvement.high)})
+        lines += ["", f"Across {int(across.tasks.iloc[0])} task(s) (rliable, stratified bootstrap):",
+                  _plain(pd.DataFrame(shown))]
+    verdicts = family_deltas(comparison, families(comparison), window)
+    lines += ["", f"Verdict ({window} score; mean paired Δ over each family's tasks, ahead or behind when its "
+                  "95% interval is clear of 0):", *verdict_lines(comparison, verdicts)]
+    notes = [note for note in (identical_note(comparison), few_seeds_warning(comparison)) if note]
+    return "\n".join([*lines, *notes])
+
+
+def identical_note(comparison: Comparison) -> str | None:
+    """One line naming the values whose scores equal another's seed by seed at every step (within ``SAME_ATOL``) in
+    every task they share: a task can make two algorithms one update (docs/algorithms.md, "When two algorithms give
+    the same numbers")."""
+    same: dict[object, list] = {}
+    for value in comparison.values:
+        shared = [index for index in range(len(comparison.tasks)) if (index, value) in comparison.scores]
+        for first in same if shared else ():
+            if all((index, first) in comparison.scores
+                   and np.array_equal(comparison.scores[index, first].seeds, comparison.scores[index, value].seeds)
+                   and np.allclose(comparison.scores[index, first].values, comparison.scores[index, value].values,
+                                   rtol=0.0, atol=SAME_ATOL, equal_nan=True) for index in shared):
+                same[first].append(value)
+                break
+        else:
+            same[value] = [value]
+    groups = [" = ".join(text(comparison.key, value) for value in members)
+              for members in same.values() if len(members) > 1]
+    if not groups:
+        return None
+    return (f"note: equal seed by seed (within {SAME_ATOL:g} at every step): {'; '.join(groups)} (the task makes "
+            "them one update: docs/algorithms.md, \"When two algorithms give the same numbers\")")

@@ -42,18 +42,26 @@ def _mean_se_text(summary: stats.Summary) -> str:
 
 def results_table(report: Report) -> pd.DataFrame:
     """One row per run: final error (%) mean ± s.e. and 95% bootstrap interval, steps to each of the task's
-    thresholds, and flags for runs that are not comparable (failed, interrupted, partial, in conflict). The paper
-    tables carry intervals for steps-to as well."""
+    thresholds, and flags for runs that are not comparable (failed, interrupted, partial, in conflict). Partial: a
+    run short of the budget's steps, or one whose configuration's full-length runs, their seed ranges merged as a
+    table's cell merges them, hold fewer seeds than the budget (a seed range of a complete cell is not partial).
+    The paper tables carry intervals for steps-to as well."""
     runs = report.runs
     params = [c for c in runs.columns if c.startswith(("task.", "algorithm.")) or c == "model.name"]
     largest = runs.groupby(["experiment", "task"])[["seeds", "steps"]].max().fillna(0)
     duplicated = seed_conflicts(report, largest)
+    records = runs.to_dict("records")
+    budgets = [report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]),
+                             task=run["task"])[:2] for run in records]
+    merged: dict[tuple, set] = {}  # per configuration: the seeds of its full-length runs, as a cell merges them
+    for run, (_, steps) in zip(records, budgets):
+        if run["status"] != "failed" and (run["steps"] or 0) >= steps:
+            merged.setdefault(_configuration(run), set()).update(run["seed_ids"])
     rows = []
-    for run in runs.to_dict("records"):
-        seeds, steps, _ = report.budget(run["experiment"], *map(int, largest.loc[(run["experiment"], run["task"])]),
-                                        task=run["task"])
+    for run, (seeds, steps) in zip(records, budgets):
         flags = [] if run["status"] == "completed" else [run["status"]]
-        if run["status"] != "failed" and (run["seeds"] < seeds or (run["steps"] or 0) < steps):
+        if run["status"] != "failed" and ((run["steps"] or 0) < steps
+                                          or len(merged.get(_configuration(run), ())) < seeds):
             flags.append("partial")
         if run["run"] in duplicated:
             flags.append(duplicated[run["run"]])
@@ -73,6 +81,10 @@ def results_table(report: Report) -> pd.DataFrame:
         row["flags"] = ", ".join(flags)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _configuration(run: dict) -> tuple:
+    return run["experiment"], run["task"], run["algorithm"], run["signature"]
 
 
 def seed_conflicts(report: Report, largest: pd.DataFrame) -> dict[int, str]:
@@ -233,7 +245,8 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
     ``comparison``'s tables and figures where one is asked for (``compare.CompareError``, before anything is
     written, when the runs cannot give it), whole or not at all (``staged``); return the per-run table. ``out``
     must be new, empty (but for a hand-written ``conclusions.md``) or a folder an earlier report wrote
-    (``claim_out``)."""
+    (``claim_out``). With a comparison, the table's ``attrs["verdict"]`` holds what the terminal shows of it
+    (``aggregates.terminal_summary``)."""
     _select(table_specs, tables, set())  # a name that is no table or figure: refused before any run is read
     _select(figure_specs, figures, set())
     previous = claim_out(out)
@@ -264,8 +277,8 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
                      "interval over seeds) and steps to the task's thresholds (first step whose seed-mean error is "
                      "strictly below). Flags: failed runs (never in a table); interrupted or shorter runs (in a table "
                      "only while their cell has no full-length run, and then marked †); diverged runs; partial runs "
-                     "(fewer seeds than the preset: a table merges the seed ranges of a cell's runs of one "
-                     "configuration and marks the cell † until it has the preset's seeds).\n"]
+                     "(fewer steps than the preset, or a configuration whose runs, their seed ranges merged as a "
+                     "table merges them, hold fewer seeds than the preset: its cells are marked †).\n"]
         for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
             part = part.iloc[sorted(range(len(part)), key=lambda i: algorithm_rank(part.algorithm.iloc[i]))]  # TPO 1st
             shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")
@@ -286,10 +299,10 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
             chosen += _generic_figures(runs, set().union(*(_presets(f) for f in figure_specs.values())))
         written = []
         for figure in chosen:
-            done, lines = write_figure(figure, report, stage, smooth, command)
+            drawn, lines = write_figure(figure, report, stage, smooth, command)
             records.append(pd.DataFrame(lines, columns=RECORD))
-            if done:
-                written.append(figure)
+            if drawn is not None:
+                written.append(drawn)
         if written:
             sections.append("## Figures\n")
             for figure in written:
@@ -299,8 +312,10 @@ def write_report(paths: list[Path], out: Path, smooth: int = 1, tables: str = "a
         if compared is not None:
             from harness.report import aggregates  # rliable only where a comparison is made (see its docstring)
 
-            sections.append("\n".join([compare.write(compared, stage),
-                                       *aggregates.write(compared, report, stage, command, compare.intro(compared))]))
+            per_task, tasks = compare.write(compared, stage)
+            across, aggregated = aggregates.write(compared, report, stage, command, compare.intro(compared))
+            sections.append("\n".join([per_task, *across]))
+            table.attrs["verdict"] = aggregates.terminal_summary(compared, tasks, aggregated)
 
         records = pd.concat(records) if records else pd.DataFrame(columns=RECORD)
         commands = missing_commands(records)

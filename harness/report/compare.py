@@ -238,9 +238,9 @@ def intro(comparison: Comparison) -> str:
             "its mean over every logged step (`harness/report/compare.py`).\n")
 
 
-def write(comparison: Comparison, out: Path) -> str:
+def write(comparison: Comparison, out: Path) -> tuple[str, pd.DataFrame]:
     """Write compare_tasks.md|csv into ``out``; return the README's section on it (``build`` adds the across-task
-    one, ``aggregates.write``)."""
+    one, ``aggregates.write``) and the per-task table."""
     key, baseline = comparison.key, text(comparison.key, comparison.baseline)
     rules = (f"Score [95% percentile bootstrap over seeds]; Δ = value − {baseline} on the seed ids both have [95% "
              "bootstrap, the same resampled seeds for both]; P(better) = share of those seeds on which the value "
@@ -252,4 +252,4 @@ def write(comparison: Comparison, out: Path) -> str:
     write_file(out / f"{TASKS}.md", "\n".join([f"# Per task: {key}, against {baseline}\n", intro(comparison), rules,
                                               table, ""]))
     return "\n".join([f"## Comparison: {key}, against {baseline}\n", intro(comparison), "### Per task\n", rules, table,
-                      "", f"Files: [{TASKS}.md]({TASKS}.md), [{TASKS}.csv]({TASKS}.csv)\n"])
+                      "", f"Files: [{TASKS}.md]({TASKS}.md), [{TASKS}.csv]({TASKS}.csv)\n"]), frame

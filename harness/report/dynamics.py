@@ -398,6 +398,7 @@ def _write_paper(args: argparse.Namespace) -> None:
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.report.dynamics", description=__doc__,
+                        details="harness/report/dynamics.py",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     folders = {"nargs": "+", "type": Path, "help": "run folders, one cell each (e.g. under results/runs)"}

@@ -1,10 +1,12 @@
-"""Paper figures from runs: seed means with 95% bootstrap bands over seeds (the tables' intervals), one fixed colour
-and line style per algorithm everywhere, methods in the paper's order (TPO first), one legend beside the panels,
-only the panels that have runs, and a caption file: a short human caption, then where every line came from (runs,
-configs, seeds, steps, hardware, commit, date)."""
+"""Paper figures from runs: seed means with 95% bootstrap bands over seeds (the tables' intervals), one fixed colour,
+line style and marker per algorithm everywhere (colour-blind safe), methods in the paper's order (TPO first), one
+font, one legend beside the panels, only the panels that have data, y-axes that a single spike does not flatten, and
+a caption file: a short human caption, then where every line came from (runs, configs, seeds, steps, hardware,
+commit, date)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import json
@@ -21,11 +23,22 @@ from matplotlib.lines import Line2D
 from algorithms import ALGORITHMS
 from harness.rundir.outputs import git_commit
 from harness.report import paper, stats
-from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
+from harness.report.specs import ALGORITHM_LOOK, KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
 from harness.report.tables import Report, Resolved, fill_command, write_file
 
-# One fixed colour and line style per algorithm across every figure, from the registry (TPO: red, drawn on top).
-ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()}
+# One fixed colour and line style per algorithm across every figure (``specs.ALGORITHM_LOOK``), and its marker; an
+# algorithm registered since (a scorecard's candidate) keeps the colour its registry entry gives it
+ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()} | {
+    name: (colour, line) for name, (colour, line, _) in ALGORITHM_LOOK.items()}
+ALGORITHM_MARKER = {name: marker for name, (_, _, marker) in ALGORITHM_LOOK.items()}
+OTHER_STYLE = ("#666666", "-")  # an algorithm neither knows (a run's name no longer registered)
+VALUE_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # lines that vary another key (K, η, a variant) by index
+MARKS_PER_LINE = 8  # markers on a curve, offset from one line to the next so that they do not coincide
+# Every figure's text in one font (a legend in a serif beside sans-serif axes looked like two figures pasted)
+STYLE = {"font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "mathtext.fontset": "dejavusans"}
+YLIM_QUANTILE, YLIM_HEADROOM = 0.99, 0.15  # linear y-axes: to this quantile of the seed-mean curves + headroom
+YLIM_SUSTAINED = 0.01  # ... or beyond it, to where a curve stays for this share of its points
+STRETCHED = 1.5  # ... where the bands or a spike made the axis this many times taller than that
 TITLE_CHARS_PER_INCH = 12  # a figure title wraps at this many characters per inch of figure width (10 pt)
 METRIC_STYLE = ("-", "--", ":")  # panels with several metrics (Fig 10b): line style marks the metric
 LOG_FLOOR = 1e-7
@@ -69,9 +82,51 @@ def series_style(series: Series, index: int, count: int) -> tuple[str, str]:
         return series.style
     algorithm = series.key.get("algorithm.name")
     if set(series.key) - {"algorithm.name"}:
-        line = ALGORITHM_STYLE.get(algorithm, (None, "-"))[1]
-        return matplotlib.colors.to_hex(plt.get_cmap("viridis")(index / max(1, count - 1) * 0.9)), line
-    return ALGORITHM_STYLE.get(algorithm, ("#333333", "-"))
+        line = ALGORITHM_STYLE.get(algorithm, OTHER_STYLE)[1]
+        return matplotlib.colors.to_hex(plt.get_cmap("viridis")(index / max(1, count - 1) * 0.85)), line
+    return ALGORITHM_STYLE.get(algorithm, OTHER_STYLE)
+
+
+def series_marker(series: Series, index: int) -> str:
+    """The algorithm's marker; a series that varies another key gets one by its index, as its colour."""
+    if set(series.key) - {"algorithm.name"} and not series.style:
+        return VALUE_MARKERS[index % len(VALUE_MARKERS)]
+    return ALGORITHM_MARKER.get(series.key.get("algorithm.name"), "o")
+
+
+def plot_line(ax, x, y, colour: str, line: str, marker: str, index: int, label: str | None) -> None:
+    """The ``index``-th main line of a panel: solid lines wider and underneath, dashed and dotted ones narrower and
+    on top, among each the paper's first methods (TPO) on top, markers every few points (a line with one point is
+    its marker), so that a line lying on another stays visible."""
+    every = max(1, len(x) // MARKS_PER_LINE)
+    solid = line == "-"
+    ax.plot(x, y, line, color=colour, linewidth=1.6 if solid else 1.2, zorder=(2.0 if solid else 2.5) - index / 100,
+            marker=marker, markersize=4, markevery=(index * every // 3 % every, every), label=label)
+
+
+def robust_ylim(curves: Iterable[np.ndarray], bands: Iterable[np.ndarray] = (), quantile: float = YLIM_QUANTILE,
+                headroom: float = YLIM_HEADROOM, sustained: float = YLIM_SUSTAINED) -> tuple[float, float]:
+    """(bottom, top) that hold the bulk of ``curves`` (the plotted seed means): their ``quantile`` and
+    1 − ``quantile``, or further where a curve or a band's edge (``bands``) stays there for a ``sustained`` share of
+    its points (a learning curve's start, a wide band over few seeds), widened by ``headroom`` of that span, never
+    beyond the values themselves; a spike does not set the axis (a 700 among values below 250 flattened every other
+    line)."""
+    curves = [np.asarray(c, dtype=float).ravel() for c in curves]
+    bands = [np.asarray(b, dtype=float).ravel() for b in bands]
+    values = np.concatenate(curves)
+    values = values[np.isfinite(values)]
+    low, high = np.quantile(values, [1 - quantile, quantile])
+    for curve in [*curves, *bands]:
+        window = max(3, int(sustained * len(curve)))
+        if len(curve) >= window:
+            runs = np.lib.stride_tricks.sliding_window_view(curve, window)
+            whole = np.isfinite(runs).all(1)
+            if whole.any():
+                high = max(high, runs[whole].min(1).max())
+                low = min(low, runs[whole].max(1).min())
+    room = headroom * (high - low)
+    edges = np.concatenate([values, *(band[np.isfinite(band)] for band in bands)])
+    return max(edges.min(), low - room), min(edges.max(), high + room)
 
 
 def wrapped_title(title: str, width_inches: float) -> str:
@@ -107,6 +162,9 @@ class Drawer:
         self.used: list[tuple[str, str, Resolved]] = []
         self.records: list[dict] = []  # preset, command, status of every line, for the missing-runs list
         self.missing_panels: list[str] = []  # titles of the panels that have no runs (not drawn)
+        self.empty_panels: list[tuple[str, str]] = []  # (title, what its runs do not log) of panels not drawn
+        self.cut: list[str] = []  # what a robust y-axis cut off, per panel, for the caption
+        self.shown: list[tuple[str, int, int, Resolved]] = []  # (preset, budget seeds, budget steps, runs) per line
         self.unrun: list[tuple[str, str]] = []  # (panel, line) of every line the figure declares without runs
         self.conflicts: dict[tuple[str, str], Resolved] = {}  # (line, flag) → its runs: not drawn, the runs overlap
         self.conflict_panels: set[str] = set()  # titles of the panels with such a line
@@ -142,11 +200,32 @@ class Drawer:
         return found
 
     def resolve(self, panel: Panel, key: dict) -> Resolved:
-        """A line's runs, remembered for the caption when it has some."""
-        resolved = self._resolve(panel, key)[2]
+        """A line's runs, remembered for the caption (and whether the figure is shortened) when it has some."""
+        full, budget, resolved = self._resolve(panel, key)
         if resolved.usable:
             self.used.append((panel.title, label({**panel.where, **key}), resolved))
+            self.shown.append((full.get("experiment", panel.preset), budget[0], budget[1], resolved))
         return resolved
+
+    def has_data(self, panel: Panel) -> bool:
+        """Whether some line of the panel has a value to draw: a finite value of its metric (the mechanism's: at
+        step 2,000, which a run shorter than that never logs)."""
+        for key in _keys(panel):
+            resolved = self._resolve(panel, key)[2]
+            if not resolved.usable:
+                continue
+            for metric in MECHANISM_METRICS if panel.kind == "mechanism" else panel.metrics:
+                matrix = self.report.matrix(resolved, metric)
+                values = matrix.values[:, matrix.steps == AT_2000.step] if panel.kind == "mechanism" else \
+                    matrix.values
+                if np.isfinite(values).any():
+                    return True
+        return False
+
+    def _steps(self, resolved: Resolved) -> int:
+        """The steps a line's runs were asked for (the longest of its runs)."""
+        runs = self.report.runs
+        return int(np.nan_to_num(runs[runs.run_dir.isin(resolved.run_dirs)].steps.max()))
 
     def _task(self, resolved: Resolved) -> tuple[str | None, str | None]:
         """(task, reward) of a cell's runs, for the axis labels."""
@@ -166,13 +245,16 @@ class Drawer:
         drawn = False
         window = panel.smooth if panel.smooth is not None else self.default_smooth
         task = None
+        means: dict[str, tuple[np.ndarray, ...]] = {}  # line → (steps, seed mean, band), for the y-axis
+        lengths = []  # each line's runs' steps, for the x-axis of a panel with one evaluation
         for index, series in enumerate(panel.series):
             resolved = self.resolve(panel, series.key)
             if not resolved.usable:
                 continue
             task = task or self._task(resolved)
+            lengths.append(self._steps(resolved))
             colour, line = series_style(series, index, len(panel.series))
-            on_top = 3 if getattr(ALGORITHMS.get(series.key.get("algorithm.name")), "target", False) else 2
+            marker = series_marker(series, index)
             for m_index, metric in enumerate(panel.metrics):
                 matrix = self.report.matrix(resolved, metric)
                 logged = np.isfinite(matrix.values).any(0)  # a metric logged every N steps (held-out accuracy)
@@ -183,16 +265,52 @@ class Drawer:
                 mean = stats._nanmean(values)
                 low, high = stats.mean_interval(values, self.band_resamples, self.report.seed)
                 style = METRIC_STYLE[m_index] if len(panel.metrics) > 1 else line
-                ax.plot(matrix.steps, mean, style, color=colour, linewidth=1.4, zorder=on_top,
-                        label=self._label(series, panel, resolved) if m_index == 0 else None)
-                ax.fill_between(matrix.steps, low, high, color=colour, alpha=0.2, linewidth=0, zorder=on_top - 1)
+                plot_line(ax, matrix.steps, mean, colour, style, marker, index,
+                          self._label(series, panel, resolved) if m_index == 0 else None)
+                ax.fill_between(matrix.steps, low, high, color=colour, alpha=0.15, linewidth=0, zorder=1)
+                means[_series_label(series, panel) + (f" ({metric})" if len(panel.metrics) > 1 else "")] = \
+                    matrix.steps, mean, low, high
                 drawn = True
         x, y = axis_labels(*(task or (None, None)))
         ax.set_xlabel(panel.xlabel or x)
         ax.set_ylabel(panel.ylabel or y)
         if drawn:
             self.units.append((panel.xlabel or x).lower())
+            logged = np.unique(np.concatenate([steps for steps, *_ in means.values()]))
+            if len(logged) == 1:  # one evaluation (a run shorter than the evaluation interval): the run's length
+                right = max(max(lengths), logged[0] + 1)
+                ax.set_xlim(min(0, logged[0]) - 0.03 * right, right)
+                ax.margins(y=0.1)  # room for the markers of the highest and lowest points
+            if not panel.logy and panel.ylim is None:
+                self._robust_axis(ax, panel, means, (panel.xlabel or x).lower())
         return drawn
+
+    def _robust_axis(self, ax, panel: Panel, means: dict[str, tuple[np.ndarray, ...]], unit: str) -> None:
+        """Narrow a linear y-axis to the bulk of the panel's seed means and bands (``robust_ylim``) where spikes
+        stretched it to more than ``STRETCHED`` times that, and say in the caption which lines it cuts and how far
+        they go."""
+        bottom, top = robust_ylim([mean for _, mean, _, _ in means.values()],
+                                  [edge for _, _, *band in means.values() for edge in band])
+        auto_bottom, auto_top = ax.get_ylim()
+        margin = 0.05 * (top - bottom)
+        bottom, top = max(auto_bottom, bottom - margin), min(auto_top, top + margin)
+        if not top > bottom or auto_top - auto_bottom <= STRETCHED * (top - bottom):
+            return
+        ax.set_ylim(bottom, top)
+        cut = []
+        for name, (steps, mean, _, _) in means.items():
+            finite = np.isfinite(mean)
+            if (mean[finite] > top).any():
+                at = int(np.nanargmax(mean))
+                cut.append(f"{name} (up to {mean[at]:.3g} at {unit} {steps[at]:,})")
+            if (mean[finite] < bottom).any():
+                at = int(np.nanargmin(mean))
+                cut.append(f"{name} (down to {mean[at]:.3g} at {unit} {steps[at]:,})")
+        middle = 100 * (2 * YLIM_QUANTILE - 1)
+        self.cut.append(f"{panel.title or panel.preset}: the y-axis spans the middle {middle:g}% of the seed-mean "
+                        f"values (more where a line or its band stays beyond for {100 * YLIM_SUSTAINED:g}% of its "
+                        f"points) plus {100 * YLIM_HEADROOM:g}% of that span on each side" +
+                        (f"; cut off: {', '.join(cut)}" if cut else "; only brief spikes of the bands reach beyond it"))
 
     def seeds(self, ax, panel: Panel) -> bool:
         """Each seed's own curve of the panel's one series, thin, with the seed mean over them."""
@@ -204,9 +322,9 @@ class Drawer:
             colour, _ = series_style(series, index, len(panel.series))
             matrix = self.report.matrix(resolved, panel.metrics[0])
             values = smooth(matrix.values, panel.smooth or 1, panel.centred)
-            for row in values:
+            for row_index, row in enumerate(values):
                 ax.plot(matrix.steps, row, "-", color=colour, linewidth=0.6, alpha=0.45, zorder=2,
-                        label="one seed" if row is values[0] else None)
+                        label="one seed" if row_index == 0 else None)
             partial = "†" if resolved.status == "partial" else ""
             self.partial |= bool(partial)
             ax.plot(matrix.steps, stats._nanmean(values), "-", color="black", linewidth=1.4, zorder=3,
@@ -252,7 +370,8 @@ class Drawer:
                 ax.bar(at, value, yerr=yerr, color=colour, capsize=3, label=name)
                 ax.plot(at, target, "x", color="black", markersize=8, markeredgewidth=2)
             else:
-                ax.errorbar(at, value, yerr=yerr, fmt=line, marker="o", color=colour, label=name, capsize=3)
+                ax.errorbar(at, value, yerr=yerr, fmt=line, marker=series_marker(series, index), color=colour,
+                            label=name, capsize=3)
                 ax.plot(at, target, "x", color=colour, markersize=8, markeredgewidth=2)
             self.paper_drawn |= bool(np.isfinite(target).any())
             drawn |= bool(np.isfinite(value).any())
@@ -297,10 +416,18 @@ class Drawer:
         return drawn
 
     def draw(self, figure: Figure) -> plt.Figure | None:
-        """The figure with only the panels that have runs (the others recorded in ``missing_panels`` and their
-        lines' commands in ``records``), one legend below them; None when no panel has runs."""
-        active = [panel for panel in figure.panels if self.record(panel, figure.name)]
-        self.missing_panels = [panel.title or panel.preset for panel in figure.panels if panel not in active]
+        """The figure in ``STYLE`` with only the panels that have data (those without runs recorded in
+        ``missing_panels`` and their lines' commands in ``records``, those whose runs log nothing to draw in
+        ``empty_panels``), one legend below them; None when no panel has data."""
+        with plt.rc_context(STYLE):
+            return self._draw(figure)
+
+    def _draw(self, figure: Figure) -> plt.Figure | None:
+        with_runs = [panel for panel in figure.panels if self.record(panel, figure.name)]
+        self.missing_panels = [panel.title or panel.preset for panel in figure.panels if panel not in with_runs]
+        active = [panel for panel in with_runs if self.has_data(panel)]
+        self.empty_panels = [(panel.title or panel.preset, _reads(panel)) for panel in with_runs
+                             if panel not in active]
         if not active:
             return None
         count = len(active)
@@ -312,14 +439,9 @@ class Drawer:
         kind = {"curves": self.curves, "seeds": self.seeds, "final": self.finals, "bars": self.finals,
                 "mechanism": self.mechanism}
         for ax, panel in zip(axes.flat, active):
-            has_data = kind[panel.kind](ax, panel)
-            drawn |= has_data
+            drawn |= kind[panel.kind](ax, panel)
             ax.set_title(panel.title, fontsize=9)
             ax.grid(alpha=0.3)
-            if not has_data:  # runs, but none logs this panel's metric
-                ax.text(0.5, 0.5, f"no {', '.join(panel.metrics)} logged", ha="center", va="center",
-                        transform=ax.transAxes, color="grey", fontsize=8)
-                continue
             if panel.logy:
                 ax.set_yscale("log")
                 ax.set_ylim(bottom=max(LOG_FLOOR, ax.get_ylim()[0]))  # float noise around 0 is not information
@@ -334,8 +456,23 @@ class Drawer:
             plt.close(fig)
             return None
         self._legend(fig, axes.flat)
-        fig.suptitle(wrapped_title(figure.title, fig.get_figwidth()), fontsize=10)
+        fig.suptitle(wrapped_title(self.title(figure), fig.get_figwidth()), fontsize=10)
         return fig
+
+    def title(self, figure: Figure) -> str:
+        """The figure's title, or, where no drawn line has its preset's seeds and steps, what was run instead: a
+        shortened run does not show what the paper's claim looks like."""
+        if not self.shown or any(resolved.status != "partial" for *_, resolved in self.shown):
+            return figure.title
+        parts = {}
+        for preset, seeds, steps, resolved in self.shown:
+            ran_steps = self._steps(resolved)
+            ran_seeds = sum(len(s) for s in resolved.owners.values())
+            old = parts.get(preset, (0, 0, seeds, steps))
+            parts[preset] = (max(old[0], ran_steps), max(old[1], ran_seeds), seeds, steps)
+        return f"{figure.name}: " + "; ".join(
+            f"{preset} (shortened: {ran_steps:,} of {steps:,} steps, {ran_seeds:,} of {seeds:,} seeds)"
+            for preset, (ran_steps, ran_seeds, seeds, steps) in parts.items())
 
     def _legend(self, fig: plt.Figure, axes) -> None:
         """One legend for the whole figure, below the panels: each label once, in the panels' order (the paper's,
@@ -362,6 +499,13 @@ class Drawer:
                    title=PARTIAL_NOTE if self.partial else None, title_fontsize=8)
 
 
+def _reads(panel: Panel) -> str:
+    """What a panel draws, in words, for the caption's list of panels whose runs log none of it."""
+    if panel.kind == "mechanism":
+        return f"{MECHANISM_METRICS[0][:-1]}0–{len(MECHANISM_METRICS) - 1} at step {AT_2000.step:,}"
+    return ", ".join(panel.metrics)
+
+
 def _count_text(values: list[int], unit: str) -> str:
     values = sorted(set(values))
     if not values:
@@ -377,7 +521,8 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
     seeds = [sum(len(s) for s in resolved.owners.values()) for _, _, resolved in drawer.used]
     steps = [int(s) for _, _, resolved in drawer.used for s in by_dir.loc[resolved.run_dirs].steps.dropna()]
     unit = "/".join(dict.fromkeys(drawer.units)) or "step"  # Fig 1: MNIST steps beside token episodes
-    kinds = {panel.kind for panel in figure.panels if (panel.title or panel.preset) not in drawer.missing_panels}
+    hidden = {*drawer.missing_panels, *(title for title, _ in drawer.empty_panels)}
+    kinds = {panel.kind for panel in figure.panels if (panel.title or panel.preset) not in hidden}
     shown = []
     if "curves" in kinds:
         shown.append(f"lines: seed mean per {unit}")
@@ -389,7 +534,7 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
         shown.append("bars: seed-mean surplus at step 2,000")
     size = ", ".join(p for p in (_count_text(seeds, "seed"), _count_text(steps, unit)) if p)
     what = "; ".join(shown)
-    first = f"**{figure.title}.** {what[:1].upper() + what[1:]} ({size} per line)."
+    first = f"**{drawer.title(figure)}.** {what[:1].upper() + what[1:]} ({size} per line)."
     band = []
     if "curves" in kinds:
         band.append(f"Shaded bands: 95% percentile bootstrap interval of the seed mean over seeds at each {unit} "
@@ -402,6 +547,11 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
         second = second[0].upper() + second[1:]
     if figure.caption:
         second = f"{second} {figure.caption}".strip()
+    if drawer.cut:
+        second += f" Axis limits: {'; '.join(drawer.cut)}."
+    if drawer.empty_panels:
+        second += (" Not drawn, their runs log nothing to draw: "
+                   + "; ".join(f"{title} (no {reads})" for title, reads in drawer.empty_panels) + ".")
     unrun = [title for title in drawer.missing_panels if title not in drawer.conflict_panels]
     if unrun:
         second += f" Not drawn, no runs yet: {'; '.join(unrun)} (commands in the README)."
@@ -467,18 +617,20 @@ def _hardware(text) -> str:
 
 
 def write_figure(figure: Figure, report: Report, out: Path, default_smooth: int = 1,
-                 how: str = "") -> tuple[bool, list[dict]]:
-    """<name>.png, <name>.pdf and <name>.caption.md (nothing when no panel has runs); also every line's
-    (preset, status, command) record."""
+                 how: str = "") -> tuple[Figure | None, list[dict]]:
+    """<name>.png, <name>.pdf and <name>.caption.md (nothing when no panel has data); the figure as drawn (its
+    title a shortened run's, ``Drawer.title``), None when nothing was; also every line's (preset, status, command)
+    record."""
     drawer = Drawer(report, default_smooth)
-    fig = drawer.draw(figure)
-    if fig is None:
-        return False, drawer.records
-    png, pdf = io.BytesIO(), io.BytesIO()  # in memory: on a full disk matplotlib buries the OSError in its own
-    fig.savefig(png, format="png", dpi=150)
-    fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})  # same figure, same bytes
+    with plt.rc_context(STYLE):  # tick labels are made while saving
+        fig = drawer.draw(figure)
+        if fig is None:
+            return None, drawer.records
+        png, pdf = io.BytesIO(), io.BytesIO()  # in memory: on a full disk matplotlib buries the OSError in its own
+        fig.savefig(png, format="png", dpi=150)
+        fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})  # same figure, same bytes
     plt.close(fig)
     write_file(out / f"{figure.name}.png", png.getvalue())
     write_file(out / f"{figure.name}.pdf", pdf.getvalue())
     write_file(out / f"{figure.name}.caption.md", caption(figure, drawer.used, report.runs, how, drawer))
-    return True, drawer.records
+    return dataclasses.replace(figure, title=drawer.title(figure)), drawer.records

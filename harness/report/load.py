@@ -26,7 +26,7 @@ from algorithms.registry import neutral_hyperparameters
 from harness import cli
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.rundir import NEUTRAL_DEFAULTS
-from harness.tracking import STEP_METRIC, TRL_PREFIX, TRL_STEP
+from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 # Keys that never distinguish results (where and how a run ran; threads, cpu_matmul, flush_denormal and the token
@@ -366,7 +366,8 @@ WANDB_STATUS = {"finished": "completed", "crashed": "failed", "failed": "failed"
 
 def load_wandb(path: str, api=None, filters: dict | None = None,
                metrics: Metrics = None) -> tuple[list[dict], list[pd.DataFrame | None]]:
-    """W&B runs (one per seed, see harness/tracking.py) regrouped into one record per configuration.
+    """W&B runs (one per seed, or one for a configuration's seeds: see harness/tracking.py) regrouped into one
+    record per configuration; a configuration's run reads as the runs of its seeds would (``SeedOfRun``).
 
     Full histories come from ``run.scan_history()`` (``run.history()`` is sampled). ``api`` defaults to
     ``wandb.Api()``; tests pass a fake with the same ``runs(path, filters=...)`` interface. A run without a seed is
@@ -380,15 +381,10 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
 
         api = wandb.Api()
     groups: dict[str, list] = {}
-    for run in api.runs(path, filters=filters):
-        config = with_neutral_defaults(_resolve(flatten(dict(run.config))))
-        try:
-            seed = int(config["seed"])
-        except (KeyError, TypeError, ValueError):
-            warn(f"W&B {path}: run {_wandb_name(run)} has no seed in its config "
-                 f"({'seed=' + repr(config['seed']) if 'seed' in config else 'no seed key'}); skipped")
-            continue
-        groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config, seed))
+    for whole in api.runs(path, filters=filters):
+        config = with_neutral_defaults(_resolve(flatten(dict(whole.config))))
+        for run, config in _seed_runs(whole, config):
+            _add_member(groups, path, run, config)
     records, frames = [], []
     for members in groups.values():
         members.sort(key=lambda member: member[2])
@@ -422,6 +418,63 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
     return records, frames
 
 
+def _add_member(groups: dict[str, list], path: str, run, config: dict) -> None:
+    """File one seed's W&B run under its configuration; a run without a seed is skipped, one warning line."""
+    try:
+        seed = int(config["seed"])
+    except (KeyError, TypeError, ValueError):
+        warn(f"W&B {path}: run {_wandb_name(run)} has no seed in its config "
+             f"({'seed=' + repr(config['seed']) if 'seed' in config else 'no seed key'}); skipped")
+        return
+    groups.setdefault(signature(config) + str(config.get("experiment_name")), []).append((run, config, seed))
+
+
+SEED_KEY = re.compile(r"(.+)/seed(\d+)")  # a configuration's run: <key>/seed<N>, seed N's value of <key>
+
+
+def _seed_runs(run, config: dict) -> list[tuple]:
+    """(run, config) of each seed ``run`` holds: itself, or each seed of a configuration's run (its config's
+    ``seed_ids``) as a run of its own, config with ``seed``."""
+    if "seed" in config or not isinstance(config.get(SEED_IDS), tuple):
+        return [(run, config)]
+    shared = {k: v for k, v in config.items() if k != SEED_IDS}
+    history: list = []  # read once, by the first seed that asks
+    return [(SeedOfRun(run, int(seed), history), {**shared, "seed": seed}) for seed in config[SEED_IDS]]
+
+
+class SeedOfRun:
+    """One seed of a configuration's W&B run, as its own run would read: history and summary keys
+    ``<key>/seed<N>`` under ``<key>``, other seeds' and the seed means left out."""
+
+    def __init__(self, run, seed: int, history: list):
+        self.run, self.seed, self._history = run, seed, history
+        self.name, self.id = f"{getattr(run, 'name', None)}/seed{seed}", getattr(run, "id", None)
+        self.group, self.state = run.group, run.state
+        self.summary = self._one_seed(dict(run.summary.items()))
+
+    def _one_seed(self, row: dict) -> dict:
+        mine, shared, per_seed = {}, {}, set()
+        for key, value in row.items():
+            match = SEED_KEY.fullmatch(key)
+            if match is None:
+                shared[key] = value
+                continue
+            per_seed.add(match.group(1))
+            if int(match.group(2)) == self.seed:
+                mine[match.group(1)] = value
+        return {**{k: v for k, v in shared.items() if k not in per_seed}, **mine}
+
+    def history_frame(self) -> pd.DataFrame:
+        if not self._history:
+            self._history.append(pd.DataFrame(list(self.run.scan_history())))
+        whole = self._history[0]
+        keys = {column: SEED_KEY.fullmatch(column) for column in whole.columns}
+        per_seed = {match.group(1) for match in keys.values() if match}
+        mine = {column: match.group(1) for column, match in keys.items() if match and int(match.group(2)) == self.seed}
+        shared = [column for column, match in keys.items() if match is None and column not in per_seed]
+        return whole[[*shared, *mine]].rename(columns=mine)
+
+
 def _wandb_name(run) -> str:
     """A W&B run as its user finds it: name (id), else its group."""
     name, run_id = getattr(run, "name", None), getattr(run, "id", None)
@@ -442,7 +495,8 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         seeds.append(seed)
         if member.summary.get("last_step") is not None:  # runs logged before it was recorded have none
             last_steps.append(int(member.summary["last_step"]))
-        history = pd.DataFrame(list(member.scan_history()))
+        history = (member.history_frame() if isinstance(member, SeedOfRun)
+                   else pd.DataFrame(list(member.scan_history())))
         if TRL_STEP in history:  # rows forwarded from TRL's own logging, not metrics.csv's
             history = history[history[TRL_STEP].isna()]
         if history.empty:

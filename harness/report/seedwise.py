@@ -446,6 +446,7 @@ def rerun_table(cells: list[Cell], others: list[Path], threshold: float, resampl
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.report.seedwise", description=__doc__,
+                        details="harness/report/seedwise.py",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("paths", nargs="+", type=Path, help="run folders (e.g. under results/runs); the first one's "

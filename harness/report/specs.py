@@ -144,6 +144,19 @@ ALGORITHM_LABEL = {name: algorithm.label for name, algorithm in ALGORITHMS.items
 # The paper's order of methods, TPO (its highlighted method) first: legends, bars and the runs' listing follow it
 ALGORITHM_ORDER = ("tpo", "tpo_token", "tpo_no_anchor", "dg", "grpo", "grpo_token", "grpo_no_kl", "grpo_masked",
                    "group_pg", "pg", "ppo", "ce", "rloo", "dr_grpo", "dapo", "gspo", "cispo")
+# Okabe & Ito's colour-blind-safe palette, less its yellow (too pale on white)
+VERMILLION, ORANGE, SKY_BLUE, GREEN, BLUE, PURPLE, BLACK = (
+    "#D55E00", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#CC79A7", "#000000")
+# One (colour, line style, marker) per algorithm in every figure, in the paper's order: the methods a figure draws
+# together differ in colour, and colour and line style together tell every two apart, so that a line hidden under
+# another is still told by its dashes and markers; a token-level variant looks like the method it varies
+ALGORITHM_LOOK = {
+    "tpo": (VERMILLION, "-", "o"), "tpo_token": (VERMILLION, "-", "o"), "tpo_no_anchor": (PURPLE, "--", "v"),
+    "dg": (GREEN, "--", "s"), "grpo": (BLUE, "-", "^"), "grpo_token": (BLUE, "-", "^"),
+    "grpo_no_kl": (ORANGE, "-.", "D"), "grpo_masked": (SKY_BLUE, "--", "P"), "group_pg": (BLACK, ":", "X"),
+    "pg": (ORANGE, ":", "<"), "ppo": (PURPLE, "-", ">"), "ce": (BLACK, "--", "*"), "rloo": (GREEN, "-", "h"),
+    "dr_grpo": (SKY_BLUE, "-.", "d"), "dapo": (ORANGE, "--", "p"), "gspo": (PURPLE, ":", "8"),
+    "cispo": (BLACK, "-.", "H")}
 TASK_LABEL = {"tabular_single": "single-context bandit", "tabular_multi": "multi-context bandit",
               "mnist_bandit": "MNIST bandit", "token_reversal": "token reversal", "graph_colouring": "graph colouring",
               "gsm8k": "GSM8K", "knights_knaves": "Knights & Knaves"}
@@ -270,7 +283,7 @@ def by_value(key: str, values, **where) -> tuple[Series, ...]:
 # draws (docs/reproduction.md §6.9): one run of six methods, of which each panel shows some
 _S4 = {"tpo": Series({"algorithm.name": "tpo"}, "TPO (4 ep)"),
        "tpo_1ep": Series({"experiment": "fig10_diagnostics_tpo_1ep", "algorithm.name": "tpo"}, "TPO (1 ep)",
-                         style=("#d62728", ":")),
+                         style=(VERMILLION, ":")),
        "grpo": Series({"algorithm.name": "grpo"}), "grpo_no_kl": Series({"algorithm.name": "grpo_no_kl"}),
        "ppo": Series({"algorithm.name": "ppo"}), "dg": Series({"algorithm.name": "dg"}, "DG (1 ep)")}
 
@@ -484,10 +497,11 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
                   ylabel="Exact-match error")),
     Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
         Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo", "ppo", "dg"),
-              title="(a) First-epoch gradient norm", metrics=("grad_norm",), ylabel="‖g‖₂"),
+              title="(a) First-epoch gradient norm (log scale)", metrics=("grad_norm",), ylabel="‖g‖₂", logy=True),
         Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo"), title="(b) Weight: winners (solid), losers "
               "(dashed)", metrics=("weight_winners", "weight_losers"), ylabel="Weight proxy", smooth=50, centred=True)),
-           caption="(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average "
+           caption="(a) On a log scale, so that TPO's spikes and their decay show beside GRPO's larger norms. "
+                   "(b) TPO: mean target mass q; GRPO: mean |A|; centred 50-episode moving average "
                    "(docs/reproduction.md §6.9). Line style marks the metric here, not the algorithm."),
     Figure("fig11", "Fig 11 — informative groups are rare early; TPO removes all-fail groups fastest", (
         Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo", "grpo_no_kl"), title="(a) All-fail groups",
@@ -509,7 +523,10 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
               logy=metric == "error", ylabel=ylabel)
         for title, metric, ylabel in (("(a) Error", "error", "Exact-match error"),
                                       ("(b) Gradient norm", "grad_norm", "‖g‖₂"))),
-           caption="TPO (1 ep) is the fig10_diagnostics_tpo_1ep preset, drawn dotted in TPO's colour."),
+           caption="TPO (1 ep) is the fig10_diagnostics_tpo_1ep preset, drawn dotted in TPO's colour. GRPO, GRPO "
+                   "(no KL) and PPO, rows of the table beside it, are not drawn: the paper's Fig 14 draws TPO (4 ep), "
+                   "TPO (1 ep) and DG only (docs/reproduction.md §6.9); their gradient norms are in Fig 10(a), their "
+                   "success fractions in Fig 11(b)."),
     Figure("fig14_seeds", "Fig 14, seed by seed — each seed's error under the seed mean (H=8, K=32)", tuple(
         Panel("fig10_diagnostics", section4(name), title=title, kind="seeds", ylabel="Exact-match error")
         for name, title in (("tpo", "(a) TPO (4 ep)"), ("tpo_1ep", "(b) TPO (1 ep)"), ("dg", "(c) DG (1 ep)"))),

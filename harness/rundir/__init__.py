@@ -72,7 +72,9 @@ TRL_DIR = "trl"  # the LLM trainer's checkpoints
 HYDRA_DIR = ".hydra"  # the launch that started the run: config.yaml (as composed), overrides.yaml
 RUN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, TRL_DIR)
 WANDB_DIR = "wandb"
-RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, WANDB_DIR, HYDRA_DIR)  # cleared by a fresh start
+TENSORBOARD_DIR = "tensorboard"  # logger=tensorboard's event files, one folder per seed
+RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, WANDB_DIR, TENSORBOARD_DIR,
+                HYDRA_DIR)  # cleared by a fresh start
 HYDRA_FILES = (f"{HYDRA_DIR}/config.yaml", f"{HYDRA_DIR}/overrides.yaml")  # what a fresh start writes there
 WANDB_FILES = ("latest-run", "debug.log", "debug-internal.log")  # W&B's own files of a folder its runs write into
 SHARED_DIRS = (HYDRA_DIR, WANDB_DIR, TRL_DIR)  # folders a run writes into: their entries are looked at one by one
