@@ -251,13 +251,17 @@ SOURCES = ("harness", "algorithms", "tasks", "common")  # packages whose code co
 @functools.cache
 def source_fingerprint() -> str:
     """sha256 of every config and source file that composing or checking a cell reads (conf/, and the .py and .yaml
-    files of ``SOURCES``): an edit to any of them gives another fingerprint, so a cached cell is never stale."""
+    files of ``SOURCES``) and of the installed distributions' names and versions (Hydra, its plugins, torch): an
+    edit or an upgrade gives another fingerprint, so a cached cell is never stale."""
     import hashlib
+    import importlib.metadata
     import importlib.util
 
     roots = [locations.CONF, *(Path(importlib.util.find_spec(name).submodule_search_locations[0])
                                for name in SOURCES)]
     digest = hashlib.sha256()
+    installed = sorted(f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions())
+    digest.update("\n".join(installed).encode())
     for root in roots:
         for path in sorted(p for pattern in ("*.py", "*.yaml") for p in root.rglob(pattern)
                            if "__pycache__" not in p.parts):
@@ -270,9 +274,13 @@ class CellCache:
     """Composed cells and checked exported runs, kept across processes (``<cache>/campaign-cells/<fingerprint>.json``;
     the cache is ``$TPO_BENCH_CACHE``, else ``~/.cache/tpo-bench``): Hydra takes about half a second a composition
     and a queue holds hundreds of cells and exported runs, so a campaign's start (``--dry-run`` too) would otherwise
-    spend minutes redoing what it did last time. Cells are keyed by preset and overrides, runs by their files' paths,
-    sizes and modification times, all under the fingerprint of the code and configs (``source_fingerprint``); an
-    unreadable file is ignored and rewritten."""
+    spend minutes redoing what it did last time. Cells are keyed by preset and overrides, runs by the paths, sizes,
+    inodes and change times of every file their check reads, all under the fingerprint of the code, configs and
+    installed packages (``source_fingerprint``). Only what the code and configs alone decide is kept: an identity,
+    a cell that would start, a run's check (a refusal can depend on this machine, such as MNIST not installed, and
+    is made again). An unreadable file is ignored and rewritten; the ``KEEP`` newest files are kept."""
+
+    KEEP = 4  # fingerprints' files: the code of a few checkouts or versions
 
     def __init__(self):
         self.entries: dict[str, dict] | None = None
@@ -289,11 +297,18 @@ class CellCache:
                 self.entries = json.loads(self.path().read_text())
             except (OSError, ValueError):
                 self.entries = {}
+            if not isinstance(self.entries, dict):
+                self.entries = {}
         key = json.dumps(key)
         if key not in self.entries:
             self.entries[key] = compose()
             self.changed = True
         return self.entries[key]
+
+    def set(self, key: list, entry: dict) -> None:
+        self.get(key, lambda: entry)
+        self.entries[json.dumps(key)] = entry
+        self.changed = True
 
     def save(self) -> None:
         """Write what was composed since the last save, whole (a temporary renamed into place); a cache that
@@ -307,6 +322,9 @@ class CellCache:
             temporary.write_text(json.dumps(self.entries))
             os.replace(temporary, path)
             self.changed = False
+            older = sorted(path.parent.glob("*.json"), key=lambda other: other.stat().st_mtime, reverse=True)
+            for other in older[self.KEEP:]:
+                other.unlink(missing_ok=True)
         except OSError:
             temporary.unlink(missing_ok=True)
 
@@ -335,19 +353,21 @@ def cell_identity(preset: str, overrides: tuple[str, ...]) -> dict:
 def cell_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
     """Why a run of the cell would be refused at its start (a value its task or algorithm rejects, such as
     ``task.alpha=abc``: it composes, but ``build_task`` checks it), in one line; None when it would start. Built on
-    PyTorch's ``meta`` device: nothing is allocated. Checked once per code and config version (``CellCache``)."""
-    def check() -> dict:
-        import torch
+    PyTorch's ``meta`` device: nothing is allocated. A cell that would start is remembered per code and config
+    version (``CellCache``); a refusal is checked again each time (it may be this machine's: data not installed)."""
+    key = ["starts", preset, list(overrides)]
+    if CELLS.get(key, lambda: {}).get("starts"):
+        return None
+    import torch
 
-        from harness.config import build_task, compose_config
+    from harness.config import build_task, compose_config
 
-        try:
-            build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))
-        except Exception as error:  # noqa: BLE001 - the harness's ConfigError, or what a task raises: one line
-            return {"refusal": _one_line(error)}
-        return {"refusal": None}
-
-    return CELLS.get(["refusal", preset, list(overrides)], check)["refusal"]
+    try:
+        build_task(compose_config([f"experiment={preset}", *overrides, *FIXED]), device=torch.device("meta"))
+    except Exception as error:  # noqa: BLE001 - the harness's ConfigError, or what a task raises: one line
+        return _one_line(error)
+    CELLS.set(key, {"starts": True})
+    return None
 
 
 def _one_line(error: BaseException) -> str:
@@ -505,10 +525,11 @@ def _warn(path: Path, problem: str) -> None:
         print(f"warning: skipped {_shown(path)}: {problem}", file=sys.stderr, flush=True)
 
 
-def _metrics_problem(path: str, size: int, mtime: int) -> str | None:
+def _metrics_problem(path: str, stamp: list[int]) -> str | None:
     """Why the metrics file at ``path`` cannot be read whole (a gzip file is decompressed to its end, which checks
-    its length and CRC), or None; read once per path, size and modification time (``CellCache``)."""
-    return CELLS.get(["metrics", path, size, mtime], lambda: {"problem": _read_metrics_problem(path)})["problem"]
+    its length and CRC), or None; read once per version of the file (``stamp``: size, modification and change
+    times, inode; ``CellCache``)."""
+    return CELLS.get(["metrics", path, stamp], lambda: {"problem": _read_metrics_problem(path)})["problem"]
 
 
 def _read_metrics_problem(path: str) -> str | None:
@@ -549,7 +570,7 @@ def _read_run(summary: Path) -> dict | None:
         _warn(summary.parent, "a finished run without metrics.csv.gz")
         return None
     stat = metrics.stat()
-    problem = _metrics_problem(str(metrics), stat.st_size, stat.st_mtime_ns)
+    problem = _metrics_problem(str(metrics), [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino])
     if problem:
         _warn(metrics, f"unreadable ({problem})")
         return None
@@ -610,13 +631,17 @@ def exported(cell_dir: Path, steps: int, expected: dict | None = None) -> CellRu
     return found
 
 
+CHECKED_FILES = ("summary.json", "metrics.csv.gz", "metrics.csv", "config.yaml", ".hydra/config.yaml",
+                 "identity.json")  # every file ``finished_run_problem`` reads
+
+
 def _exported_problem(folder: Path) -> str | None:
     """``finished_run_problem`` of an exported run, read once per version of its files (``CellCache``: a campaign
     plans again after every run, and at every start)."""
     from harness.report.load import finished_run_problem
 
-    stamp = [[path.stat().st_mtime_ns, path.stat().st_size] if path.exists() else None
-             for path in (folder / "summary.json", folder / "metrics.csv.gz", folder / "metrics.csv")]
+    stamp = [[(info := path.stat()).st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino] if path.exists()
+             else None for path in (folder / name for name in CHECKED_FILES)]
     return CELLS.get(["run", str(folder.resolve()), stamp],
                      lambda: {"problem": finished_run_problem(folder)})["problem"]
 

@@ -299,7 +299,7 @@ def oriented(table: pd.DataFrame) -> pd.DataFrame:
 
 def family_deltas(comparison, suite: Suite) -> pd.DataFrame:
     """Per family and baseline: the mean over the family's cells of the candidate's mean paired Δ (window
-    ``VERDICT``), with rliable's stratified bootstrap interval and the verdict (``aggregates.family_deltas``)."""
+    ``VERDICT``), with a stratified bootstrap interval and the verdict (``aggregates.family_deltas``)."""
     from harness.report import aggregates
 
     families = {family: [index for index, cell in enumerate(suite.cells) if cell.family == family]
@@ -315,7 +315,8 @@ def verdict_lines(families: pd.DataFrame) -> list[str]:
     lines = []
     for family, rows in families.groupby("family", sort=False):
         parts = []
-        for verdict, words in (("ahead", "ahead of"), ("behind", "behind"), ("level", "level with")):
+        for verdict, words in (("ahead", "ahead of"), ("behind", "behind"), ("level", "level with"),
+                               ("undecided", "undecided (under 2 paired seeds) against")):
             names = [text("algorithm", name) for name in rows.baseline[rows.verdict == verdict]]
             if names:
                 parts.append(f"{words} {', '.join(names)}")

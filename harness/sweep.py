@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 RECORDS_ENV = "TPO_BENCH_SWEEP_RECORDS"  # inherited by the jobs, in this process or a launcher's workers
 RECORDS_DIR = ".tpo-bench-jobs"
@@ -186,7 +186,8 @@ def _measured(runs: Path, experiment: str, job: dict[str, str], task: str, algor
     def matches(summary: Path) -> bool:
         config = summary.parent / "config.yaml"
         flat = rundir.flatten(yaml.safe_load(config.read_text())) if config.exists() else {}
-        return all(_same(flat.get(key if key in flat else f"{key}.name"), value) for key, value in job.items())
+        return all(_same(flat.get(key if key in flat else f"{key}.name"), value) for key, value in job.items()
+                   if not key.startswith(NOT_MATCHED))
 
     same = [path for path in (runs / experiment).rglob("summary.json") if matches(path)]
     if (found := rate(same)) is not None:
@@ -196,17 +197,35 @@ def _measured(runs: Path, experiment: str, job: dict[str, str], task: str, algor
     return rate(kin)
 
 
+NOT_MATCHED = ("experiment", "seeds", "seed_offset", "threads", "device", "logger", "hydra", "trainer.resume",
+               "trainer.overwrite", "trainer.progress", "trainer.checkpoint_every", "trainer.steps", "task.steps")
+# ^ keys a committed run's cost per seed and step does not depend on (or, the steps, that it is measured per)
+
+
+def _job_steps(config: DictConfig, job: dict[str, str]) -> int:
+    """The job's episodes: its own override, else its task's (a sweep over ``task=`` has one each), else the
+    launch's."""
+    if "trainer.steps" in job or "task.steps" in job:
+        return int(job.get("trainer.steps", job.get("task.steps")))
+    if job.get("task", str(config.task.name)) != str(config.task.name):
+        from harness import locations
+
+        return int(OmegaConf.load(locations.CONF / "task" / f"{job['task']}.yaml").steps)
+    return int(config.trainer.steps)
+
+
 def sweep_plan(config: DictConfig, runs: Path | None = None) -> str:
     """One line: the sweep's jobs, seeds and steps, and its CPU-hours estimated from committed runs' measured cost
     per seed and step (``_measured``; jobs without any are counted apart)."""
     from harness import locations
 
     runs = runs if runs is not None else locations.HOME / "results" / "runs"
-    jobs = [dict(override.split("=", 1) for override in job) for job in sweep_jobs(config)]
+    jobs = [dict(override.lstrip("+").split("=", 1) for override in job if not override.startswith("~"))
+            for job in sweep_jobs(config)]
     hours, unknown, seed_steps = 0.0, 0, 0
     for job in jobs:
         seeds = int(job.get("seeds", config.seeds))
-        steps = int(job.get("trainer.steps", job.get("task.steps", config.trainer.steps)))
+        steps = _job_steps(config, job)
         seed_steps += seeds * steps
         rate = _measured(runs, str(config.experiment_name), job, job.get("task", str(config.task.name)),
                          job.get("algorithm", str(config.algorithm.name)))
@@ -214,7 +233,7 @@ def sweep_plan(config: DictConfig, runs: Path | None = None) -> str:
             unknown += 1
         else:
             hours += rate * seeds * steps / 3600
-    estimate = (f"about {hours:.2g} CPU-hours" if hours >= 0.01 else "under a CPU-minute") + (
+    estimate = (f"about {hours:.3g} CPU-hours" if hours >= 0.01 else "under a CPU-minute") + (
         f" for {len(jobs) - unknown} of them (the other {unknown}: no committed run of their task and algorithm "
         "to measure)" if unknown else "")
     return (f"sweep {config.experiment_name}: {len(jobs)} job(s), {seed_steps:,} seed-steps in all; {estimate}, as "

@@ -17,11 +17,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from conftest import ROOT
 from harness import campaign
+from harness.report.synthetic import make_config, write_run
 
 STEPS = 2000  # ~1 ms each: a kill 0.3 s after the first checkpoint (step 50) lands seconds before a run's end
 QUEUE = {"chunk": 20, "cells": [
@@ -532,8 +534,9 @@ def cell_cache(tmp_path, monkeypatch) -> Path:
 
 def test_a_cell_composed_once_is_read_back_by_the_next_process_without_composing(cell_cache, monkeypatch):
     """The first composition is saved under the code's fingerprint; a new cache (a new process) returns the same
-    identity, and the same refusal, with composition made to fail. Bugs caught: ``CellCache.save`` not writing,
-    ``get`` composing again despite the file, the refusal not cached (each start builds every cell's task)."""
+    identity and knows the cell starts, with composition made to fail; a refusal is checked again (it may be this
+    machine's, such as data not installed). Bugs caught: ``CellCache.save`` not writing, ``get`` composing again
+    despite the file, a cell that starts not remembered (each start builds every cell's task), a refusal kept."""
     cell = QUEUE["cells"][0]
     overrides = tuple(cell["overrides"])
     identity = campaign.cell_identity(cell["preset"], overrides)
@@ -551,7 +554,7 @@ def test_a_cell_composed_once_is_read_back_by_the_next_process_without_composing
     monkeypatch.setattr(campaign, "CELLS", campaign.CellCache())
     assert campaign.cell_identity(cell["preset"], overrides) == identity
     assert campaign.cell_refusal(cell["preset"], overrides) is None
-    assert "alpha" in campaign.cell_refusal(cell["preset"], ("task.alpha=-1",))
+    assert campaign.cell_refusal(cell["preset"], ("task.alpha=-1",)) == "composed again"  # checked anew
 
 
 def test_a_damaged_cache_file_is_ignored_and_rewritten(cell_cache):
@@ -562,6 +565,20 @@ def test_a_damaged_cache_file_is_ignored_and_rewritten(cell_cache):
     identity = campaign.cell_identity(cell["preset"], tuple(cell["overrides"]))
     campaign.CELLS.save()
     assert list(json.loads(path.read_text()).values()) == [{"identity": identity}]
+
+
+def test_an_exported_runs_check_is_made_again_when_its_config_changes(cell_cache, tmp_path):
+    """A finished run's check is cached per version of every file it reads: config.yaml cut short after a first
+    check is found damaged by a new process. Bug caught: the stamp covering summary.json and metrics only (the
+    run counted as done from the cache while the report calls it damaged)."""
+    run = tmp_path / "run"
+    write_run(run, make_config("fig3_tabular_multi", "tabular_multi", "tpo", 2, 4), {"error": np.zeros((2, 4))})
+    assert campaign._exported_problem(run) is None
+    campaign.CELLS.save()
+    config = run / ".hydra" / "config.yaml"
+    config.write_text(config.read_text()[:-1])  # the last newline gone: cut short
+    campaign.CELLS = campaign.CellCache()
+    assert "cut short" in campaign._exported_problem(run)
 
 
 def test_the_fingerprint_follows_every_config_file_s_content(tmp_path, monkeypatch):

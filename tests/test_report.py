@@ -291,17 +291,22 @@ def test_never_reached_thresholds_read_as_words_in_markdown_not_inf():
 
 
 def test_seed_ranges_of_a_complete_configuration_are_not_flagged_partial(tmp_path):
-    """TPO's 4 seeds in two runs (0-1, 2-3), DG's in one, GRPO's runs hold seeds 0-1 only: the per-run table flags
-    GRPO's run partial and neither of TPO's, as a table merges them into a complete cell. Bug caught: the flag
-    read from each run's own seed count (both TPO rows partial)."""
+    """TPO's 4 seeds in two runs (0-1, 2-3), DG's in one, GRPO's runs hold seeds 0-1 only, PPO's seeds 0-1 were
+    interrupted and 2-3 completed: the per-run table flags GRPO's run and both of PPO's partial and neither of
+    TPO's, as a table merges them into a complete cell. Bugs caught: the flag read from each run's own seed count
+    (both TPO rows partial), an interrupted run's seeds counted as done (its summary's steps are the budget's)."""
     from harness.report.synthetic import make_config, write_run
 
     errors = np.full((2, 3), 0.5)
-    for name, algorithm, offset in (("tpo_a", "tpo", 0), ("tpo_b", "tpo", 2), ("grpo", "grpo", 0)):
+    for name, algorithm, offset, status in (("tpo_a", "tpo", 0, "completed"), ("tpo_b", "tpo", 2, "completed"),
+                                            ("grpo", "grpo", 0, "completed"), ("ppo_a", "ppo", 0, "interrupted"),
+                                            ("ppo_b", "ppo", 2, "completed")):
         write_run(tmp_path / "runs" / name,
-                  make_config("ranges", "tabular_single", algorithm, 2, 3, seed_offset=offset), {"error": errors})
+                  make_config("ranges", "tabular_single", algorithm, 2, 3, seed_offset=offset), {"error": errors},
+                  status=status)
     write_run(tmp_path / "runs" / "dg", make_config("ranges", "tabular_single", "dg", 4, 3),
               {"error": np.full((4, 3), 0.5)})
     table = write_report([tmp_path / "runs"], tmp_path / "out", figures="none")
     flags = sorted((row.algorithm, row.seeds, row.flags) for row in table.itertuples())
-    assert flags == [("dg", 4, ""), ("grpo", 2, "partial"), ("tpo", 2, ""), ("tpo", 2, "")]
+    assert flags == [("dg", 4, ""), ("grpo", 2, "partial"), ("ppo", 2, "interrupted, partial"), ("ppo", 2, "partial"),
+                     ("tpo", 2, ""), ("tpo", 2, "")]

@@ -298,17 +298,18 @@ def test_the_terminal_shows_each_tasks_difference_the_aggregates_and_a_verdict_l
     for row in iqm.itertuples():
         assert any(line.startswith(LABELS[row.algorithm]) and f"{row.estimate:.4f} [{row.low:.4f}, {row.high:.4f}]"
                    in line for line in printed)
-    for task in TASKS:
-        verdicts = {}
-        for algorithm in ("dg", "grpo"):
-            paired = (1 - errors()[task, algorithm][:, -1]) - (1 - errors()[task, "tpo"][:SEEDS, -1])
-            _, interval = rliable_estimate(paired[:, None], lambda x: np.array([x.mean()]))
-            low, high = interval[:, 0]
-            verdicts.setdefault("ahead of TPO" if low > 0 else "behind TPO" if high < 0 else "level with TPO",
-                                []).append(LABELS[algorithm])
-        order = ("ahead of TPO", "level with TPO", "behind TPO")
-        expected = "; ".join(f"{words}: {', '.join(verdicts[words])}" for words in order if words in verdicts)
-        assert f"{EXPERIMENT}, {TASK_WORDS[task]}: {expected}" in printed
+    for task in TASKS:  # a family per task: its verdict reads as the per-task paired interval, where that is clear
+        for row in tasks[(tasks.window == "final") & (tasks.task == task) & (tasks.algorithm != "tpo")].itertuples():
+            if row.diff_low > 0.02:
+                words = "ahead of TPO"
+            elif row.diff_high < -0.02:
+                words = "behind TPO"
+            elif row.diff_low < -0.02 and row.diff_high > 0.02:
+                words = "level with TPO"
+            else:
+                continue  # near an edge: two bootstraps may disagree
+            line = next(line for line in printed if line.startswith(f"{EXPERIMENT}, {TASK_WORDS[task]}: "))
+            assert re.search(rf"{words}: [^;]*\b{LABELS[row.algorithm]}\b", line), (line, row.algorithm, words)
     assert not any(line.startswith("warning:") for line in printed)  # 6 seeds and more in every cell
 
 
@@ -348,15 +349,44 @@ def test_one_paired_seed_gives_no_verdict(tmp_path):
     """At one seed the bootstrap interval has no width: the verdict is undecided, not ahead. Bug caught: the
     ``MIN_VERDICT_SEEDS`` guard removed (DG, better on its one seed, called ahead)."""
     lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 1, "dg": 1}, {"dg": -0.1}), tmp_path / "out")
-    assert f"{EXPERIMENT}, single-context bandit: undecided (fewer than 2 paired seeds): DG" in lines
+    assert f"{EXPERIMENT}, single-context bandit: undecided (no task with 2 paired seeds): DG" in lines
     assert "warning: every cell has fewer than 5 seeds (the fewest: 1)" in "\n".join(lines)
 
 
 def test_algorithms_equal_seed_by_seed_are_named_in_a_note(tmp_path):
-    """DG's errors are TPO's plus 1e-7 (one update rounded otherwise), GRPO's plus 1e-3: the note names TPO = DG
+    """DG's errors are TPO's plus 1e-5 (one update rounded otherwise), GRPO's plus 1e-2: the note names TPO = DG
     and not GRPO. Bugs caught: exact equality demanded (no note), a tolerance that takes GRPO in."""
-    lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 5, "dg": 5, "grpo": 5}, {"dg": 1e-7, "grpo": 1e-3}),
+    lines = printed_lines(small_sweep(tmp_path / "runs", {"tpo": 5, "dg": 5, "grpo": 5}, {"dg": 1e-5, "grpo": 1e-2}),
                           tmp_path / "out")
     notes = [line for line in lines if line.startswith("note:")]
-    assert len(notes) == 1 and "within 1e-05 at every step): TPO = DG (" in notes[0]
+    assert len(notes) == 1 and "of the score at every step): TPO = DG (" in notes[0]
     assert "GRPO" not in notes[0]
+
+
+def test_cells_of_other_lengths_are_never_called_equal(tmp_path):
+    """DG's run is TPO's first half, interrupted: same seeds, fewer steps. The comparison is printed with no note.
+    Bug caught: ``identical_note`` comparing matrices of other shapes (a ValueError that lost the whole report)."""
+    root = small_sweep(tmp_path / "runs", {"tpo": 5})
+    errors = np.random.default_rng(1).uniform(0.2, 0.8, (5, STEPS))[:, : STEPS // 2]
+    write_run(root / "dg", make_config(EXPERIMENT, "tabular_single", "dg", 5, STEPS), {"error": errors},
+              steps=np.arange(STEPS // 2), status="interrupted")
+    lines = printed_lines(root, tmp_path / "out")
+    assert any(line.startswith(f"{EXPERIMENT}, single-context bandit: ") for line in lines)
+    assert not any(line.startswith("note:") for line in lines)
+
+
+def test_a_familys_verdict_averages_each_tasks_own_mean_over_all_its_seeds(tmp_path):
+    """One family, two tasks: at 10 arms DG is 0.3 ahead on seeds 0-1 and 0.4 behind on seeds 2-19 (its mean Δ
+    −0.33), at 20 arms 0.1 ahead on its 2 seeds: the mean of the tasks' means is −0.115, and the verdict behind.
+    Bug caught: every task cut to the fewest paired seeds (seeds 0-1 only: +0.2, ahead)."""
+    runs = tmp_path / "runs"
+    base = np.full((20, STEPS), 0.6)
+    dg = base + np.where(np.arange(20) < 2, -0.3, 0.4)[:, None]  # errors: 0.3 lower on seeds 0-1, 0.4 higher after
+    for algorithm, values in (("tpo", base), ("dg", dg)):
+        write_run(runs / f"{algorithm}10", make_config(EXPERIMENT, "tabular_single", algorithm, 20, STEPS,
+                                                       **{"task.arms": 10}), {"error": values})
+        write_run(runs / f"{algorithm}20", make_config(EXPERIMENT, "tabular_single", algorithm, 2, STEPS,
+                                                       **{"task.arms": 20}),
+                  {"error": base[:2] - (0.1 if algorithm == "dg" else 0.0)})
+    lines = printed_lines(runs, tmp_path / "out")
+    assert f"{EXPERIMENT}, single-context bandit: behind TPO: DG" in lines

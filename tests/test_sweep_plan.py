@@ -35,7 +35,8 @@ def test_the_plan_counts_the_product_and_prices_each_job_by_its_own_committed_ru
     H = 7 cost 2 (TPO) and 6 (GRPO) CPU-seconds per seed-step, the H = 10 GRPO run 9; TPO at H = 10 has none, so it
     is priced by TPO's runs in any preset of the task (an H = 7 run elsewhere: 4). Bugs caught: the command line's
     seeds ignored (20 seeds priced), jobs priced by the first matching run whatever their H, a missing job
-    dropped instead of priced by its task and algorithm."""
+    dropped instead of priced by its task and algorithm, ``experiment=`` or ``seeds=`` required to match a
+    recorded config value (no run ever matches: every job priced by task and algorithm)."""
     runs = tmp_path / "runs"
     for algorithm, H, rate in (("tpo", 7, 2.0), ("grpo", 7, 6.0), ("grpo", 10, 9.0)):
         committed(runs, "p", f"{algorithm}_h{H}", {"task": {"name": "token_reversal", "H": H},
@@ -47,7 +48,7 @@ def test_the_plan_counts_the_product_and_prices_each_job_by_its_own_committed_ru
         ("algorithm=" + a, "task.H=" + h, "experiment=p", "seeds=4") for a in ("tpo", "grpo") for h in ("7", "10"))
     hours = (2.0 + 6.0 + 9.0 + (2.0 * 5 * STEPS + 4.0 * 2 * STEPS) / (7 * STEPS)) * 4 * STEPS / 3600
     line = sweep_plan(config, runs)
-    assert line.startswith(f"sweep p: 4 job(s), {4 * 4 * STEPS:,} seed-steps in all; about {hours:.2g} CPU-hours")
+    assert line.startswith(f"sweep p: 4 job(s), {4 * 4 * STEPS:,} seed-steps in all; about {hours:.3g} CPU-hours")
 
 
 def test_jobs_without_any_committed_run_of_their_task_and_algorithm_are_counted_apart(tmp_path):
@@ -56,3 +57,16 @@ def test_jobs_without_any_committed_run_of_their_task_and_algorithm_are_counted_
               2 * 3600.0)  # 3.6 CPU-seconds per seed-step: 20 seeds × 1,000 steps are 20 CPU-hours
     line = sweep_plan(launch({"algorithm": "tpo,dg"}, ["experiment=p"]), runs)
     assert "about 20 CPU-hours for 1 of them (the other 1: no committed run of their task and algorithm" in line
+
+
+def test_a_sweep_over_tasks_counts_each_tasks_own_steps(tmp_path):
+    """A preset sweeping ``task=`` with no steps of its own: each job's episodes are its task's (conf/task), not the
+    launch's first task's. Bug caught: every job counted at the composed config's trainer.steps."""
+    from harness import locations
+
+    steps = {task: int(OmegaConf.load(locations.CONF / "task" / f"{task}.yaml").steps)
+             for task in ("tabular_single", "tabular_multi")}
+    config = launch({"task": "tabular_single,tabular_multi"}, ["experiment=p", "seeds=3"])
+    config.task.name, config.trainer.steps = "tabular_single", steps["tabular_single"]
+    line = sweep_plan(config, tmp_path / "runs")
+    assert line.startswith(f"sweep p: 2 job(s), {3 * sum(steps.values()):,} seed-steps in all")

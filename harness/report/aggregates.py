@@ -79,13 +79,26 @@ def balanced(per_task: list[np.ndarray]) -> np.ndarray:
 MIN_VERDICT_SEEDS = 2  # one paired seed gives a zero-width interval: no verdict from it
 
 
+def stratified_mean(columns: list[np.ndarray], resamples: int, seed: int) -> tuple[float, float, float]:
+    """The mean over tasks of each task's mean (``columns``: each task's values, any count) and its 95% percentile
+    bootstrap interval, each task's values resampled within the task, every value kept: a task with fewer seeds
+    counts as much as one with more, and none is cut to the fewest."""
+    rng = np.random.default_rng(seed)
+    draws = np.zeros(resamples)
+    for values in columns:
+        draws += values[rng.integers(0, len(values), (resamples, len(values)))].mean(1)
+    low, high = np.percentile(draws / len(columns), [2.5, 97.5])
+    return float(np.mean([values.mean() for values in columns])), float(low), float(high)
+
+
 def family_deltas(comparison: Comparison, families: dict[str, list[int]], window: str,
                   candidate_first: bool = False) -> pd.DataFrame:
     """Per family (name → its task indices) and non-baseline value: the mean over the family's tasks of the mean
     paired Δ of ``window``'s score, value − baseline (baseline − value with ``candidate_first``: the scorecard's
-    candidate is its comparison's baseline), with rliable's stratified bootstrap interval (paired seeds resampled
-    within each task) and a verdict: ahead (interval above 0), behind (below), level (across 0), or undecided with
-    fewer than ``MIN_VERDICT_SEEDS`` paired seeds. Tasks where the value has no score are left out of its mean."""
+    candidate is its comparison's baseline), with a stratified bootstrap interval (``stratified_mean``: paired seeds
+    resampled within each task) and a verdict: ahead (interval above 0), behind (below), level (across 0). Only
+    tasks with at least ``MIN_VERDICT_SEEDS`` paired seeds count (one seed gives no spread); without any the verdict
+    is undecided. ``seeds``: the fewest paired seeds of a counted task."""
     stat, baseline = WINDOWS[window], comparison.baseline
     rows = []
     for family, indices in families.items():
@@ -101,16 +114,15 @@ def family_deltas(comparison: Comparison, families: dict[str, list[int]], window
                 columns.append(delta.to_numpy())
             if not columns:
                 continue
-            deltas = balanced(columns)  # paired seeds × tasks
-            if len(deltas) < MIN_VERDICT_SEEDS:
-                point, low, high, verdict = (deltas.mean() if deltas.size else np.nan), np.nan, np.nan, "undecided"
-            else:
-                points, interval = estimate(deltas, lambda x: np.array([x.mean()]), comparison.resamples,
-                                            comparison.seed)
-                point, (low, high) = points[0], interval[:, 0]
-                verdict = "ahead" if low > 0 else "behind" if high < 0 else "level"
-            rows.append({"family": family, "value": value, "cells": len(columns), "seeds": len(deltas),
-                         "diff": point, "diff_low": low, "diff_high": high, "verdict": verdict})
+            counted = [column for column in columns if len(column) >= MIN_VERDICT_SEEDS]
+            if not counted:
+                rows.append({"family": family, "value": value, "cells": 0, "seeds": max(map(len, columns)),
+                             "diff": np.nan, "diff_low": np.nan, "diff_high": np.nan, "verdict": "undecided"})
+                continue
+            point, low, high = stratified_mean(counted, comparison.resamples, comparison.seed)
+            rows.append({"family": family, "value": value, "cells": len(counted), "seeds": min(map(len, counted)),
+                         "diff": point, "diff_low": low, "diff_high": high,
+                         "verdict": "ahead" if low > 0 else "behind" if high < 0 else "level"})
     return pd.DataFrame(rows, columns=["family", "value", "cells", "seeds", "diff", "diff_low", "diff_high",
                                        "verdict"])
 
@@ -368,7 +380,8 @@ def write(comparison: Comparison, report: Report, out: Path, command: str,
 
 # ---- the terminal's verdict ---------------------------------------------------------------------------------------
 
-SAME_ATOL = 1e-5  # scores this close at every seed and step: one update, rounded differently in float32
+SAME_ATOL = 1e-3  # scores this close at every seed and step: one update, its float32 rounding drifting apart
+SAME_STEPS = 3  # fewer logged steps (the first is before any update) cannot tell two updates apart
 FEW_SEEDS = 5  # below this many seeds a cell's interval is too wide, or too unstable, to read a verdict from
 
 
@@ -387,7 +400,7 @@ def verdict_lines(comparison: Comparison, frame: pd.DataFrame) -> list[str]:
     the per-task table)."""
     key, baseline = comparison.key, text(comparison.key, comparison.baseline)
     words = {"ahead": f"ahead of {baseline}", "level": f"level with {baseline}", "behind": f"behind {baseline}",
-             "undecided": "undecided (fewer than 2 paired seeds)"}
+             "undecided": "undecided (no task with 2 paired seeds)"}
     lines = []
     for family, rows in frame.groupby("family", sort=False):
         parts = [f"{phrase}: {', '.join(text(key, value) for value in rows.value[rows.verdict == verdict])}"
@@ -456,15 +469,21 @@ def terminal_summary(comparison: Comparison, tasks: pd.DataFrame, aggregates: pd
 def identical_note(comparison: Comparison) -> str | None:
     """One line naming the values whose scores equal another's seed by seed at every step (within ``SAME_ATOL``) in
     every task they share: a task can make two algorithms one update (docs/algorithms.md, "When two algorithms give
-    the same numbers")."""
+    the same numbers"). Only cells with the same seeds and steps, every score finite, and at least ``SAME_STEPS``
+    steps are compared: a diverged seed or a run of one or two logged steps says nothing of the update."""
+    def comparable(first: stats.SeedMatrix, second: stats.SeedMatrix) -> bool:
+        return (np.array_equal(first.seeds, second.seeds) and np.array_equal(first.steps, second.steps)
+                and len(first.steps) >= SAME_STEPS and np.isfinite(first.values).all()
+                and np.isfinite(second.values).all())
+
     same: dict[object, list] = {}
     for value in comparison.values:
         shared = [index for index in range(len(comparison.tasks)) if (index, value) in comparison.scores]
         for first in same if shared else ():
             if all((index, first) in comparison.scores
-                   and np.array_equal(comparison.scores[index, first].seeds, comparison.scores[index, value].seeds)
+                   and comparable(comparison.scores[index, first], comparison.scores[index, value])
                    and np.allclose(comparison.scores[index, first].values, comparison.scores[index, value].values,
-                                   rtol=0.0, atol=SAME_ATOL, equal_nan=True) for index in shared):
+                                   rtol=0.0, atol=SAME_ATOL) for index in shared):
                 same[first].append(value)
                 break
         else:
@@ -473,5 +492,5 @@ def identical_note(comparison: Comparison) -> str | None:
               for members in same.values() if len(members) > 1]
     if not groups:
         return None
-    return (f"note: equal seed by seed (within {SAME_ATOL:g} at every step): {'; '.join(groups)} (the task makes "
-            "them one update: docs/algorithms.md, \"When two algorithms give the same numbers\")")
+    return (f"note: equal seed by seed (within {SAME_ATOL:g} of the score at every step): {'; '.join(groups)} "
+            "(the task makes them one update: docs/algorithms.md, \"When two algorithms give the same numbers\")")

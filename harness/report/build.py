@@ -43,8 +43,8 @@ def _mean_se_text(summary: stats.Summary) -> str:
 def results_table(report: Report) -> pd.DataFrame:
     """One row per run: final error (%) mean ± s.e. and 95% bootstrap interval, steps to each of the task's
     thresholds, and flags for runs that are not comparable (failed, interrupted, partial, in conflict). Partial: a
-    run short of the budget's steps, or one whose configuration's full-length runs, their seed ranges merged as a
-    table's cell merges them, hold fewer seeds than the budget (a seed range of a complete cell is not partial).
+    run short of the budget's steps, or one whose configuration's finished full-length runs, their seed ranges merged
+    as a table's cell merges them, hold fewer seeds than the budget (a seed range of a complete cell is not partial).
     The paper tables carry intervals for steps-to as well."""
     runs = report.runs
     params = [c for c in runs.columns if c.startswith(("task.", "algorithm.")) or c == "model.name"]
@@ -55,7 +55,7 @@ def results_table(report: Report) -> pd.DataFrame:
                              task=run["task"])[:2] for run in records]
     merged: dict[tuple, set] = {}  # per configuration: the seeds of its full-length runs, as a cell merges them
     for run, (_, steps) in zip(records, budgets):
-        if run["status"] != "failed" and (run["steps"] or 0) >= steps:
+        if run["status"] in DONE and (run["steps"] or 0) >= steps:  # an interrupted run's steps are its budget's
             merged.setdefault(_configuration(run), set()).update(run["seed_ids"])
     rows = []
     for run, (seeds, steps) in zip(records, budgets):
