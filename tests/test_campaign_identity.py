@@ -87,7 +87,8 @@ def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_
     queue = write_queue(tmp_path, cell(0.5))
     assert main(tmp_path, str(queue), "--dry-run") == 2
     captured = capsys.readouterr()
-    assert "done" not in captured.out
+    assert "done: seeds" not in captured.out and "0 runs done" in captured.out
+    assert captured.out.splitlines()[0].startswith("1 runs to go")  # the summary first, then the queue
     errors = [line for line in captured.err.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "task.alpha: 0.1 → 0.5" in errors[0] and "--replace" in errors[0]
     stale: list = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import io
 import re
 
@@ -10,7 +12,7 @@ import numpy as np
 from conftest import run_cli
 from harness import progress
 
-LINE = re.compile(r"^tabular_single/tpo: episode ([\d,]+)/([\d,]+) \((\d+)%\)(?:, error [\d.e+-]+)?, [\d.e+-]+ "
+LINE = re.compile(r"^\w+/tpo: episode ([\d,]+)/([\d,]+) \((\d+)%\)(?:, error [\d.e+-]+)?, [\d.e+-]+ "
                   r"episodes/s, (\d\d:\d\d:\d\d|\?) left$")
 
 
@@ -56,12 +58,17 @@ def test_a_resumed_run_counts_from_its_checkpoint_and_false_shows_nothing():
     assert quiet.getvalue() == ""
 
 
-def test_a_piped_run_logs_progress_lines(tmp_path):
-    """``trainer.progress=auto`` with stderr a pipe (as under nohup or SLURM): lines on stdout, not silence.
-    Bug caught: auto meaning "a bar on a terminal, else nothing"."""
-    result = run_cli(["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=400", "logger=none",
-                      "hydra.run.dir=run"], tmp_path)
+@pytest.mark.parametrize("task, episodes, extra", [
+    ("tabular_single", 400, []),
+    ("token_reversal", 200, ["task.H=4", "task.batch_size=8"]),  # the token trainer: its own episode loop
+])
+def test_a_piped_run_logs_progress_lines(task, episodes, extra, tmp_path):
+    """``trainer.progress=auto`` with stdout and stderr pipes (as under nohup or SLURM): lines on stdout, not
+    silence, for a bandit and a 200-episode token run. Bug caught: auto meaning "a bar on a terminal, else
+    nothing"; a trainer that never reports its episodes."""
+    result = run_cli([f"task={task}", "algorithm=tpo", "seeds=2", f"trainer.steps={episodes}", "logger=none",
+                      "hydra.run.dir=run", *extra], tmp_path)
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.startswith("tabular_single/tpo: episode")]
+    lines = [line for line in result.stdout.splitlines() if line.startswith(f"{task}/tpo: episode")]
     assert lines and all(LINE.match(line) for line in lines), result.stdout
-    assert lines[-1].startswith("tabular_single/tpo: episode 400/400 (100%)")
+    assert lines[-1].startswith(f"{task}/tpo: episode {episodes}/{episodes} (100%)")
