@@ -233,7 +233,8 @@ def sweep_plan(config: DictConfig, runs: Path | None = None) -> str:
             unknown += 1
         else:
             hours += rate * seeds * steps / 3600
-    estimate = (f"about {hours:.3g} CPU-hours" if hours >= 0.01 else "under a CPU-minute") + (
+    estimate = (f"about {hours:.3g} CPU-hours" if hours >= 1 else f"about {60 * hours:.2g} CPU-minutes"
+                if hours >= 1 / 60 else "under a CPU-minute") + (
         f" for {len(jobs) - unknown} of them (the other {unknown}: no committed run of their task and algorithm "
         "to measure)" if unknown else "")
     return (f"sweep {config.experiment_name}: {len(jobs)} job(s), {seed_steps:,} seed-steps in all; {estimate}, as "

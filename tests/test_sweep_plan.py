@@ -70,3 +70,10 @@ def test_a_sweep_over_tasks_counts_each_tasks_own_steps(tmp_path):
     config.task.name, config.trainer.steps = "tabular_single", steps["tabular_single"]
     line = sweep_plan(config, tmp_path / "runs")
     assert line.startswith(f"sweep p: 2 job(s), {3 * sum(steps.values()):,} seed-steps in all")
+
+
+def test_a_sweep_under_an_hour_is_priced_in_minutes(tmp_path):
+    runs = tmp_path / "runs"
+    committed(runs, "p", "tpo", {"task": {"name": "token_reversal", "H": 7}, "algorithm": {"name": "tpo"}}, 20,
+              1800.0)  # 0.09 CPU-seconds per seed-step: 20 seeds × 1,000 steps are half a CPU-hour
+    assert "; about 30 CPU-minutes, as committed runs" in sweep_plan(launch({"algorithm": "tpo"}, []), runs)
