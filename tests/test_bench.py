@@ -143,6 +143,16 @@ def test_phase_profile_of_a_token_episode_adds_up():
     assert result["flops"] > 0
 
 
+def test_logging_cost_times_each_logging_call_and_the_wandb_starts(tmp_path, monkeypatch):
+    """One short offline-W&B run: every phase timed, the run starts apart (one per seed, in the mirror's thread).
+    Bug caught: a timed target that no longer exists (the bench failing with an AttributeError)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # the bench points it at its run folder: restored after
+    spent = profile_phases.logging_cost(["task=tabular_single", "algorithm=tpo"], seeds=2, steps=5)
+    assert {"csv", "wandb log", "wandb finish", "wandb start", "run"} <= set(spent)
+    assert all(seconds >= 0 for seconds in spent.values()) and spent["wandb start"] > 0
+
+
 def test_thread_comparison_reads_the_token_benchs_one_seed_row():
     job = threads.launch(1, 1, ("--H", "2", "--K", "2", "--batch-size", "4"))
     assert 0 < threads.seconds_per_episode(job) < 60
