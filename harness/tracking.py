@@ -12,7 +12,7 @@ W&B (``WandbTracker``):
   its config. Each run costs its own ``wandb.init``, config, summary and finish (0.1 s offline, more online), which
   at 100 seeds cost several times the run itself; so above it, one run for the configuration, named ``<group>``, with
   the seed ids as ``seed_ids`` in its config, the seeds a dimension of its keys: each row logs every metric's seed
-  mean under the metric's own name (what a dashboard plots; NaN once a seed's value is) and each seed's value as
+  mean under the metric's own name (what a dashboard plots; over the seeds with a finite value) and each seed's value as
   ``<metric>/seed<N>``. A run keeps the layout of the launch that started it (its ``.hydra/config.yaml``), so a
   resume never splits its history between layouts; the report reads either layout into the same frames
   (harness/report/load.py);
@@ -308,13 +308,15 @@ class WandbTracker:
         self._held.append(held)
 
     def _wandb_rows(self, step: int, names: tuple[str, ...], values: np.ndarray) -> list[dict[str, float]]:
-        """The row of each W&B run for one logged row (``values``: seeds × names): a seed's own values, or the seed
-        means and each seed's ``<name>/seed<N>`` (not TRL's update number, the same for every seed)."""
+        """The row of each W&B run for one logged row (``values``: seeds × names): a seed's own values, or the means
+        over the seeds with a finite value (a diverged seed's are NaN; NaN when none is) and each seed's
+        ``<name>/seed<N>`` (not TRL's update number, the same for every seed)."""
         if self.per_seed:
             return [{STEP_METRIC: step, **dict(zip(names, row))} for row in values.tolist()]
         row: dict[str, float] = {STEP_METRIC: step}
         for name, column in zip(names, values.T):
-            row[name] = float(column.mean())
+            finite = column[np.isfinite(column)]
+            row[name] = float(finite.mean()) if finite.size else math.nan
             if name != TRL_STEP:
                 row.update({f"{name}/seed{seed}": value for seed, value in zip(self.seeds, column.tolist())})
         return [row]

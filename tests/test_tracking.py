@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from conftest import compose_config, run_config
+from harness import tracking
 from harness.tracking import DEFAULT_INIT_TIMEOUT, make_tracker
 
 
@@ -182,3 +183,14 @@ def test_an_unknown_logger_name_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match="^logger.name='tensorbord' is not valid; valid choices: wandb, tensorboard, "
                                           "none$"):
         build_task(compose_config(["task=tabular_single", "logger=tensorboard", "logger.name=tensorbord"]))
+
+
+def test_one_run_for_the_seeds_averages_the_finite_values_of_a_row():
+    """A diverged seed's values are NaN: the configuration's row holds the mean of the others (NaN only when every
+    seed's is), and each seed's own value. Bug caught: a plain mean (the group's line gone once one seed diverges)."""
+    tracker = object.__new__(tracking.WandbTracker)  # the row layout only: no thread, no W&B
+    tracker.per_seed, tracker.seeds = False, [3, 4, 5]
+    values = np.array([[0.2, np.nan], [np.nan, np.nan], [0.4, np.nan]])  # seeds × (error, grad_norm)
+    [row] = tracker._wandb_rows(7, ("error", "grad_norm"), values)
+    assert row["step"] == 7 and row["error"] == pytest.approx(0.3) and np.isnan(row["grad_norm"])
+    assert row["error/seed3"] == 0.2 and np.isnan(row["error/seed4"]) and row["error/seed5"] == 0.4
