@@ -343,14 +343,17 @@ def figure(comparison, frame: pd.DataFrame, families: pd.DataFrame, title: str):
 
     from harness.report.aggregates import colours
     from harness.report.compare import text
+    from harness.report.figures import ALGORITHM_MARKER
 
     palette = colours(comparison)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 0.45 * len(comparison.values) + 1.6),
                                       layout="constrained")
     iqm = frame[(frame.window == VERDICT) & (frame.statistic == "iqm")]
     names = [text("algorithm", value) for value in iqm.algorithm]
-    for row, (name, estimate, low, high) in enumerate(zip(names, iqm.estimate, iqm.low, iqm.high)):
-        left.errorbar(estimate, row, xerr=[[estimate - low], [high - estimate]], fmt="o", color=palette[name])
+    for row, (value, name, estimate, low, high) in enumerate(zip(iqm.algorithm, names, iqm.estimate, iqm.low,
+                                                                 iqm.high)):
+        left.errorbar(estimate, row, xerr=[[estimate - low], [high - estimate]], color=palette[name],
+                      fmt=ALGORITHM_MARKER.get(value, "o"))  # colour and marker: the palette repeats colours
     left.set_yticks(range(len(names)), names)
     left.invert_yaxis()
     left.set_xlabel(f"IQM of the {VERDICT} score across the suite [95% CI]")
