@@ -287,8 +287,9 @@ class CellCache:
         self.changed = False
 
     def path(self) -> Path:
-        cache = Path(os.environ.get("TPO_BENCH_CACHE", "~/.cache/tpo-bench")).expanduser()
-        return cache / CELL_CACHE / f"{source_fingerprint()}.json"
+        from tasks.mnist_data import cache_root
+
+        return cache_root() / CELL_CACHE / f"{source_fingerprint()}.json"
 
     def get(self, key: list, compose: Callable[[], dict]) -> dict:
         """The entry cached under ``key`` (JSON values), else ``compose()``'s, remembered."""

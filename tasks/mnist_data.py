@@ -43,9 +43,14 @@ class _SourceMissing(Exception):
     """A source is not available here (not installed, files absent, no network); the next one is tried."""
 
 
+def cache_root() -> Path:
+    """The project's cache: ``$TPO_BENCH_CACHE`` if the variable is set, else ``~/.cache/tpo-bench`` (MNIST's arrays,
+    the campaign's composed cells)."""
+    return Path(os.environ.get("TPO_BENCH_CACHE", "~/.cache/tpo-bench")).expanduser()
+
+
 def default_cache_dir() -> Path:
-    """``$TPO_BENCH_CACHE/mnist`` if the variable is set, else ``~/.cache/tpo-bench/mnist``."""
-    return Path(os.environ.get("TPO_BENCH_CACHE", "~/.cache/tpo-bench")).expanduser() / "mnist"
+    return cache_root() / "mnist"
 
 
 def read_idx(path: str | Path) -> np.ndarray:
