@@ -111,7 +111,7 @@ REPLACED = ".replaced"  # under --work: where --replace moves runs of another co
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
 RUN_ENV = {"WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher (and ``run_environment``)
 CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
-             "gpu_hours")
+             "gpu_hours", "like", "scale")
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
@@ -193,7 +193,7 @@ def load_queue(name: str) -> dict:
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
         raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
-    seen = set()
+    seen: dict[tuple[str, str], dict] = {}
     for index, cell in enumerate(queue.get("cells") or ()):
         where = f"{path.name}: cells[{index}]"
         missing = [key for key in ("priority", "preset", "name", "seeds", "cost") if key not in cell]
@@ -202,10 +202,18 @@ def load_queue(name: str) -> dict:
         if isinstance(cell["cost"], bool) or not isinstance(cell["cost"], (int, float)) or not cell["cost"] > 0:
             raise cli.Refusal(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
                              "seed-episode > 0")
-        if (cell["preset"], cell["name"]) in seen:
-            raise cli.Refusal(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; list each cell once")
-        seen.add((cell["preset"], cell["name"]))
+        earlier = seen.get((cell["preset"], cell["name"]))
+        if earlier is not None and (list(cell.get("overrides") or ()) != list(earlier.get("overrides") or ())
+                                    or not cell["seeds"] > earlier["seeds"]):
+            raise cli.Refusal(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; a cell listed again "
+                             f"takes it further: the same overrides and more seeds than its {earlier['seeds']}")
+        seen[(cell["preset"], cell["name"])] = cell
         check_resources(cell, where)
+    cells = {f"{cell['preset']}/{cell['name']}" for cell in queue.get("cells") or ()}
+    for index, cell in enumerate(queue.get("cells") or ()):
+        if "like" in cell and cell["like"] not in cells:
+            raise cli.Refusal(f"Error: {path.name}: cells[{index}].like={cell['like']!r} is not a cell of the queue; "
+                             "expected <preset>/<cell>, a cell whose measured cost this one's estimate scales")
     return queue
 
 
@@ -229,7 +237,10 @@ def check_resources(cell: dict, where: str) -> None:
             ("gpus", lambda v: integer(v) and v in (0, 1), "0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
             ("chunk", lambda v: integer(v) and v >= 1, "an integer >= 1 (seeds per job; default: the queue's chunk)"),
             ("gpu_hours", lambda v: (integer(v) or isinstance(v, float)) and 0 < v < math.inf,
-             "a number > 0 (the cell's projected GPU-hours, all its seeds)")):
+             "a number > 0 (the cell's projected GPU-hours, all its seeds)"),
+            ("like", lambda v: isinstance(v, str) and v.count("/") == 1, "<preset>/<cell>, a cell of the queue"),
+            ("scale", lambda v: (integer(v) or isinstance(v, float)) and 0 < v < math.inf,
+             "a number > 0 (this cell's cost over its like cell's)")):
         if key in cell and not valid(cell[key]):
             raise cli.Refusal(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
     gpu, on_cuda = cell.get("gpus", 0) == 1, GPU_OVERRIDE in (cell.get("overrides") or ())
@@ -238,6 +249,8 @@ def check_resources(cell: dict, where: str) -> None:
                          f"{'no' if gpu else 'the'} override {GPU_OVERRIDE}; a GPU cell has both, a CPU cell neither")
     if "gpu_hours" in cell and not gpu:
         raise cli.Refusal(f"Error: {where}.gpu_hours is for a GPU cell (gpus: 1, {GPU_OVERRIDE})")
+    if "scale" in cell and "like" not in cell:
+        raise cli.Refusal(f"Error: {where}.scale is for a cell with like: <preset>/<cell> (whose cost it scales)")
 
 
 class CellError(Exception):
@@ -661,10 +674,15 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
     A job's cost is its cell's measured CPU-seconds per seed-episode on ``cpu_model`` where the cell has runs from
     it; else its other runs' cost times the factor: the median, over every cell under ``results/runs`` measured on
     both (any queue's), of this CPU's cost over the others' (hosts and code versions differ up to 3x; None where no
-    cell has both, and costs from other CPUs are taken as they are); else the queue's estimate, calibrated: times the
-    median of cost over estimate of the queue's cells with a cost by the first two rules (``calibrate``). The
-    estimates were written on some CPU, at some time, a priority's together: its measured cells say how this CPU
-    compares (unscaled where none is measured).
+    cell has both, and costs from other CPUs are taken as they are); else, for a cell with ``like: <preset>/<cell>``,
+    that cell's cost by the same rules times ``scale`` (a cell of another group size or epoch count, scaled as
+    measured); else the queue's estimate, calibrated: times the median of cost over estimate of the queue's cells
+    with a cost by the first two rules (``calibrate``). The estimates were written on some CPU, at some time, a
+    priority's together: its measured cells say how this CPU compares (unscaled where none is measured).
+
+    A cell listed again further down the queue (same overrides, more seeds) is taken further there: that listing
+    holds the seeds from the earlier listing's count to its own, so a queue can bring every cell of a sweep to 10
+    seeds before any to 30.
 
     Only runs of the cell's configuration count (``exported``); the others, of the cells ``only`` selects, are
     appended to ``stale`` as (folder, cell, differing keys)."""
@@ -676,14 +694,19 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
                 if cell_dir.is_dir() and not cell_dir.name.endswith(".tmp")]
     ratios = [here / other for here, other in measured if here and other]
     factor = statistics.median(ratios) if ratios else None
-    cells, calibrations = [], []
+    cells, calibrations, costs, listed = [], [], {}, {}
+    last = {f"{cell['preset']}/{cell['name']}": int(cell["seeds"]) for cell in queue["cells"]}
     for cell in queue["cells"]:  # every priority's, for the calibration of the estimates
+        key = f"{cell['preset']}/{cell['name']}"
+        first_seed = listed.get(key, 0)  # a cell listed again: the seeds beyond its earlier listing's
+        listed[key] = int(cell["seeds"])
+        end = int(cell["seeds"]) if int(cell["seeds"]) < last[key] else math.inf  # seeds a later listing holds
         steps = preset_steps(cell["preset"], tuple(cell.get("overrides", ())))
         runs = exported(results / "runs" / cell["preset"] / cell["name"], steps,
                         cell_identity(cell["preset"], tuple(cell.get("overrides", ()))))
-        finished, spent = runs.seeds, runs.spent
-        if stale is not None and selected(cell, only):
-            stale.extend((folder, f"{cell['preset']}/{cell['name']}", changes) for folder, changes in runs.stale)
+        finished, spent = {seed for seed in runs.seeds if first_seed <= seed < end}, runs.spent
+        if stale is not None and selected(cell, only) and not first_seed:
+            stale.extend((folder, key, changes) for folder, changes in runs.stale)
         cost_here, cost_other = rates(spent)
         if cost_here:
             cost, note = cost_here, ""
@@ -692,30 +715,35 @@ def plan(queue: dict, results: Path, only: set[str] | None = None, cpu_model: st
             note = f" (cost × {factor:.2f} for this CPU)" if factor else " (cost from other CPUs)" if cpu_model else ""
         else:
             cost, note = None, ""
-        cells.append((cell, steps, finished, cost, note))
-        if cost:
+        cells.append((cell, first_seed, steps, finished, cost, note))
+        if cost and not first_seed:
+            costs[key] = (cost, "measured here" if cost_here else note.strip(" ()") or "measured elsewhere")
             calibrations.append((cell["priority"], bool(cost_here), cost / float(cell["cost"])))
     jobs = []
-    for cell, steps, finished, cost, note in cells:
+    for cell, first_seed, steps, finished, cost, note in cells:
         if not selected(cell, only):
             continue
         overrides, seeds = tuple(cell.get("overrides", ())), int(cell["seeds"])
         calibration = calibrate(calibrations, cell["priority"])
-        if cost is None and calibration:
+        if cost is None and cell.get("like") in costs:
+            like_cost, like_note = costs[cell["like"]]
+            cost = like_cost * float(cell.get("scale", 1.0))
+            note = f" (as {cell['like']} × {float(cell.get('scale', 1.0)):.3g}: {like_note})"
+        elif cost is None and calibration:
             cost = float(cell["cost"]) * calibration[0]
             note = f" (estimate × {calibration[0]:.2f}, as {calibration[1]})"
         elif cost is None:
             cost, note = float(cell["cost"]), " (cost estimated)"
 
         def share(count: int) -> float | None:  # a GPU cell's projected GPU-hours for ``count`` of its seeds
-            return float(cell["gpu_hours"]) * count / seeds if "gpu_hours" in cell else None
+            return float(cell["gpu_hours"]) * count / (seeds - first_seed) if "gpu_hours" in cell else None
 
         if finished:
             jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, min(finished),
                              len(finished), steps, cost, share(len(finished))),
                          f"done: seeds {_ranges(sorted(finished))}"))
         chunk = int(cell.get("chunk", queue.get("chunk", 5)))  # a cell's own: a GPU cell batches all its seeds
-        for start in range(0, seeds, chunk):  # runs of chunk-aligned seed ranges: stable names, any seed done skipped
+        for start in range(first_seed, seeds, chunk):  # chunk-aligned seed ranges: stable names, done seeds skipped
             block = [seed for seed in range(start, min(start + chunk, seeds)) if seed not in finished]
             for offset, count in _contiguous(block):
                 jobs.append((Job(cell["priority"], cell["preset"], cell["name"], overrides, offset, count, steps,
@@ -1554,16 +1582,40 @@ def _cuda_here() -> bool:
     return torch.cuda.is_available()
 
 
+def share_gpu(job: Job, share: int, gpu_bytes: float) -> Job:
+    """A GPU job run beside ``share - 1`` others on one GPU (a local campaign's ``--jobs`` on a GPU machine): its
+    seeds computed together in chunks whose memory estimate fits its share of the GPU (``task.seed_chunk``, a key
+    that moves only float rounding and that the report ignores), so that several cells fill a GPU that one cell's
+    kernel launches leave idle, and none runs out of memory. Other jobs, and a cell that sets its own chunk, as
+    they are."""
+    if (share <= 1 or GPU_OVERRIDE not in job.overrides
+            or any(override.startswith("task.seed_chunk=") for override in job.overrides)):
+        return job
+    from tasks.memory import fitting_chunk
+
+    config = OmegaConf.create(cell_identity(job.preset, job.overrides))
+    if config.task.get("name") != "token_reversal":
+        return job
+    config.seeds = job.seeds
+    chunk = fitting_chunk(config, gpu_bytes / share)
+    return replace(job, overrides=(*job.overrides, f"task.seed_chunk={chunk}"))
+
+
 def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> int:
     """Plan, print, refuse or replace runs of another configuration, then run (``main``'s body); the exit code."""
     from tasks.models.linear import cpu_model
 
     stale: list[tuple[Path, str, list[str]]] = []
     planned, factor = plan(queue, args.results, only, cpu_model(), stale)
-    CELLS.save()
     if args.breadth:
         planned = breadth_first(planned)
     slurm = args.launcher == "slurm"
+    if not slurm and args.jobs > 1 and _cuda_here():  # GPU cells side by side on this machine's GPU
+        from tasks.memory import machine_memory
+
+        gpu_bytes = machine_memory("cuda")[0]
+        planned = [(share_gpu(job, args.jobs, gpu_bytes), state) for job, state in planned]
+    CELLS.save()
     if not slurm and not _cuda_here():  # a GPU cell's runs would fail here: they wait for a cluster or a GPU
         planned = [(job, "GPU cell: for --launcher slurm (no GPU here)" if GPU_OVERRIDE in job.overrides
                     and state.startswith("to run") else state) for job, state in planned]

@@ -109,6 +109,19 @@ def machine_memory(device: str = "cpu") -> tuple[float, str]:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "this machine's memory"
 
 
+def fitting_chunk(cfg: DictConfig, cap_bytes: float) -> int:
+    """The most of a token-reversal run's seeds computed together (``task.seed_chunk``) whose estimate fits in
+    ``cap_bytes`` (1 when none does, which ``check_memory`` then refuses): one batched program is a GPU's fastest, as
+    long as it fits; several runs sharing one GPU each get a share of it (the campaign's GPU jobs)."""
+    seeds = _size(cfg.get("seeds"))
+    for chunk in range(seeds, 1, -1):
+        sized = cfg.copy()
+        sized.task.seed_chunk = chunk
+        if _token_reversal(sized, seeds)[0] <= cap_bytes:
+            return chunk
+    return 1
+
+
 def check_memory(cfg: DictConfig) -> None:
     """Raise a one-line ConfigError when ``estimate_memory`` exceeds ``memory_cap_gb`` (see above)."""
     cap = cfg.get("memory_cap_gb", "auto")

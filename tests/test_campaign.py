@@ -147,10 +147,22 @@ def test_an_estimate_is_calibrated_by_the_cells_that_say_most_about_this_cpu_and
     (lambda cells: cells[1].pop("cost"), "queue.yaml: cells[1] has no cost; a cell needs priority, preset, name, "),
     (lambda cells: cells[0].update(cost=0), "queue.yaml: cells[0].cost=0 is not valid; expected CPU-seconds per "),
     (lambda cells: cells[1].update(name="tpo"), "queue.yaml: cells[1] repeats the cell fig3_tabular_multi/tpo; "),
+    (lambda cells: cells.append(dict(cells[0], priority="P2")),  # listed again without more seeds
+     "queue.yaml: cells[2] repeats the cell fig3_tabular_multi/tpo; a cell listed again takes it further: the same "
+     "overrides and more seeds than its 40"),
+    (lambda cells: cells.append(dict(cells[0], seeds=50, overrides=[*cells[0]["overrides"], "task.N=10"])),
+     "queue.yaml: cells[2] repeats the cell fig3_tabular_multi/tpo; "),
+    (lambda cells: cells[1].update(like="fig3_tabular_multi/nosuch"),
+     "queue.yaml: cells[1].like='fig3_tabular_multi/nosuch' is not a cell of the queue; expected <preset>/<cell>"),
+    (lambda cells: cells[1].update(like="tpo"), "queue.yaml: cells[1].like='tpo' is not valid; expected "
+                                                "<preset>/<cell>, a cell of the queue"),
+    (lambda cells: cells[1].update(scale=2), "queue.yaml: cells[1].scale is for a cell with like: <preset>/<cell>"),
+    (lambda cells: cells[1].update(like="fig3_tabular_multi/tpo", scale=0),
+     "queue.yaml: cells[1].scale=0 is not valid; expected a number > 0"),
 ])
 def test_a_queue_with_a_bad_cell_is_refused_before_anything_runs(tmp_path, change, message):
-    """A cell without an estimate, with a zero one (it would divide the calibration) or listed twice (it would count
-    twice in it, and run twice)."""
+    """A cell without an estimate, with a zero one (it would divide the calibration), listed twice (it would count
+    twice in it, and run twice) or again with nothing more to run, or estimated by a cell that is not there."""
     queue = {"chunk": 5, "cells": [dict(cell) for cell in QUEUE["cells"]]}
     change(queue["cells"])
     path = tmp_path / "queue.yaml"
@@ -158,6 +170,48 @@ def test_a_queue_with_a_bad_cell_is_refused_before_anything_runs(tmp_path, chang
     with pytest.raises(SystemExit, match="^Error: " + re.escape(message)):
         campaign.main([str(path), "--dry-run", "--results", str(tmp_path / "results")])
     assert not (tmp_path / "results").exists()
+
+
+def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):
+    """A queue brings every cell of a sweep to 10 seeds before any to 30: the later listing runs seeds 10-29 only,
+    and a seed done counts once, in the listing that holds it."""
+    results = tmp_path / "results"
+    record_run(results / "runs" / "fig3_tabular_multi" / "tpo" / "seeds0-4", QUEUE["cells"][0],
+               {"status": "completed", "seeds": [0, 1, 2, 3, 4], "steps": STEPS, "cpu_seconds": 5.0})
+    record_run(results / "runs" / "fig3_tabular_multi" / "tpo" / "seeds10-14", QUEUE["cells"][0],
+               {"status": "completed", "seeds": [10, 11, 12, 13, 14], "steps": STEPS, "cpu_seconds": 5.0})
+    cells = [dict(QUEUE["cells"][0], seeds=10), dict(QUEUE["cells"][1], seeds=10),
+             dict(QUEUE["cells"][0], priority="P2", seeds=20), dict(QUEUE["cells"][1], priority="P2", seeds=20)]
+    jobs, _ = campaign.plan({"chunk": 5, "cells": cells}, results)
+    assert [(job.priority, job.cell, job.name, state.split(" (")[0]) for job, state in jobs] == [
+        ("P1", "tpo", "seeds0-4", "done: seeds 0-4"), ("P1", "tpo", "seeds5-9", "to run"),
+        ("P1", "grpo", "seeds0-4", "to run"), ("P1", "grpo", "seeds5-9", "to run"),
+        ("P2", "tpo", "seeds10-14", "done: seeds 10-14"), ("P2", "tpo", "seeds15-19", "to run"),
+        ("P2", "grpo", "seeds10-14", "to run"), ("P2", "grpo", "seeds15-19", "to run")]
+    jobs, _ = campaign.plan({"chunk": 5, "cells": cells}, results, {"P2"})
+    assert [(job.cell, job.name) for job, state in jobs if state.startswith("to run")] == [
+        ("tpo", "seeds15-19"), ("grpo", "seeds10-14"), ("grpo", "seeds15-19")]
+
+
+def test_a_cell_without_runs_is_estimated_by_its_like_cells_measured_cost_times_its_scale(tmp_path):
+    """Section 4's sweeps: a K = 64 cell costs twice the K = 32 run measured (not the queue's estimate, however
+    calibrated), until it has a run of its own."""
+    results = tmp_path / "results"
+    record_run(results / "runs" / "fig3_tabular_multi" / "tpo" / "seeds0-1", QUEUE["cells"][0], {
+        "status": "completed", "seeds": [0, 1], "steps": STEPS, "cpu_seconds": 2 * STEPS * 3.0,
+        "hardware": {"cpu": "CPU A"}})
+    cells = [dict(QUEUE["cells"][0], seeds=2, cost=1.0),
+             dict(QUEUE["cells"][1], seeds=2, cost=50.0, like="fig3_tabular_multi/tpo", scale=2),
+             dict(QUEUE["cells"][1], name="estimated", seeds=2, cost=50.0)]
+    jobs, _ = campaign.plan({"chunk": 5, "cells": cells}, results, cpu_model="CPU A")
+    assert [(job.cell, job.cost, state) for job, state in jobs if state != "done: seeds 0-1"] == [
+        ("grpo", 6.0, "to run (as fig3_tabular_multi/tpo × 2: measured here)"),
+        ("estimated", 150.0, "to run (estimate × 3.00, as P1's cells measured here)")]
+    record_run(results / "runs" / "fig3_tabular_multi" / "grpo" / "seeds0", QUEUE["cells"][1], {
+        "status": "completed", "seeds": [0], "steps": STEPS, "cpu_seconds": STEPS * 1.5, "hardware": {"cpu": "CPU A"}})
+    jobs, _ = campaign.plan({"chunk": 5, "cells": cells}, results, cpu_model="CPU A")
+    assert [(job.cell, job.cost) for job, state in jobs if state.startswith("to run")] == [
+        ("grpo", 1.5), ("estimated", pytest.approx(50.0 * (3.0 + 1.5 / 50.0) / 2))]  # its own, then P1's median
 
 
 def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_path):
@@ -383,11 +437,13 @@ def test_runs_find_this_repository_first_and_the_machines_own_paths_after_it(inh
     assert said.strip() == f"{expected}|disabled|1"
 
 
-def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue():
-    """section4_gpu's cells are the paper queue's P6 cells with all seeds batched on a GPU: same preset, name, seeds
-    and configuration but the device (which the report ignores), so their runs land in the paper's cell folders."""
-    paper = {(c["preset"], c["name"]): c for c in campaign.load_queue("paper")["cells"]}
-    gpu_cells = campaign.load_queue("section4_gpu")["cells"]
+@pytest.mark.parametrize("queue", ["section4_gpu", "section4_sweeps_gpu"])
+def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue(queue):
+    """The GPU queues' cells are paper queue cells (Section 4's mechanism, P6; its sweeps, P15 taken to 30 seeds in
+    P19) with all seeds batched on a GPU: same preset, name, seeds and configuration but the device (which the
+    report ignores), so their runs land in the paper's cell folders."""
+    paper = {(c["preset"], c["name"]): c for c in campaign.load_queue("paper")["cells"]}  # a cell's last listing
+    gpu_cells = campaign.load_queue(queue)["cells"]
     assert gpu_cells
     for cell in gpu_cells:
         twin = paper[(cell["preset"], cell["name"])]
@@ -397,6 +453,35 @@ def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_q
                                     campaign.cell_identity(twin["preset"], tuple(twin["overrides"])),
                                     campaign._exported_ignores()) == []
         assert campaign.cell_identity(cell["preset"], overrides)["device"] == "cuda"
+
+
+def test_gpu_jobs_side_by_side_each_compute_their_seeds_in_chunks_that_fit_their_share_of_the_gpu():
+    from omegaconf import OmegaConf
+
+    from tasks.memory import estimate_memory
+
+    overrides = ("task.K=64", "algorithm=grpo", "device=cuda")
+    job = campaign.Job("P15", "fig12_k_sweep", "k64_grpo", overrides, 0, 30, 2000, 1.0, 1.0)
+
+    def need(chunk: int) -> float:  # the run's own memory estimate at that chunk, composed independently
+        config = OmegaConf.create(campaign.cell_identity("fig12_k_sweep", (*overrides, f"task.seed_chunk={chunk}")))
+        config.seeds = 30
+        return estimate_memory(config)[0]
+
+    gpu = 80e9
+    shared = campaign.share_gpu(job, 4, gpu)
+    chunk = int(shared.overrides[-1].removeprefix("task.seed_chunk="))
+    assert shared.overrides[:-1] == overrides and 1 <= chunk < 30
+    assert need(chunk) <= gpu / 4 < need(chunk + 1)  # the most seeds whose estimate fits a quarter of the GPU
+    assert campaign.share_gpu(job, 1, gpu) == job  # alone: every seed in one batched program
+    assert campaign.share_gpu(job, 4, 1e15).overrides[-1] == "task.seed_chunk=30"
+    assert campaign.share_gpu(job, 4, 1.0).overrides[-1] == "task.seed_chunk=1"  # none fits: the run refuses it
+    own = replace(job, overrides=(*overrides, "task.seed_chunk=3"))
+    assert campaign.share_gpu(own, 4, gpu) == own  # a cell's own chunk stands
+    cpu = replace(job, overrides=("task.K=64", "algorithm=grpo"))
+    assert campaign.share_gpu(cpu, 4, gpu) == cpu
+    tabular = campaign.Job("P1", "fig3_tabular_multi", "tpo", ("algorithm=tpo", "device=cuda"), 0, 30, 100, 1.0)
+    assert campaign.share_gpu(tabular, 4, gpu) == tabular  # no chunking to choose
 
 
 def test_a_gpu_runs_seeds_count_as_done_but_its_cpu_seconds_are_no_cpus_cost(tmp_path):

@@ -43,7 +43,7 @@ MISSING = ("table1_vocab_sweep", "algorithm.name=ppo task.V=16")
 PARTIAL = ("table1_vocab_sweep", "algorithm.name=dg task.V=8")  # 2 of 3 seeds
 FAILED = ("table3_terminal", "algorithm.name=grpo_no_kl task.match=interactions task.H=10")
 INTERRUPTED = ("table2_variations", "task.reward=sequential task.target=flip algorithm.name=ppo")
-CONFLICT = ("fig13_masking", "algorithm.name=grpo_masked")  # a second run with another beta
+CONFLICT = ("fig13_masking", "task.K=32 algorithm.name=grpo_masked")  # a second run with another beta
 SHORTER = ("table5_eta_sweep", "algorithm.name=tpo algorithm.eta=4")  # plus an older 100-step smoke run
 MERGED = ("fig12_k_sweep", "algorithm.name=grpo task.K=64")  # seeds 0-1 and seed 2 in two runs
 DUPLICATED = ("fig12_k_sweep", "algorithm.name=tpo task.K=64")  # seeds 0-2, then seed 2 again in a second run

@@ -141,9 +141,9 @@ def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp
     line and exit 130; the new run folder Hydra made goes. The first stop is sent into the task's build (made slow
     and announced by a file); the others are timed as fractions of how long the run folder's log took to appear, so
     they fall in the same phases on a fast or a slow machine (one that a loaded machine lets land after the start, or
-    after the end, is sent again, sooner: at most three times). Bug caught: harness/__main__.py:main — the ``_remove_launch_files`` call of
-    the interrupted-before-start branch dropped (the folder stays with an empty ``__main__.log``). The composing
-    window is short: a stop lands in it only now and then."""
+    after the end, is sent again, sooner: at most three times). Bug caught: harness/__main__.py:main — the
+    ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an empty
+    ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     arguments = ["experiment=fig4_mnist", "algorithm=tpo", "seeds=1", "trainer.steps=200", "logger=none",
                  "hydra.run.dir=run"]  # a valid run: it is built, not refused

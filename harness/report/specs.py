@@ -217,7 +217,9 @@ def fmt_value(value) -> str:
 # task.match=prompts, or Table 3's interaction-matched runs of the same H would join its cells).
 PROMPT_MATCHED = {"task.match": "prompts"}
 SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines": ("table3_terminal",),
-               "beyond_relapse": ("table3_terminal",), "fig8_ablations": ("table3_terminal", "fig1b_sparse")}
+               "beyond_relapse": ("table3_terminal",), "fig8_ablations": ("table3_terminal", "fig1b_sparse"),
+               "fig13_masking": ("fig12_k_sweep",), "fig15_epoch_sweep": ("fig12_k_sweep",)}
+K32 = {"task.K": 32}  # Figs 13 and 15 read Fig 12's K = 32 runs (TPO and GRPO, 4 epochs: their configuration)
 
 
 def report_sources(preset: str) -> list[str]:
@@ -329,10 +331,11 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           rows=algorithms("tpo", "grpo"), cols=grid(**{"task.K": KS}), reference={"algorithm.name": "tpo"},
           seeds=30, steps=2000),
     Table("fig15", "Fig 15 — epochs per batch: final exact-match error (%)", "fig15_epoch_sweep",
-          rows=algorithms("tpo", "grpo"), cols=grid(**{"algorithm.epochs": EPOCHS}),
+          rows=algorithms("tpo", "grpo"), cols=grid(**{"algorithm.epochs": EPOCHS}), where=K32,
           reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
     Table("fig13", "Fig 13 — zero-variance masking: final exact-match error (%)", "fig13_masking",
-          rows=algorithms("tpo", "grpo", "grpo_masked"), reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
+          rows=algorithms("tpo", "grpo", "grpo_masked"), where=K32, reference={"algorithm.name": "tpo"}, seeds=30,
+          steps=2000),
     Table("fig14", "Figs 10/14 — multi-epoch extraction: error at episode 400 and final (%)", "fig10_diagnostics",
           rows=({"algorithm.name": "tpo"}, {"algorithm.name": "tpo", "experiment": "fig10_diagnostics_tpo_1ep"},
                 {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}, {"algorithm.name": "grpo_no_kl"},
@@ -437,7 +440,7 @@ def _sweep_figure(name: str, title: str, preset: str, key: str, values, caption:
     curves = tuple(Panel(preset, by_value(key, values), title=f"({tag}) {ALGORITHM_LABEL[a]}",
                          where={"algorithm.name": a, **where}) for tag, a in (("a", "tpo"), ("b", "grpo")))
     final = Panel(preset, by_algorithm("tpo", "grpo"), title="(c) Final error", kind="final", x=key, xs=values,
-                  logx=True, logy=True, paper=name, ylabel="Final exact-match error")
+                  where=where, logx=True, logy=True, paper=name, ylabel="Final exact-match error")
     return Figure(name, title, (*curves, final), caption=caption)
 
 
@@ -513,10 +516,10 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
     _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K", KS,
                   "(c) final error vs K; crosses: paper values."),
     Figure("fig13", "Fig 13 — zero-variance masking (H=8, K=32, 4 epochs)", (
-        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) Learning curves",
+        Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) Learning curves", where=K32,
               ylabel="Exact-match error"),
         Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(b) Final error", kind="bars",
-              logy=True, paper="fig13", ylabel="Final exact-match error")),
+              where=K32, logy=True, paper="fig13", ylabel="Final exact-match error")),
            caption="(b) crosses: paper values."),
     Figure("fig14", "Fig 14 — multi-epoch extraction (H=8, K=32)", tuple(
         Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "dg"), title=title, metrics=(metric,),
@@ -533,7 +536,7 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
            caption="Thin lines: one seed each; thick line: the seed mean, the curve of Fig 14(a). Not a figure of "
                    "the paper: the per-seed view of its Fig 14."),
     _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs", EPOCHS,
-                  "(c) final error vs epochs; crosses: paper values."),
+                  "(c) final error vs epochs; crosses: paper values.", **K32),
     Figure("fig16", "Fig 16 — TPO temperature η (reverse copy, bag-of-tokens, V=2, H=10)", (
         Panel("table5_eta_sweep", by_value("algorithm.eta", ETAS), title="(a) Learning curves",
               where={"algorithm.name": "tpo"}, ylabel="Token error"),
