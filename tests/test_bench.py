@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import episode_workload  # noqa: E402
+import gpu_side_by_side  # noqa: E402
 import gpu_sweep_projection  # noqa: E402
 import profile_phases  # noqa: E402
 import threads  # noqa: E402
@@ -230,3 +231,36 @@ def test_section4_whole_run_trains_plain_and_fast_to_the_same_digest(monkeypatch
 
     monkeypatch.setattr(section4_whole_run, "episode", shifted)
     assert section4_whole_run.train(overrides, 1, 2, True, 0)["digest"] != fast["digest"]
+
+
+TINY_TERMINAL = ["task=token_reversal", "task.reward=terminal", "task.H=3", "task.V=2", "task.K=2",
+                 "task.batch_size=4", "algorithm=tpo"]
+
+
+def test_runs_side_by_side_report_every_runs_episodes_and_their_seed_episodes_per_second(tmp_path):
+    """What the GPU measurement does, on CPU cores at a tiny size: N processes past one barrier, each counting its
+    episodes; seed-episodes per second is theirs summed, the gain its ratio to one process's."""
+    assert gpu_side_by_side.main(["--device", "cpu", "--processes", "1,2", "--seconds", "1", "--seeds", "2",
+                                  "--out", str(tmp_path), *TINY_TERMINAL]) == 0
+    report = json.loads((tmp_path / "gpu_side_by_side.json").read_text())
+    one, two = report["runs"]
+    assert (one["processes"], two["processes"]) == (1, 2) and len(two["episodes"]) == 2
+    for run in (one, two):
+        assert all(episodes > 0 for episodes in run["episodes"]) and all(s >= 1 for s in run["seconds"])
+        assert run["seed_episodes_per_s"] == pytest.approx(
+            sum(episodes * 2 / seconds for episodes, seconds in zip(run["episodes"], run["seconds"])))
+    assert two["gain_over_one"] == pytest.approx(two["seed_episodes_per_s"] / one["seed_episodes_per_s"])
+
+
+def test_a_run_that_cannot_start_side_by_side_is_reported_and_the_others_stop(tmp_path):
+    assert gpu_side_by_side.main(["--device", "cpu", "--processes", "2", "--seconds", "1", "--seeds", "1",
+                                  "--out", str(tmp_path), *TINY_TERMINAL[:-1], "algorithm=nosuch"]) == 0
+    (run,) = json.loads((tmp_path / "gpu_side_by_side.json").read_text())["runs"]
+    assert run["processes"] == 2 and "nosuch" in run["error"]
+
+
+def test_side_by_side_refuses_without_cuda(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    assert gpu_side_by_side.main(["--processes", "1"]) == 2
+    assert "no CUDA device is visible" in capsys.readouterr().err

@@ -484,6 +484,27 @@ def test_gpu_jobs_side_by_side_each_compute_their_seeds_in_chunks_that_fit_their
     assert campaign.share_gpu(tabular, 4, gpu) == tabular  # no chunking to choose
 
 
+def test_a_local_campaign_on_a_gpu_machine_chunks_each_gpu_job_to_its_share_of_the_gpu(tmp_path, monkeypatch):
+    import tasks.memory
+
+    started = []
+    monkeypatch.setattr(campaign, "_cuda_here", lambda: True)
+    monkeypatch.setattr(tasks.memory, "machine_memory", lambda device="cpu": (80e9, "a GPU of 80 GB"))
+    monkeypatch.setattr(campaign, "cell_refusal", lambda preset, overrides: None)  # no CUDA to build it on here
+    monkeypatch.setattr(campaign, "run", lambda jobs, parallel, *args, **kwargs: started.extend(jobs) or 0)
+    arguments = ["section4_sweeps_gpu", "--only", "fig12_k_sweep/k64_grpo", "--results", str(tmp_path / "results"),
+                 "--work", str(tmp_path / "work")]
+    with pytest.raises(SystemExit, match="^0$"):
+        campaign.main([*arguments, "--jobs", "4"])
+    (job,) = started
+    assert job.overrides[-1] == campaign.share_gpu(replace(job, overrides=job.overrides[:-1]), 4, 80e9).overrides[-1]
+    assert job.overrides[-1] != "task.seed_chunk=30"  # 30 seeds of K = 64 do not fit a quarter of 80 GB
+    started.clear()
+    with pytest.raises(SystemExit, match="^0$"):
+        campaign.main([*arguments, "--jobs", "1"])  # alone: the run's own choice, all seeds at once
+    assert not any(override.startswith("task.seed_chunk") for override in started[0].overrides)
+
+
 def test_a_gpu_runs_seeds_count_as_done_but_its_cpu_seconds_are_no_cpus_cost(tmp_path):
     cell_dir = tmp_path / "results" / "runs" / "fig3_tabular_multi" / "tpo"
     record_run(cell_dir / "seeds0-1", QUEUE["cells"][0], {
