@@ -11,6 +11,7 @@ from harness import process
 
 if __name__ == "__main__":  # Ctrl-C or a kill while the modules load (seconds): nothing is written yet
     process.exit_at_once_on_stop("Interrupted before the run started")  # ``launch`` installs a launch's handlers
+    process.checkpoint_on_signal()  # a scheduler's time limit, however early: the run stops at its first step
 
 process.tune_memory()  # before torch allocates anything
 
@@ -63,6 +64,7 @@ def run_job(cfg: DictConfig) -> float | None:
     try:
         if not multirun:  # until here ``launch`` ends a stop at once; from here it is handled below
             interrupts.raise_on_stop()
+        process.checkpoint_on_signal()  # a scheduler's time limit or preemption: checkpoint at the next step, stop
         summary = train(cfg, run_dir, finished_run_problem)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
         if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)

@@ -25,7 +25,10 @@ On a SLURM cluster, ``--launcher slurm`` (from a login node; the work folder on 
 each run as a SLURM job of the same command, through submitit (its log in ``<work>/.submitit/<job id>/``),
 ``--max-jobs`` (default 50) queued or running at once, on ``--partition`` (default: the cluster's); the runner exports
 and reports the finished runs as a local one does. A cell may ask for ``cpus`` (default 1), ``mem_gb`` (4), ``time_min``
-(default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or 1: one GPU per job). A
+(default: its cost for the run's episodes × 2, ``TIME_MARGIN``, at least 10) and ``gpus`` (0, or 1: one GPU per job).
+A job near its time limit, or preempted, is checkpointed and requeued under its job id (``CheckpointableCommand``:
+SLURM's SIGUSR2 has the run save a checkpoint at its next step and stop), and resumes, at most ``MAX_REQUEUES``
+times. A
 *GPU cell* (``gpus: 1`` with the override ``device=cuda``, the two together) runs its seeds batched on the GPU,
 ``chunk`` seeds per job (a cell's own ``chunk`` overrides the queue's: all its seeds in one job), and gives its
 projected ``gpu_hours`` (all seeds), its jobs' time limit; a local campaign leaves GPU cells to ``--launcher slurm``
@@ -84,6 +87,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -109,6 +113,7 @@ SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.s
 STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # the runner's: Ctrl-C, a kill, a login session's end
 RUN_ENV = {"WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}  # every run's, either launcher (and ``run_environment``)
 CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
              "gpu_hours", "like", "scale")
@@ -116,6 +121,8 @@ GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the 
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
 MIN_TIME_MIN = 10  # at its limit loses the episodes since its last checkpoint; at least this (start-up, imports)
+MAX_REQUEUES = 20  # a SLURM job requeued at its time limit or preemption (checkpointed first), at most this many
+# times: a job whose limit is too short for its start-up would otherwise loop
 MAX_JOBS = 50  # --max-jobs: SLURM jobs queued or running at once
 MAX_PARALLEL = 10_000  # the most --jobs or --max-jobs accepts
 MAX_HOURS = 10_000.0  # the most --hours or --finish-within accepts (over a year)
@@ -1155,12 +1162,15 @@ class LocalLauncher:
         from harness import rundir
 
         lock, waited_until = job.work_dir(self.work) / rundir.LOCK_FILE, time.time() + self.lock_wait_s
-        here = (f" on {socket.gethostname()}", "starting")
-        while (holder := rundir.lock_holder(lock)) and holder.endswith(here) and time.time() < waited_until:
+
+        def here(holder: str) -> bool:  # "<pid> on <host>[ (SLURM job <id>)]", or "starting"
+            return holder == "starting" or holder.split(" (")[0].endswith(f" on {socket.gethostname()}")
+
+        while (holder := rundir.lock_holder(lock)) and here(holder) and time.time() < waited_until:
             time.sleep(0.5)
         if holder is None:
             return None
-        if holder.endswith(here):
+        if here(holder):
             return f"process {holder} holds it (stop it, or wait for it to end)"
         return f"process {holder} holds its {rundir.LOCK_FILE} (a lock left by a crash on another host: delete {lock})"
 
@@ -1216,6 +1226,32 @@ def slurm_active_jobs() -> dict[str, str]:
     return {job_id: state for job_id, state in states.items() if state not in ENDED}
 
 
+NEVER_STARTS = {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "AccountNotAllowed",
+                "QOSMaxCpuPerJobLimit", "QOSMaxGRESPerJob", "QOSMaxMemoryPerJob", "QOSMaxWallDurationPerJobLimit",
+                "InvalidAccount", "InvalidQOS"}  # squeue's pending reasons that waiting does not cure
+
+
+UNANSWERED = ("Unable to contact", "Socket timed out", "connect failure", "Could not establish a configuration",
+              "resolve_ctls", "Zero Bytes")  # sbatch without a controller to ask: no word on the submission
+
+
+def slurm_pending_reason(job_id: str) -> str:
+    """squeue's reason why ``job_id`` is pending (``%r``), or what kept squeue from saying."""
+    try:
+        said = subprocess.run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%r"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"squeue cannot say ({_one_line(error)})"
+    return said.stdout.strip() or f"squeue cannot say ({said.stderr.strip() or 'no answer'})"
+
+
+def sbatch_said(error: BaseException) -> str:
+    """sbatch's own error line, from submitit's exception (its stderr, with a traceback or a long preamble)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("sbatch:")]
+    return (said or lines or [type(error).__name__])[-1]
+
+
 @dataclass(frozen=True)
 class Resources:
     """What a SLURM job of a cell asks for."""
@@ -1231,9 +1267,9 @@ class Resources:
 
 @contextmanager
 def signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM held back for the block (delivered at its end): a job submitted is a job recorded, or a
-    runner started again would submit it a second time."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    """Ctrl-C, SIGTERM and SIGHUP held back for the block (delivered at its end): a job submitted is a job recorded,
+    or a runner started again would submit it a second time."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
     try:
         yield
     finally:
@@ -1249,6 +1285,60 @@ class SlurmRun:
     result: Path  # submitit's pickle of how the command ended; absent if the job was killed
 
 
+class CheckpointableCommand:
+    """A SLURM job's body, as submitit pickles it: the run's command in a process of its own. Near the job's time
+    limit, or when it is preempted, SLURM sends SIGUSR2 (submitit asks for it ``signal_delay_s`` before the limit)
+    and submitit calls ``checkpoint``: the run is asked to save a checkpoint at its next step and stop there
+    (SIGUSR2, ``harness.process.checkpoint_on_signal``), else stopped at its last checkpoint (SIGTERM), and the
+    job is requeued under the same job id with the same command, which resumes the run (``trainer.resume=auto``),
+    at most ``MAX_REQUEUES`` times."""
+
+    ask_s, stop_s = 45.0, 20.0  # within submitit's 90 s before the limit: the next step's checkpoint, else the last
+
+    def __init__(self, command: list[str], cwd: str):
+        self.command, self.cwd = command, cwd
+        self.process: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict:
+        return {"command": self.command, "cwd": self.cwd}  # a running process is not part of the submission
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["command"], state["cwd"])
+
+    def __call__(self) -> None:
+        from submitit.core.utils import FailedJobError
+
+        self.process = subprocess.Popen(self.command, cwd=self.cwd)
+        code = self.process.wait()
+        if code:
+            raise FailedJobError(f"the run exited with status {code}: {shlex.join(self.command)}")
+
+    def checkpoint(self):
+        import submitit
+
+        if self.process is not None and not self._ended(0):
+            self.process.send_signal(signal.SIGUSR2)
+            if not self._ended(self.ask_s):
+                self.process.terminate()
+                self._ended(self.stop_s)
+        return submitit.helpers.DelayedSubmission(CheckpointableCommand(self.command, self.cwd))
+
+    def _ended(self, seconds: float) -> bool:
+        """Whether the run's process ended within ``seconds``, without reaping it: ``checkpoint`` runs in a signal
+        handler, maybe inside ``__call__``'s ``wait``, which holds the Popen's lock (a second ``wait`` would wait
+        its whole timeout)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:  # already reaped
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
 class SlurmLauncher:
     """Runs each job as a SLURM job, through submitit: a ``CommandFunction`` of exactly ``Job.command``, with the
     resources of its cell. The jobs outlive the runner: each submission is recorded beside its run folder
@@ -1259,14 +1349,19 @@ class SlurmLauncher:
 
     poll_s = 5.0  # between two squeue calls
 
+    pending_warn_s = 600.0  # a job pending longer than this is named with squeue's reason, once
+
     def __init__(self, work: Path, cells: list[dict], partition: str | None = None,
-                 active_jobs: Callable[[], dict[str, str]] | None = None):
-        self.work, self.partition = work, partition
+                 active_jobs: Callable[[], dict[str, str]] | None = None, sbatch: dict[str, str] | None = None):
+        self.work, self.partition, self.sbatch = work, partition, dict(sbatch or {})
         self.cells = {(cell["preset"], cell["name"]): cell for cell in cells}
         self.active_jobs = active_jobs or slurm_active_jobs
         self._active: dict[str, str] = {}
         self._asked = -math.inf
         self._warned: set[str] = set()
+        self._pending_since: dict[str, float] = {}  # job id → when it was first seen pending
+        self._tested: dict[Resources, str | None] = {}  # --dry-run: sbatch --test-only's word per resources
+        self._pending_warned: set[str] = set()
 
     def resources(self, job: Job) -> Resources:
         """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
@@ -1315,6 +1410,8 @@ class SlurmLauncher:
                     f"squeue cannot say whether its SLURM job {job_id} still runs")
         lock = job.work_dir(self.work) / rundir.LOCK_FILE
         holder = rundir.lock_holder(lock)
+        if holder and "(SLURM job" in holder:
+            return f"process {holder} holds its {rundir.LOCK_FILE}: that job still runs (wait for it, or scancel it)"
         if holder:
             return (f"process {holder} holds its {rundir.LOCK_FILE} (a lock left by a crash on another host: delete "
                     f"{lock})")
@@ -1332,7 +1429,7 @@ class SlurmLauncher:
         for job in jobs:
             record = self.record(job)
             state = self._active.get(record["job_id"]) if record else None
-            if state and record.get("command") == job.command(self.work):
+            if state and record.get("command") == self.command(job):
                 attached[job] = self._run(record["job_id"])
                 print(f"{time.strftime('%H:%M:%S')} attach {job.preset}/{job.cell}/{job.name} → SLURM job "
                       f"{record['job_id']} ({state}), submitted {record.get('submitted')}", flush=True)
@@ -1344,27 +1441,47 @@ class SlurmLauncher:
         paths = submitit.SlurmJob(self.work / SUBMITIT / "%j", job_id).paths
         return SlurmRun(job_id, paths.stdout, paths.result_pickle)
 
-    def start(self, job: Job, slot: int) -> SlurmRun | None:
-        """Submit the job (None, with a REFUSED line, when its run folder is claimed: ``claim``)."""
+    def command(self, job: Job) -> list[str]:
+        """The job's run command, with as many threads as its cell's ``cpus``."""
+        cpus = self.resources(job).cpus
+        return [f"threads={cpus}" if part == "threads=1" else part for part in job.command(self.work)]
+
+    def executor(self, job: Job):
+        """A submitit executor with the job's resources and the runner's sbatch options."""
         import submitit
+
+        resources = self.resources(job)
+        executor = submitit.AutoExecutor(folder=self.work / SUBMITIT / "%j", cluster="slurm",
+                                         slurm_max_num_timeout=MAX_REQUEUES)
+        executor.update_parameters(
+            name=f"{job.preset}/{job.cell}/{job.name}", timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
+            cpus_per_task=resources.cpus, mem_gb=resources.mem_gb, slurm_stderr_to_stdout=True,
+            slurm_setup=slurm_setup(),
+            **({"gpus_per_node": resources.gpus} if resources.gpus else {}),
+            **({"slurm_partition": self.partition} if self.partition else {}),
+            **({"slurm_additional_parameters": self.sbatch} if self.sbatch else {}))
+        return executor
+
+    def start(self, job: Job, slot: int) -> SlurmRun | None:
+        """Submit the job (None, with a REFUSED line, when its run folder is claimed: ``claim``; with a REJECTED
+        line, when sbatch refuses it: the runner goes on with the others)."""
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
 
         claim = self.claim(job)
         if claim:
             print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not submitted, "
                   f"{_shown(job.work_dir(self.work))} is claimed: {claim}", flush=True)
             return None
-        resources, earlier = self.resources(job), self.record(job)
-        executor = submitit.AutoExecutor(folder=self.work / SUBMITIT / "%j", cluster="slurm")
-        executor.update_parameters(
-            name=f"{job.preset}/{job.cell}/{job.name}", timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
-            cpus_per_task=resources.cpus, mem_gb=resources.mem_gb, slurm_stderr_to_stdout=True,
-            slurm_setup=slurm_setup(),
-            **({"gpus_per_node": resources.gpus} if resources.gpus else {}),
-            **({"slurm_partition": self.partition} if self.partition else {}))
-        command = job.command(self.work)
+        resources, earlier, command = self.resources(job), self.record(job), self.command(job)
+        executor = self.executor(job)
         job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
         with signals_held():
-            submitted = executor.submit(submitit.helpers.CommandFunction(command, cwd=str(ROOT)))
+            try:
+                submitted = executor.submit(CheckpointableCommand(command, str(ROOT)))
+            except (FailedJobError, FailedSubmissionError, OSError) as error:
+                print(f"{time.strftime('%H:%M:%S')} REJECTED {job.preset}/{job.cell}/{job.name}: sbatch refused "
+                      f"it ({resources}): {sbatch_said(error)}", flush=True)
+                return None
             path = self.record_path(job)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"job_id": submitted.job_id, "submitted": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -1383,6 +1500,8 @@ class SlurmLauncher:
 
         try:
             if run.job_id in self.active():
+                if self.active()[run.job_id] == "PENDING":
+                    self.warn_pending(run, job)
                 return None
         except SlurmError as error:  # the controller busy or restarting: asked again at the next poll
             if str(error) not in self._warned:
@@ -1401,6 +1520,19 @@ class SlurmLauncher:
         last = said[-1].removeprefix(f"{FailedJobError.__module__}.{FailedJobError.__name__}: ") if said else outcome
         return Ended(False, f"SLURM job {run.job_id}: {last}", run.log)
 
+    def warn_pending(self, run: SlurmRun, job: Job) -> None:
+        """One line, once, for a job pending longer than ``pending_warn_s``: squeue's reason, and for a reason that
+        no waiting cures (resources the partition cannot give) what to do."""
+        since = self._pending_since.setdefault(run.job_id, time.time())
+        if run.job_id in self._pending_warned or time.time() - since < self.pending_warn_s:
+            return
+        self._pending_warned.add(run.job_id)
+        reason = slurm_pending_reason(run.job_id)
+        advice = (f"; it may never start: scancel {run.job_id}, then fix the cell's cpus, mem_gb, time_min or gpus, "
+                  "or the sbatch options" if reason in NEVER_STARTS else "")
+        print(f"{time.strftime('%H:%M:%S')} PENDING {job.preset}/{job.cell}/{job.name}: SLURM job {run.job_id} has "
+              f"waited {(time.time() - since) / 60:.0f} min: {reason}{advice}", flush=True)
+
     def stop(self, runs: list[SlurmRun]) -> None:
         if runs:
             print(f"{time.strftime('%H:%M:%S')} stopped: {len(runs)} SLURM jobs go on "
@@ -1414,12 +1546,35 @@ class SlurmLauncher:
             state = self.active().get(record["job_id"]) if record else None
         except SlurmError as error:
             return f"{resources}; SLURM job {record['job_id']}: state unknown ({error})"
-        if state and record.get("command") == job.command(self.work):
+        if state and record.get("command") == self.command(job):
             return f"{resources}; SLURM job {record['job_id']} ({state}): re-attach"
         claim = self.claim(job)
         if claim:
             return f"{resources}; refused: {claim}"
+        rejected = self.test_only(job)
+        if rejected:
+            return f"{resources}; sbatch would refuse it: {rejected}"
         return f"{resources}; to submit" + (f" again (SLURM job {record['job_id']} ended)" if record else "")
+
+    def test_only(self, job: Job) -> str | None:
+        """sbatch's error for the job's submission, asked with ``sbatch --test-only`` (nothing is submitted) once
+        per resources; None when sbatch would take it (or is not here to ask)."""
+        resources = self.resources(job)
+        if resources not in self._tested:
+            executor = self.executor(job)._executor  # submitit's SlurmExecutor: the script it would submit
+            script = executor._make_submission_file_text(shlex.join(self.command(job)), uuid.uuid4().hex)
+            with tempfile.NamedTemporaryFile("w", suffix=".sh") as handle:
+                handle.write(script)
+                handle.flush()
+                try:
+                    tested = subprocess.run(["sbatch", "--test-only", handle.name], capture_output=True, text=True,
+                                            timeout=60)
+                    unanswered = any(text in tested.stderr for text in UNANSWERED)
+                    self._tested[resources] = (sbatch_said(RuntimeError(tested.stderr))
+                                               if tested.returncode and not unanswered else None)
+                except (OSError, subprocess.TimeoutExpired):
+                    self._tested[resources] = None
+        return self._tested[resources]
 
 
 def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
@@ -1458,7 +1613,7 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     def stop(signum, frame):
         raise SystemExit(130)  # the ``finally`` below stops the runs
 
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
     skipped: set[tuple[str, str, str]] = set()
 
     def fits(job: Job) -> bool:  # --finish-within; checked again whenever a slot frees (costs may have fallen)
@@ -1546,6 +1701,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
                         help="where runs run: local (--jobs at a time on this machine) or slurm (a SLURM job each)")
     parser.add_argument("--partition", default=None, help="--launcher slurm: the partition (default: the cluster's)")
+    parser.add_argument("--account", default=None, help="--launcher slurm: the account to charge (sbatch --account)")
+    parser.add_argument("--qos", default=None, help="--launcher slurm: the quality of service (sbatch --qos)")
+    parser.add_argument("--constraint", default=None, help="--launcher slurm: node features (sbatch --constraint)")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION=VALUE",
+                        help="--launcher slurm: any other sbatch option, without its dashes (repeatable), e.g. "
+                             "--sbatch reservation=mine --sbatch exclude=node07")
     parser.add_argument("--max-jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=None,
                         help=f"--launcher slurm: SLURM jobs queued or running at once (default {MAX_JOBS})")
     parser.add_argument("--work", type=Path, default=locations.HOME / "runs" / "campaign",
@@ -1554,8 +1715,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="where finished runs are copied")
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
-    if args.launcher == "local" and (args.partition is not None or args.max_jobs is not None):
-        parser.error(f"{'--partition' if args.partition is not None else '--max-jobs'} is for --launcher slurm")
+    slurm_only = {"--partition": args.partition, "--max-jobs": args.max_jobs, "--account": args.account,
+                  "--qos": args.qos, "--constraint": args.constraint, "--sbatch": args.sbatch or None}
+    given = [option for option, value in slurm_only.items() if value is not None]
+    if args.launcher == "local" and given:
+        parser.error(f"{given[0]} is for --launcher slurm")
+    args.sbatch_options = sbatch_options(parser, args)
     args.max_jobs = args.max_jobs or MAX_JOBS
     if args.launcher == "slurm" and not args.dry_run:
         missing = [name for name in ("sbatch", "squeue", "srun") if shutil.which(name) is None]
@@ -1568,12 +1733,36 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:  # reads only: no lock, so that a running campaign can be watched
         sys.exit(campaign(queue, args, only))
     cells = queue_cells(queue, only)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a kill, a login session's end: the locks go with the runner
+        signal.signal(signum, _exit_stopped)
     with campaign_lock(args.work, args.results, cells):
         for folder in clean_exports(args.results, cells):
             print(f"removed {_shown(folder)}, an export cut short", flush=True)
         failed_reports = retry_stale_reports(args.results)
         code = campaign(queue, args, only) or (1 if failed_reports else 0)
     sys.exit(code)
+
+
+def sbatch_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """--account, --qos, --constraint and each --sbatch OPTION=VALUE as sbatch's long options (submitit's
+    ``slurm_additional_parameters``); a malformed --sbatch is refused in one line."""
+    options = {name: value for name, value in (("account", args.account), ("qos", args.qos),
+                                                ("constraint", args.constraint)) if value is not None}
+    for given in args.sbatch:
+        name, equals, value = given.partition("=")
+        name = name.strip().lstrip("-")
+        if not equals or not re.fullmatch(r"[a-z][a-z0-9-]*", name) or not value:
+            parser.error(f"--sbatch {given!r} is not valid; expected OPTION=VALUE, an sbatch long option without its "
+                         "dashes, e.g. --sbatch reservation=mine")
+        if name in ("partition", "time", "cpus-per-task", "mem", "gpus-per-node", "job-name", "output", "error"):
+            parser.error(f"--sbatch {given!r}: {name} is set by the campaign (--partition, or the cell's cpus, "
+                         "mem_gb, time_min and gpus)")
+        options[name.replace("-", "_")] = value
+    return options
+
+
+def _exit_stopped(signum, frame) -> None:
+    raise SystemExit(130)
 
 
 def _cuda_here() -> bool:
@@ -1628,7 +1817,8 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             print(f"replaced {_shown(folder)} (another configuration than {cell}: {'; '.join(changes)}) → "
                   f"{_shown(aside)}", flush=True)
         return campaign(queue, argparse.Namespace(**{**vars(args), "replace": False}), only)  # once
-    launcher = SlurmLauncher(args.work, queue["cells"], args.partition) if slurm else LocalLauncher(args.work)
+    launcher = (SlurmLauncher(args.work, queue["cells"], args.partition, sbatch=args.sbatch_options) if slurm
+                else LocalLauncher(args.work))
     parallel, at = (args.max_jobs, f"--max-jobs {args.max_jobs}") if slurm else (args.jobs, f"--jobs {args.jobs}")
     fits = None if args.finish_within is None else set(fit_plan(todo, parallel, 3600 * args.finish_within,
                                                                  args.work))

@@ -128,10 +128,11 @@ def _stop_orphan() -> None:
 
 
 def raise_on_stop() -> None:
-    """SIGINT and SIGTERM raise KeyboardInterrupt in this process: a single run stops at its checkpoint
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in this process: a single run stops at its checkpoint
     (``harness.run``), or before it starts as ``harness.__main__.main`` says."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, process.stop_by_interrupt)
+    signal.signal(signal.SIGHUP, process.stop_by_interrupt)  # an SSH session's end
 
 
 def quiet_pool_teardown() -> None:
@@ -156,7 +157,7 @@ def running_children(sweep_dir: Path) -> dict[int, Path]:
     found = {}
     for lock in sweep_dir.glob(f"*/{rundir.LOCK_FILE}"):
         try:
-            pid, host = lock.read_text().split()
+            pid, host = lock.read_text().split()[:2]
             pid = int(pid)
         except (OSError, ValueError):
             continue

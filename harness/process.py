@@ -36,6 +36,29 @@ def tune_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCK_LIMIT)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
+CHECKPOINT_SIGNAL = signal.SIGUSR2  # a scheduler's "checkpoint and stop": SLURM's before a time limit or a
+# preemption (``--signal=USR2@<seconds>``, as submitit asks for it)
+_checkpoint_asked = threading.Event()
+
+
+def checkpoint_on_signal() -> None:
+    """From now on ``CHECKPOINT_SIGNAL`` asks the run to save a checkpoint at its next step and stop there
+    (``checkpoint_asked``), instead of ending the process (the signal's default): a job near its time limit loses
+    nothing, whatever its ``checkpoint_every``. A handler already there is left alone: a Hydra sweep job that
+    submitit runs in this very process requeues itself on the signal (its own checkpoint)."""
+    if signal.getsignal(CHECKPOINT_SIGNAL) in (signal.SIG_DFL, _ask_checkpoint):
+        signal.signal(CHECKPOINT_SIGNAL, _ask_checkpoint)
+
+
+def _ask_checkpoint(signum, frame) -> None:
+    _checkpoint_asked.set()
+
+
+def checkpoint_asked() -> bool:
+    """Whether ``CHECKPOINT_SIGNAL`` arrived (``checkpoint_on_signal``): the step loop saves and stops."""
+    return _checkpoint_asked.is_set()
+
+
 def exit_at_once_on_stop(message: str, cleanup=None) -> None:
     """Make SIGINT and SIGTERM print ``message``, call ``cleanup`` (what the process made so far goes) and end the
     process with 130 where it stands, for an entry point whose modules are loading or whose launch is being composed:
@@ -54,6 +77,7 @@ def exit_at_once_on_stop(message: str, cleanup=None) -> None:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
 
 
 def stop_by_interrupt(signum, frame) -> NoReturn:
@@ -61,8 +85,8 @@ def stop_by_interrupt(signum, frame) -> NoReturn:
     SIGTERM also makes the process ignore later ones: the death of a parent with several threads (``die_with_parent``)
     sends the signal once per thread, as the kernel hands the child from thread to thread, and a second one landing
     while the first is handled would cut the closing short (no summary). The process is ending by then anyway."""
-    if signum == signal.SIGTERM:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 

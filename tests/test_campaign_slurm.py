@@ -46,7 +46,7 @@ def record(launcher: campaign.SlurmLauncher, job: campaign.Job, job_id: str, com
     """The record of ``job_id`` submitted for ``job`` (its own command unless ``command``)."""
     job.work_dir(launcher.work).mkdir(parents=True, exist_ok=True)
     launcher.record_path(job).write_text(json.dumps({"job_id": job_id, "submitted": "2024-01-01 00:00:00",
-                                                     "command": command or job.command(launcher.work)}))
+                                                     "command": command or launcher.command(job)}))
 
 
 def no_submission(*args, **kwargs):
@@ -110,7 +110,7 @@ def test_squeue_failing_at_the_start_submits_nothing_and_says_so_in_one_line(tmp
     def squeue_down():
         raise campaign.SlurmError("slurm_load_jobs error: Unable to contact slurm controller")
 
-    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
     launcher = campaign.SlurmLauncher(tmp_path / "work", CELLS, active_jobs=squeue_down)
     with pytest.raises(SystemExit, match=r"^Error: cannot tell which recorded SLURM jobs still run \(slurm_load_jobs "
                                          r"error: Unable to contact slurm controller\); nothing was submitted: run the "
@@ -162,7 +162,7 @@ def test_a_claimed_run_folder_is_refused_in_one_line_and_not_submitted(tmp_path,
     Bug caught: ``claim`` reading ``holder = None`` instead of the run.lock's holder."""
     import submitit
 
-    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
     cells = [dict(CELLS[0], name=name) for name in ("locked", "queued")]
     locked, queued = jobs_of(cells)
     launcher = campaign.SlurmLauncher(tmp_path / "work", cells, active_jobs=lambda: {"7": "PENDING"})
@@ -188,7 +188,7 @@ def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattache
     Bug caught: ``resources`` without ``TIME_MARGIN`` (a time limit of the bare estimate: a slower node cuts it off)."""
     import submitit
 
-    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
     monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {"21": "RUNNING"})
     cells = [dict(CELLS[0], name="slow", cost=12.0),  # 12 s × 150: 0.5 h a seed
              dict(CELLS[1], mem_gb=8, gpus=1, overrides=[*CELLS[1]["overrides"], "device=cuda"])]
@@ -225,9 +225,11 @@ def wait_for(condition, process: subprocess.Popen, output: Path, what: str, time
     return found
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the_numbers_of_a_local_one(
-        slurm_cluster, tmp_path):
-    """Two presets, one SLURM job at a time. The runner is stopped (SIGTERM) once it has submitted the first job,
+        slurm_cluster, tmp_path, stop):
+    """Two presets, one SLURM job at a time. The runner is stopped (SIGTERM, or SIGHUP: the login session's end)
+    once it has submitted the first job,
     held pending meanwhile (the node drained) whatever the machine's load: the job goes on and the runner says so
     in one line. The same command started again re-attaches to it (no second submission), exports it when it ends
     and submits the other. Each job was submitted once (SLURM's own list of jobs, the records agree), with its
@@ -253,8 +255,10 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
         work = tmp_path / "slurm" / "work"
         recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), first, output, "submission")
         job_id = json.loads(recorded[0].read_text())["job_id"]
-        first.send_signal(signal.SIGTERM)
+        first.send_signal(stop)
         assert first.wait(timeout=60) == 130, output.read_text()
+        left = [path for path in (tmp_path / "slurm").rglob("*.lock") if path.name != "results.lock"]  # (flock's)
+        assert not left, f"the runner left its locks: {left}"
         assert f"stopped: 1 SLURM jobs go on ({job_id}); the same command re-attaches to them" in output.read_text()
         assert job_id in slurm_cluster.jobs()
         again, _ = runner("slurm", *slurm_args)
@@ -264,13 +268,13 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
     assert again.wait(timeout=240) == 0, output.read_text()
     assert local.wait(timeout=240) == 0, local_output.read_text()
 
-    submitted = [line.split("|") for line in slurm_cluster.run(
-        "squeue", "--noheader", "--states=all", "--format=%i|%j|%C|%l").split() if "/tpo/" in line]
     records = {json.loads(path.read_text())["job_id"] for path in work.rglob("*.slurm.json")}
+    submitted = [line.split("|") for line in slurm_cluster.run(
+        "squeue", "--noheader", "--states=all", "--format=%i|%j|%C|%l").split() if line.split("|")[0] in records]
     assert sorted((name, cpus, limit) for _, name, cpus, limit in submitted) == [
         ("fig2_tabular_single/tpo/seeds0-1", "1", "10:00"), ("fig3_tabular_multi/tpo/seeds0-1", "2", "7:00")]
-    assert {job for job, *_ in submitted} == records
     text = output.read_text()
+    assert len(re.findall(r" submit \S+ → SLURM job ", text)) == 2, text  # each job submitted once
     for run in ("fig2_tabular_single/tpo/seeds0-1", "fig3_tabular_multi/tpo/seeds0-1"):
         assert len(re.findall(rf"(?:done  |exported ){run}\b", text)) == 1, text
     runs = exported_runs(tmp_path / "slurm" / "results")
@@ -287,7 +291,7 @@ def test_a_gpu_cell_batches_its_seeds_in_one_job_waits_for_a_cluster_here_and_as
     Bug caught: ``plan`` reading ``queue.get("chunk", 5)`` instead of the cell's ``chunk`` (three jobs of 2 seeds)."""
     import submitit
 
-    monkeypatch.setattr(submitit, "AutoExecutor", no_submission)
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
     monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {})
     monkeypatch.setattr(campaign, "_cuda_here", lambda: False)
     gpu = dict({key: value for key, value in CELLS[1].items() if key != "time_min"}, name="gpu", seeds=6, chunk=6,
@@ -311,3 +315,190 @@ def test_a_gpu_cell_batches_its_seeds_in_one_job_waits_for_a_cluster_here_and_as
     assert [line for line in slurm if "seeds0-5" in line][0].endswith("cpus 2, mem 4 GB, time 180 min, gpus 1; "
                                                                        "to submit")
     assert "GPU jobs to go: 1, 1.5 GPU-hours projected (cells' gpu_hours), one GPU each" in slurm
+
+
+LONG = {"priority": "P1", "preset": "fig1b_sparse", "name": "long", "seeds": 1, "cost": 0.001, "time_min": 2,
+        "overrides": ["algorithm=tpo", "task.H=4", "task.batch_size=8", "task.K=4", "trainer.steps=700"]}
+
+
+@pytest.mark.parametrize("interruption", ["time limit", "preemption"])
+def test_a_job_cut_short_is_checkpointed_requeued_and_finished_in_one_invocation(slurm_cluster, tmp_path,
+                                                                                 interruption):
+    """A run longer than its job's 2-minute limit: SLURM's warning (SIGUSR2, 90 s before the limit) has the run save
+    a checkpoint at its next step and stop, and submitit requeue the job, which resumes it; likewise a preemption
+    (the same signal, sent by hand, to a job whose limit is far). One invocation of the runner finishes the run,
+    under the one job id it submitted, to the numbers of a local run.
+
+    Bug caught: ``SlurmLauncher.start`` submitting a plain ``CommandFunction`` (not checkpointable: the job is
+    killed at its limit, "no summary")."""
+    cell = LONG if interruption == "time limit" else {**LONG, "time_min": 30}
+    path = write_queue(tmp_path, [cell], chunk=1)
+    env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+    def runner(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+        output = tmp_path / f"{name}.out"
+        with open(output, "a") as stdout:
+            return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(path), *args, "--work",
+                                     str(tmp_path / name / "work"), "--results", str(tmp_path / name / "results")],
+                                    cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
+
+    local, local_output = runner("local", "--jobs", "1")
+    slurm, output = runner("slurm", "--launcher", "slurm", "--partition", slurm_cluster.partition)
+    work = tmp_path / "slurm" / "work"
+    if interruption == "preemption":
+        recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), slurm, output, "submission")
+        job_id = json.loads(recorded[0].read_text())["job_id"]
+        wait_for(lambda: (work / "fig1b_sparse" / "long" / "seeds0" / "metrics.csv").exists(), slurm, output,
+                 "training")
+        slurm_cluster.run("scancel", "--signal=USR2", job_id)
+    assert slurm.wait(timeout=540) == 0, output.read_text()
+    assert local.wait(timeout=240) == 0, local_output.read_text()
+    records = [json.loads(path.read_text())["job_id"] for path in work.rglob("*.slurm.json")]
+    assert len(records) == 1 and output.read_text().count("submit ") == 1, output.read_text()
+    summary = json.loads((tmp_path / "slurm" / "results" / "runs" / "fig1b_sparse" / "long" / "seeds0" /
+                          "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from"], summary  # it was cut short, and resumed
+    log = "".join(path.read_text(errors="replace") for path in (work / ".submitit").rglob("*.out"))
+    assert "Requeued" in log or "requeu" in log.lower(), log[-3000:]
+    assert exported_runs(tmp_path / "slurm" / "results") == exported_runs(tmp_path / "local" / "results")
+
+
+def fake_squeue(tmp_path: Path, monkeypatch, script: str) -> None:
+    """``squeue`` on PATH as the shell ``script`` (its arguments in $@)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    (folder / "squeue").write_text(f"#!/bin/sh\n{script}\n")
+    (folder / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("lock, squeue, holder", [
+    ("123 node01 77\n", "exit 0", None),  # its job ended: squeue lists it no more
+    ("123 node01 77\n", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1", None),  # long over
+    ("123 node01 77\n", "echo 77", "123 on node01 (SLURM job 77)"),  # still queued or running
+    ("123 node01 77\n", "echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1", "123 on node01 (SLURM job 77)"),
+    ("123 node01\n", "exit 0", "123 on node01"),  # no job recorded: nothing tells when it ended
+    ("123 node01 78\n", "echo 78", None),  # this process's own job, requeued: its earlier run is over
+], ids=["ended", "purged", "running", "squeue failing", "no job", "own job requeued"])
+def test_a_lock_from_another_host_is_live_while_its_slurm_job_is(tmp_path, monkeypatch, lock, squeue, holder):
+    """Bug caught: ``lock_holder`` deciding by the host name alone (a run whose job died on node01 refused from
+    everywhere until someone deletes its lock)."""
+    fake_squeue(tmp_path, monkeypatch, squeue)
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    (tmp_path / rundir.LOCK_FILE).write_text(lock)
+    assert rundir.lock_holder(tmp_path / rundir.LOCK_FILE) == holder
+
+
+def test_a_run_in_a_slurm_job_records_its_job_in_its_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    with rundir.lock_file(tmp_path / rundir.LOCK_FILE, lambda holder, path: RuntimeError(holder)):
+        assert (tmp_path / rundir.LOCK_FILE).read_text() == f"{os.getpid()} {socket.gethostname()} 4242\n"
+        here = f"{os.getpid()} on {socket.gethostname()}"
+        assert rundir.lock_holder(tmp_path / rundir.LOCK_FILE) == f"{here} (SLURM job 4242)"
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with rundir.lock_file(tmp_path / rundir.LOCK_FILE, lambda holder, path: RuntimeError(holder)):
+        assert (tmp_path / rundir.LOCK_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+
+
+def test_a_lock_left_on_another_node_by_an_ended_job_does_not_block_the_campaign(slurm_cluster, tmp_path):
+    """A run's lock from node01 whose SLURM job has ended (a job of this cluster, finished): the campaign submits
+    the run and finishes it; with a job that still runs (held), the run is refused in one line naming the job."""
+    ended = slurm_cluster.run("sbatch", "--parsable", "--wrap", "true").strip()
+    deadline = time.monotonic() + 60
+    while ended in slurm_cluster.jobs():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    held = slurm_cluster.run("sbatch", "--parsable", "--hold", "--wrap", "true").strip()
+    try:
+        cells = [dict(CELLS[0], name="ended"), dict(CELLS[0], name="running")]
+        path = write_queue(tmp_path, cells)
+        for name, job in (("ended", ended), ("running", held)):
+            folder = tmp_path / "work" / "fig2_tabular_single" / name / "seeds0-1"
+            folder.mkdir(parents=True)
+            (folder / rundir.LOCK_FILE).write_text(f"12345 node01 {job}\n")
+        env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+        done = subprocess.run([sys.executable, "-m", "harness.campaign", str(path), "--launcher", "slurm",
+                               "--partition", slurm_cluster.partition, "--work", str(tmp_path / "work"),
+                               "--results", str(tmp_path / "results")], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        slurm_cluster.run("scancel", held)
+    assert done.returncode == 1, done.stdout + done.stderr  # the held job's run: refused, counted as failed
+    assert (tmp_path / "results" / "runs" / "fig2_tabular_single" / "ended" / "seeds0-1" / "summary.json").exists()
+    refused = [line for line in done.stdout.splitlines() if "REFUSED" in line]
+    assert len(refused) == 1 and "running/seeds0-1" in refused[0] and f"(SLURM job {held})" in refused[0], refused
+
+
+def test_sbatch_refusals_are_one_line_each_in_the_dry_run_and_the_run_and_the_runner_goes_on(slurm_cluster,
+                                                                                           tmp_path):
+    """A cell asking for more CPUs than any node has (sbatch takes it, and it would pend for ever), one asking for a
+    GPU the cluster does not have, and --partition nosuch: ``--dry-run`` says sbatch would refuse each
+    (``sbatch --test-only``, nothing submitted). The run prints one REJECTED line for the GPU job with sbatch's
+    reason, no traceback, runs the other cell and exits 1.
+
+    Bug caught: ``SlurmLauncher.start`` without its ``except`` (a 44-line traceback, the other cells never run)."""
+    too_big = dict(CELLS[0], name="too_big", cpus=256)
+    gpu = dict(CELLS[0], name="gpu", gpus=1, gpu_hours=0.1, overrides=[*CELLS[0]["overrides"], "device=cuda"])
+    fits = dict(CELLS[0], name="fits")
+    env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+    def campaign_run(cells: list[dict], *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness.campaign", str(write_queue(tmp_path, cells)),
+                               "--launcher", "slurm", *args, "--work", str(tmp_path / "work"), "--results",
+                               str(tmp_path / "results")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    jobs_before = slurm_cluster.jobs()
+    planned = campaign_run([too_big, gpu, fits], "--dry-run", "--partition", slurm_cluster.partition)
+    assert planned.returncode == 0, planned.stderr
+    lines = {line.split()[2]: line for line in planned.stdout.splitlines() if line.startswith("P1 ")}
+    assert "; sbatch would refuse it: " in lines["too_big"] and "; sbatch would refuse it: " in lines["gpu"], lines
+    assert lines["fits"].endswith("; to submit")
+    nowhere = campaign_run([fits], "--dry-run", "--partition", "nosuch")
+    (line,) = [line for line in nowhere.stdout.splitlines() if line.startswith("P1 ")]
+    assert "sbatch would refuse it: " in line and "partition" in line.lower(), nowhere.stdout
+    assert slurm_cluster.jobs() == jobs_before  # a dry run submits nothing
+    ran = campaign_run([gpu, fits], "--partition", slurm_cluster.partition)
+    assert ran.returncode == 1 and "Traceback" not in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+    rejected = [line for line in ran.stdout.splitlines() if "REJECTED" in line]
+    assert len(rejected) == 1 and "gpu/seeds0-1: sbatch refused it (cpus 1, mem 4 GB, " in rejected[0], rejected
+    assert "gres" in rejected[0].split("): ", 1)[1].lower(), rejected  # sbatch's own words
+    assert (tmp_path / "results" / "runs" / "fig2_tabular_single" / "fits" / "seeds0-1" / "summary.json").exists()
+
+
+def test_a_job_pending_too_long_is_named_once_with_squeues_reason(tmp_path, monkeypatch, capsys):
+    fake_squeue(tmp_path, monkeypatch, 'echo "PartitionConfig"')
+    (job,) = jobs_of([CELLS[0]])
+    launcher = campaign.SlurmLauncher(tmp_path / "work", [CELLS[0]], active_jobs=lambda: {"7": "PENDING"})
+    launcher.pending_warn_s = 0.2
+    run = campaign.SlurmRun("7", tmp_path / "7.out", tmp_path / "7.pkl")
+    assert launcher.poll(run, job) is None and capsys.readouterr().out == ""  # first seen pending now
+    time.sleep(0.3)
+    launcher._asked = -1e9  # squeue asked again
+    assert launcher.poll(run, job) is None and launcher.poll(run, job) is None
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.split(" ", 1)[1] == ("PENDING fig2_tabular_single/tpo/seeds0-1: SLURM job 7 has waited 0 min: "
+                                     "PartitionConfig; it may never start: scancel 7, then fix the cell's cpus, "
+                                     "mem_gb, time_min or gpus, or the sbatch options")
+
+
+def test_sbatch_options_reach_the_job_script_and_cpus_its_threads(tmp_path, monkeypatch, capsys):
+    """--account, --qos, --constraint and --sbatch OPTION=VALUE become #SBATCH lines; a cell's cpus its run's
+    threads; a malformed or a campaign-owned --sbatch is refused in one line."""
+    cells = [CELLS[1]]
+    (job,) = jobs_of(cells)
+    launcher = campaign.SlurmLauncher(tmp_path / "work", cells, sbatch={"account": "lab", "qos": "long",
+                                                                        "constraint": "avx512", "exclude": "n07"})
+    script = launcher.executor(job)._executor._make_submission_file_text("true", "uid")
+    for line in ("#SBATCH --account=lab", "#SBATCH --qos=long", "#SBATCH --constraint=avx512",
+                 "#SBATCH --exclude=n07", "#SBATCH --cpus-per-task=2"):
+        assert line in script.splitlines(), script
+    assert "threads=2" in launcher.command(job) and "threads=1" not in launcher.command(job)
+    for bad, message in ((["--sbatch", "exclude"], "--sbatch 'exclude' is not valid; expected OPTION=VALUE"),
+                         (["--sbatch", "time=10"], "--sbatch 'time=10': time is set by the campaign"),
+                         (["--account", "lab"], None)):
+        with pytest.raises(SystemExit) as exit_:
+            campaign.main([str(write_queue(tmp_path, cells)), "--dry-run", *bad, "--work", str(tmp_path / "w")]
+                          + ([] if message is None else ["--launcher", "slurm"]))
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert exit_.value.code == 2 and (message in said if message else "--account is for --launcher slurm" in said)

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -296,9 +297,10 @@ def test_a_write_that_fails_removes_its_temporary(tmp_path, monkeypatch):
 
 # --- 5. SIGTERM ends in one line ---------------------------------------------------------------------------------
 
-def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
-    """SIGTERM ends a single run with exit 130, one ``Interrupted:`` line and an interrupted summary; resume=auto
-    finishes it.
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path, stop):
+    """SIGTERM (a kill, a scheduler) or SIGHUP (an SSH session's end) ends a single run with exit 130, one
+    ``Interrupted:`` line and an interrupted summary; resume=auto finishes it.
     Bug caught: harness/__main__.py:main — the single run's `sys.exit(130)` → `raise` (the interrupt escapes
     main(): not one line)."""
     args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
@@ -309,7 +311,7 @@ def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (tmp_path / "run" / outputs.CHECKPOINT_FILE).exists():
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
@@ -319,6 +321,43 @@ def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path):
     resumed = run_cli([*args, "trainer.resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("when", ["training", "loading"])
+def test_a_schedulers_checkpoint_signal_saves_at_the_next_step_and_the_run_resumes_to_the_same_numbers(tmp_path,
+                                                                                                       when):
+    """SIGUSR2 (SLURM's warning before a time limit or a preemption, as submitit asks for it) stops a run at its next
+    step with a checkpoint there, although the run checkpoints only at its end (tabular's ``checkpoint_every: 0``):
+    the job loses nothing, and the run resumed gives the numbers of a run never stopped. Sent while the modules load,
+    the signal is kept until the first step.
+    Bug caught: harness/trainers/batched.py — the checkpoint before the stop dropped (the resume starts from 0)."""
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=20", "trainer.steps=3000", "logger=none"]
+    clean = run_cli([*args, f"hydra.run.dir={tmp_path / 'clean'}"], tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen([sys.executable, "-m", "harness", *args, f"hydra.run.dir={run}"], cwd=tmp_path,
+                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    if when == "training":
+        while time.time() < deadline and not (run / "metrics.csv").exists():
+            time.sleep(0.05)
+        time.sleep(0.5)
+    else:  # as soon as the process handles the signal (its SigCgt mask), while torch and Hydra load
+        caught = 1 << (signal.SIGUSR2 - 1)
+        while time.time() < deadline and not int(re.search(r"SigCgt:\s*([0-9a-f]+)", Path(
+                f"/proc/{process.pid}/status").read_text())[1], 16) & caught:
+            time.sleep(0.005)
+        assert not (run / "metrics.csv").exists()  # not training yet
+    process.send_signal(signal.SIGUSR2)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    resumed = run_cli([*args, f"hydra.run.dir={run}", "trainer.resume=auto"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    step = int(re.search(rf"resuming {re.escape(str(run))} from step (\d+)", (run / "__main__.log").read_text())[1])
+    assert 0 < step < 3000  # the checkpoint the signal asked for, not the start
+    assert (run / "metrics.csv").read_bytes() == (tmp_path / "clean" / "metrics.csv").read_bytes()
 
 
 SECOND_STOP_IN_THE_CLOSING = """

@@ -54,6 +54,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import time
 import uuid
 from contextlib import contextmanager
@@ -390,7 +391,8 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
                 continue
             raise busy(holder, path) from None
         with os.fdopen(descriptor, "w") as handle:
-            handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+            job = os.environ.get("SLURM_JOB_ID")  # on a cluster node: the scheduler says when the holder ended
+            handle.write(f"{os.getpid()} {socket.gethostname()}{f' {job}' if job else ''}\n")
         break
     else:  # taken over twice in a row: another process is racing for it
         raise busy(lock_holder(path) or "starting", path)
@@ -406,9 +408,12 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
 
 def lock_holder(path: Path) -> str | None:
     """``pid on host`` of a live lock holder; None when the lock is stale (or unreadable for more than a few
-    seconds: its writer died between creating and writing it)."""
+    seconds: its writer died between creating and writing it). A holder on this host is live while its process
+    runs. One on another host is live unless it recorded its SLURM job (a run in a SLURM job does) and that job has
+    ended (squeue no longer lists it), or is this process's own job, requeued: its earlier run is over. Without a
+    job, or when squeue cannot say, another host's lock counts as live."""
     try:
-        pid, host = path.read_text().split()
+        pid, host, *job = path.read_text().split()
         pid = int(pid)
     except (OSError, ValueError):
         try:
@@ -423,7 +428,22 @@ def lock_holder(path: Path) -> str | None:
             return None
         except PermissionError:
             pass
-    return f"{pid} on {host}"
+    elif job and (job[0] == os.environ.get("SLURM_JOB_ID") or slurm_job_ended(job[0])):
+        return None
+    return f"{pid} on {host}" + (f" (SLURM job {job[0]})" if job else "")
+
+
+def slurm_job_ended(job_id: str) -> bool:
+    """Whether the SLURM job ``job_id`` has ended: squeue lists it no longer (or no longer knows it); False when
+    squeue cannot say (not installed, the controller not answering)."""
+    try:
+        listed = subprocess.run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%i"], capture_output=True,
+                                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if listed.returncode:
+        return "invalid job id" in listed.stderr.lower()  # purged from the controller's memory: long over
+    return job_id not in listed.stdout.split()
 
 
 def plan_run(cfg: DictConfig, run_dir: Path, checkpoint_exists: Callable[[Path], bool],

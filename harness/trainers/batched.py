@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness import process
 from harness.progress import Progress
 from harness.rundir import outputs
 from harness.config import build_task
@@ -120,6 +121,9 @@ class BatchedTrainer(Trainer):
                 progress.advance(errors)
                 if checkpoint_every and (step + 1) % checkpoint_every == 0:
                     save(step + 1)
+                if process.checkpoint_asked() and step + 1 < steps:  # a scheduler's time limit or preemption
+                    save(step + 1)
+                    raise KeyboardInterrupt(process.CHECKPOINT_SIGNAL.name)
             save(steps)
         finally:
             read_diverged()
