@@ -915,6 +915,10 @@ def results_lock(results: Path) -> Iterator[None]:
             print(f"{time.strftime('%H:%M:%S')} waiting for process {holder}, which exports or reports into "
                   f"{_shown(results)}", flush=True)
             fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:  # ENOLCK, ENOSYS, EOPNOTSUPP: a file system without flock (Lustre without -o flock)
+            raise cli.Refusal(f"Error: cannot lock {_shown(path)} ({error.strerror}): --results must be on a file "
+                             "system with flock (NFS with its lock daemon, Lustre mounted with -o flock, a local "
+                             "disk); nothing was exported") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()} {socket.gethostname()}\n")
@@ -1350,6 +1354,7 @@ class SlurmLauncher:
     poll_s = 5.0  # between two squeue calls
 
     pending_warn_s = 600.0  # a job pending longer than this is named with squeue's reason, once
+    result_grace_s = 30.0  # an ended job's result is looked for this long (NFS caches a folder's listing)
 
     def __init__(self, work: Path, cells: list[dict], partition: str | None = None,
                  active_jobs: Callable[[], dict[str, str]] | None = None, sbatch: dict[str, str] | None = None):
@@ -1361,6 +1366,7 @@ class SlurmLauncher:
         self._warned: set[str] = set()
         self._pending_since: dict[str, float] = {}  # job id → when it was first seen pending
         self._tested: dict[Resources, str | None] = {}  # --dry-run: sbatch --test-only's word per resources
+        self._missing_since: dict[str, float] = {}  # ended job id → when its result was first looked for, missing
         self._pending_warned: set[str] = set()
 
     def resources(self, job: Job) -> Resources:
@@ -1511,7 +1517,10 @@ class SlurmLauncher:
             return None
         try:
             outcome, value = pickle_load(run.result)
-        except (OSError, EOFError, ValueError):  # no result: the job was killed
+        except (OSError, EOFError, ValueError):  # no result: the job was killed, or a shared file system lags
+            since = self._missing_since.setdefault(run.job_id, time.time())
+            if time.time() - since < self.result_grace_s:
+                return None  # asked again at the next poll
             return Ended(False, f"SLURM job {run.job_id} ended without a result (cancelled, out of time or memory, "
                                 "or its node failed)", run.log)
         if outcome == "success":

@@ -700,3 +700,19 @@ def test_the_fingerprint_follows_every_config_file_s_content(tmp_path, monkeypat
     campaign.source_fingerprint.cache_clear()
     assert campaign.source_fingerprint() != before
     campaign.source_fingerprint.cache_clear()
+
+
+def test_results_on_a_file_system_without_flock_are_refused_in_one_line(tmp_path, monkeypatch):
+    """Lustre mounted without ``-o flock`` answers flock with ENOSYS: one line naming the folder and what to do,
+    nothing exported, instead of a traceback."""
+    import errno
+    import fcntl
+
+    def no_flock(handle, operation):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(SystemExit, match=r"^Error: cannot lock .*results\.lock \(Function not implemented\): "
+                                         r"--results must be on a file system with flock"):
+        with campaign.results_lock(tmp_path / "results"):
+            raise AssertionError("locked")

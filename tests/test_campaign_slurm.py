@@ -502,3 +502,22 @@ def test_sbatch_options_reach_the_job_script_and_cpus_its_threads(tmp_path, monk
                           + ([] if message is None else ["--launcher", "slurm"]))
         said = capsys.readouterr().err.strip().splitlines()[-1]
         assert exit_.value.code == 2 and (message in said if message else "--account is for --launcher slurm" in said)
+
+
+def test_an_ended_jobs_result_is_looked_for_a_while_before_the_job_counts_as_killed(tmp_path):
+    """On a shared file system a finished job's result file can show up seconds after squeue stops listing the
+    job: the runner looks again for ``result_grace_s`` before saying it ended without a result."""
+    from submitit.core.utils import cloudpickle_dump
+
+    (job,) = jobs_of([CELLS[0]])
+    launcher = campaign.SlurmLauncher(tmp_path / "work", [CELLS[0]], active_jobs=lambda: {})
+    launcher.result_grace_s = 0.3
+    run = campaign.SlurmRun("7", tmp_path / "7.out", tmp_path / "7_result.pkl")
+    assert launcher.poll(run, job) is None  # not there yet: asked again later
+    cloudpickle_dump(("success", None), run.result)
+    assert launcher.poll(run, job).clean
+    late = campaign.SlurmRun("8", tmp_path / "8.out", tmp_path / "8_result.pkl")
+    assert launcher.poll(late, job) is None
+    time.sleep(0.4)
+    ended = launcher.poll(late, job)
+    assert not ended.clean and "SLURM job 8 ended without a result" in ended.how
