@@ -79,6 +79,7 @@ import gzip
 import json
 import math
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -88,6 +89,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -110,7 +112,7 @@ BUDGET = ("seeds", "seed_offset", "trainer.steps")  # compared apart from a run'
 LOCKS = ".campaign-locks"  # under --work and --results: <preset>/<cell>.lock per cell held; results.lock
 OLD_LOCK = ".campaign.lock"  # a whole folder's, held by campaigns of earlier versions: a live one excludes all
 SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.scorecard): no report of the campaign's
-STALE_REPORTS = ".stale-reports.json"  # under --results: report folders a failed report left out of date
+STALE_REPORTS = ".stale-reports.json"  # under --results: report folders out of date (a failed report, a stopped runner)
 REPLACED = ".replaced"  # under --work: where --replace moves runs of another configuration
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # the runner's: Ctrl-C, a kill, a login session's end
@@ -886,7 +888,9 @@ def campaign_lock(work: Path, results: Path, cells: list[tuple[str, str]]) -> It
         yield
 
 
-_HELD: dict[Path, int] = {}  # results_lock's takes in this process, per lock file
+_HELD: dict[Path, int] = {}  # results_lock's takes in this process, per lock file (by the thread holding its guard)
+_GUARDS: dict[Path, threading.RLock] = {}  # per lock file: which thread of this process may take it
+_GUARDS_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -894,17 +898,25 @@ def results_lock(results: Path) -> Iterator[None]:
     """Hold ``<results>/LOCKS/results.lock`` exclusively for the ``with`` block: campaigns sharing ``results``
     export runs and write report folders (and the list of stale ones) one at a time, so a report never reads a
     folder another campaign is renaming into place. Waits for another holder, saying so once; re-entrant in a
-    process; the kernel releases it when its process dies, so a killed campaign never leaves it held."""
+    thread, and the process's other threads (the runner's reporter) wait for it; the kernel releases it when its
+    process dies, so a killed campaign never leaves it held."""
+    path = (results / LOCKS / "results.lock").resolve()
+    with _GUARDS_LOCK:
+        guard = _GUARDS.setdefault(path, threading.RLock())
+    with guard, ExitStack() as held:  # one thread of this process at a time (the runner's, its reporter's)
+        if _HELD.get(path):
+            _HELD[path] += 1
+            held.callback(_HELD.__setitem__, path, _HELD[path] - 1)
+            yield
+            return
+        yield held.enter_context(_flock_results(path, results))
+
+
+@contextmanager
+def _flock_results(path: Path, results: Path) -> Iterator[None]:
+    """``results_lock``'s first take in this process: the file lock other processes see."""
     import fcntl
 
-    path = (results / LOCKS / "results.lock").resolve()
-    if _HELD.get(path):
-        _HELD[path] += 1
-        try:
-            yield
-        finally:
-            _HELD[path] -= 1
-        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         try:
@@ -965,7 +977,9 @@ def report(preset: str, results: Path) -> list[str]:
     targets = ([preset] if preset in owners or not readers else []) + sorted(readers)
     with results_lock(results):
         failed = [target for target in targets if not _regenerate(target, preset, owners, results)]
-        _note_stale_reports(results, add=failed, done=[target for target in targets if target not in failed])
+        regenerated = [target for target in targets if target not in failed]
+        # the preset itself, noted when its runs were exported, is up to date once every report reading them is
+        _note_stale_reports(results, add=failed, done=regenerated + ([] if failed else [preset]))
     return failed
 
 
@@ -996,8 +1010,9 @@ def _regenerate(target: str, preset: str, owners: set[str], results: Path) -> bo
 
 
 def _note_stale_reports(results: Path, add: list[str] = (), done: list[str] = ()) -> list[str]:
-    """The report folders a failed report left out of date (``<results>/STALE_REPORTS``, kept across campaigns):
-    ``add`` joins them, ``done`` (regenerated) leaves them; returns those left."""
+    """The report folders a failed report left out of date, and the presets whose exported runs wait for their
+    reports (``<results>/STALE_REPORTS``, kept across campaigns: a runner stopped in between leaves them to the next
+    one): ``add`` joins them, ``done`` (regenerated) leaves them; returns those left."""
     path = results / STALE_REPORTS
     try:
         stale = json.loads(path.read_text()) if path.exists() else []
@@ -1586,6 +1601,40 @@ class SlurmLauncher:
         return self._tested[resources]
 
 
+class Reporter:
+    """Regenerates reports in a thread of its own, a preset at a time and once for every exports queued meanwhile, so
+    that the runner refills a freed slot at once (a report takes seconds to a minute); ``finish`` waits for the
+    queue and returns the number of report folders that failed."""
+
+    def __init__(self, results: Path):
+        self.results, self.failures = results, 0
+        self.queue: "queue.Queue[str | None]" = queue.Queue()
+        self.waiting: set[str] = set()  # queued, not yet started: a second export joins the first's report
+        self.guard = threading.Lock()
+        self.thread = threading.Thread(target=self._work, name="reports", daemon=True)
+        self.thread.start()
+
+    def submit(self, preset: str) -> None:
+        with self.guard:
+            if preset in self.waiting:
+                return
+            self.waiting.add(preset)
+        self.queue.put(preset)
+
+    def _work(self) -> None:
+        while (preset := self.queue.get()) is not None:
+            with self.guard:
+                self.waiting.discard(preset)
+            failed = report(preset, self.results) or ()
+            with self.guard:
+                self.failures += len(failed)
+
+    def finish(self) -> int:
+        self.queue.put(None)
+        self.thread.join()
+        return self.failures
+
+
 def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
         finish_within: float | None = None, costs: Callable[[], dict[tuple[str, str], float]] | None = None,
         launcher: LocalLauncher | SlurmLauncher | None = None) -> int:
@@ -1610,9 +1659,16 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
     jobs = [job for job in jobs if job not in refused]
     for job in jobs:
         set_aside_damaged(job, work)
-    for job in [job for job in jobs if finished(job, work)]:
+    reporter = Reporter(results)
+
+    def exported_now(job: Job) -> None:  # its report in the reporter's thread, while the runner refills the slot
         export(job, work, results)
-        failed += len(report(job.preset, results) or ())
+        with results_lock(results):  # noted, so that a runner stopped before the report leaves it to the next
+            _note_stale_reports(results, add=[job.preset])
+        reporter.submit(job.preset)
+
+    for job in [job for job in jobs if finished(job, work)]:
+        exported_now(job)
         print(f"exported {job.preset}/{job.cell}/{job.name}, finished earlier → {job.result_dir(results)}", flush=True)
     pending = [job for job in jobs if not finished(job, work)]
     attached = launcher.attach(pending)
@@ -1637,7 +1693,8 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
         return False
 
     try:
-        while pending or running:
+        ended_done: list[tuple[Job, str]] = []  # ended, to export once the freed slots are filled again
+        while pending or running or ended_done:
             free = [slot for slot in range(parallel) if slot not in running]
             if deadline is not None and time.time() >= deadline:
                 pending = []  # past --hours: let the running ones finish, start nothing new
@@ -1650,7 +1707,23 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                     free.insert(0, slot)
                     continue
                 running[slot] = (handle, job)
+            for job, status in ended_done:  # after the refill: an export waits while a report holds the results
+                exported_now(job)
+                print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
+                      f"{job.result_dir(results)}", flush=True)
+            if ended_done:
+                if costs is not None:
+                    try:
+                        measured = costs()
+                    except (OSError, ValueError, AttributeError) as error:  # a summary being written
+                        print(f"costs not renewed (kept): {error}", flush=True)
+                        measured = {}
+                    pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
+                ended_done = []
+                continue  # the renewed costs may fit a run that did not fit before
             if not running and free and pending:  # nothing left that fits in the time left
+                break
+            if not (pending or running):
                 break
             time.sleep(1)
             for slot, (handle, job) in list(running.items()):
@@ -1661,21 +1734,12 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
                 summary = job.work_dir(work) / "summary.json"
                 status = json.loads(summary.read_text()).get("status") if summary.exists() else "no summary"
                 if ended.clean and status in DONE:
-                    export(job, work, results)
-                    failed += len(report(job.preset, results) or ())
-                    print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
-                          f"{job.result_dir(results)}", flush=True)
-                    if costs is not None:
-                        try:
-                            measured = costs()
-                        except (OSError, ValueError, AttributeError) as error:  # a summary being written
-                            print(f"costs not renewed (kept): {error}", flush=True)
-                            measured = {}
-                        pending = [replace(job, cost=measured.get((job.preset, job.cell), job.cost)) for job in pending]
+                    ended_done.append((job, status))
                 else:
                     failed += 1
                     print(f"{time.strftime('%H:%M:%S')} FAILED {job.preset}/{job.cell}/{job.name} ({ended.how}, "
                           f"{status}); log: {ended.log}", flush=True)
+        failed += reporter.finish()
     finally:
         launcher.stop([handle for handle, _ in running.values()])  # local runs stopped; SLURM jobs go on
         for signum, handler in previous.items():  # the caller's own handlers again (a runner used in-process)

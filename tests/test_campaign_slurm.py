@@ -155,6 +155,44 @@ def test_the_runner_polls_reattached_jobs_and_starts_only_the_others(tmp_path, m
     assert launcher.started == ["a", "c"] and sorted(exported) == ["a", "b", "c"] and launcher.stopped == [[]]
 
 
+def test_a_freed_slot_is_refilled_while_the_reports_are_written_and_each_export_is_noted_until_reported(
+        tmp_path, monkeypatch):
+    """A job's end: the next job starts in the freed slot at once, then the run is exported (an export waits while
+    a report holds the results lock) and its reports (seconds to a minute each) are regenerated in the runner's
+    reporter thread; the runner returns once they are written. Each export notes its preset as stale until its
+    report clears it, so a runner stopped in between leaves it to the next campaign.
+
+    Bug caught: ``exported_now`` calling ``report`` itself (the next job waits for the report: here, for ever)."""
+    import threading
+
+    events, third_started = [], threading.Event()
+    monkeypatch.setattr(campaign, "export", lambda job, work, results: events.append(("export", job.cell)))
+
+    def slow_report(preset, results):  # returns only once the last job has started
+        assert third_started.wait(timeout=30), "the runner waited for a report before refilling its slot"
+        events.append(("report", preset))
+        return []
+
+    monkeypatch.setattr(campaign, "report", slow_report)
+    monkeypatch.setattr(campaign.time, "sleep", lambda _: None)
+
+    class Recording(FakeLauncher):
+        def start(self, job, slot):
+            events.append(("start", job.cell))
+            if job.cell == "c":
+                third_started.set()
+            return super().start(job, slot)
+
+    cells = [dict(CELLS[0], name=name) for name in ("a", "b", "c")]
+    assert campaign.run(jobs_of(cells), 1, tmp_path / "work", tmp_path / "results",
+                        launcher=Recording(tmp_path / "work", set())) == 0
+    assert [event for event in events if event[0] != "report"] == [  # each freed slot refilled before the export
+        ("start", "a"), ("start", "b"), ("export", "a"), ("start", "c"), ("export", "b"), ("export", "c")]
+    reports = [index for index, event in enumerate(events) if event[0] == "report"]
+    assert reports and max(reports) > events.index(("export", "c"))  # the last export reported before returning
+    assert campaign._note_stale_reports(tmp_path / "results") == ["fig2_tabular_single"]  # (the fake left it)
+
+
 def test_a_claimed_run_folder_is_refused_in_one_line_and_not_submitted(tmp_path, monkeypatch, capsys):
     """A run folder whose run.lock a live process holds (a local campaign, a run started by hand), or whose
     recorded SLURM job squeue still lists, is not submitted to: one REFUSED line each, counted as failed.
