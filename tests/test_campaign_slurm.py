@@ -441,12 +441,12 @@ def test_a_run_in_a_slurm_job_records_its_job_in_its_lock(tmp_path, monkeypatch)
 def test_a_lock_left_on_another_node_by_an_ended_job_does_not_block_the_campaign(slurm_cluster, tmp_path):
     """A run's lock from node01 whose SLURM job has ended (a job of this cluster, finished): the campaign submits
     the run and finishes it; with a job that still runs (held), the run is refused in one line naming the job."""
-    ended = slurm_cluster.run("sbatch", "--parsable", "--wrap", "true").strip()
+    ended = slurm_cluster.run("sbatch", "--parsable", "--output=/dev/null", "--wrap", "true").strip()
     deadline = time.monotonic() + 60
     while ended in slurm_cluster.jobs():
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    held = slurm_cluster.run("sbatch", "--parsable", "--hold", "--wrap", "true").strip()
+    held = slurm_cluster.run("sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap", "true").strip()
     try:
         cells = [dict(CELLS[0], name="ended"), dict(CELLS[0], name="running")]
         path = write_queue(tmp_path, cells)
