@@ -997,7 +997,8 @@ def _regenerate(target: str, preset: str, owners: set[str], results: Path) -> bo
                "--out", _shown(results / target), *chosen]
     try:
         done = subprocess.run(command, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, errors="replace")
+                              text=True, errors="replace",  # ends with a stopped runner (its stale note stays)
+                              preexec_fn=functools.partial(die_with_parent, os.getpid()))
         code, said = done.returncode, done.stderr or ""
     except OSError as error:
         code, said = None, str(error)

@@ -113,15 +113,18 @@ def running(pid: int) -> bool:
 
 
 _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+# looked up once, here: a child calls it between fork and exec, where loading a library could wait for ever on a
+# lock another thread of the parent (the campaign's reporter) held when it forked
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def die_with_parent(parent: int) -> None:
     """In a child, before it execs: SIGTERM when ``parent`` (the process that started it) dies, even by ``kill -9``,
     so that no run trains on alone holding its lock (it stops at its checkpoint as on any SIGTERM). Linux only;
     elsewhere nothing. A parent that died before the call is noticed by the parent pid having changed."""
-    if not sys.platform.startswith("linux"):
+    if _PRCTL is None:
         return
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
 
