@@ -254,6 +254,17 @@ def exported_runs(results: Path) -> dict[str, tuple[str, dict]]:
         for folder in sorted(path.parent for path in (results / "runs").rglob("summary.json"))}
 
 
+def start_runner(cluster, tmp_path: Path, queue: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
+    """A campaign runner of ``queue`` on the test cluster, in the background, its folders and output under
+    ``tmp_path/<name>``; (the process, its output file)."""
+    output = tmp_path / f"{name}.out"
+    env = {**cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    with open(output, "a") as stdout:
+        return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), *args, "--work",
+                                 str(tmp_path / name / "work"), "--results", str(tmp_path / name / "results")],
+                                cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
+
+
 def wait_for(condition, process: subprocess.Popen, output: Path, what: str, timeout: float = 120):
     deadline = time.monotonic() + timeout
     while not (found := condition()):
@@ -275,14 +286,9 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
 
     Bug caught: ``run`` with ``attached = {}`` (the still-running job is refused as claimed, never exported)."""
     path = write_queue(tmp_path, CELLS)
-    env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
     def runner(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-        output = tmp_path / f"{name}.out"
-        with open(output, "a") as stdout:
-            return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(path), *args, "--work",
-                                     str(tmp_path / name / "work"), "--results", str(tmp_path / name / "results")],
-                                    cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
+        return start_runner(slurm_cluster, tmp_path, path, name, *args)
 
     local, local_output = runner("local", "--jobs", "2")  # the reference, meanwhile
     slurm_args = ("--launcher", "slurm", "--partition", slurm_cluster.partition, "--max-jobs", "1")
@@ -371,14 +377,9 @@ def test_a_job_cut_short_is_checkpointed_requeued_and_finished_in_one_invocation
     killed at its limit, "no summary")."""
     cell = LONG if interruption == "time limit" else {**LONG, "time_min": 30}
     path = write_queue(tmp_path, [cell], chunk=1)
-    env = {**slurm_cluster.env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
 
     def runner(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-        output = tmp_path / f"{name}.out"
-        with open(output, "a") as stdout:
-            return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(path), *args, "--work",
-                                     str(tmp_path / name / "work"), "--results", str(tmp_path / name / "results")],
-                                    cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
+        return start_runner(slurm_cluster, tmp_path, path, name, *args)
 
     local, local_output = runner("local", "--jobs", "1")
     slurm, output = runner("slurm", "--launcher", "slurm", "--partition", slurm_cluster.partition)
