@@ -89,9 +89,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -123,12 +125,15 @@ GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the 
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 TIME_MARGIN = 2.0  # a SLURM job's time limit over its cell's cost: a node's speed is not measured, and a run cut off
 MIN_TIME_MIN = 10  # at its limit loses the episodes since its last checkpoint; at least this (start-up, imports)
+TIME_RUNGS_MIN = (10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 360, 480, 720, 960, 1440)  # a computed time limit is
+# rounded up to the next of these (beyond, to whole days): jobs of similar length ask the same, so they share an array
 MAX_REQUEUES = 20  # a SLURM job requeued at its time limit or preemption (checkpointed first), at most this many
 # times: a job whose limit is too short for its start-up would otherwise loop
 MAX_JOBS = 50  # --max-jobs: SLURM jobs queued or running at once
 MAX_PARALLEL = 10_000  # the most --jobs or --max-jobs accepts
 MAX_HOURS = 10_000.0  # the most --hours or --finish-within accepts (over a year)
 SUBMITIT = ".submitit"  # under --work: submitit's folder per SLURM job (its pickles and log)
+MARK = "tpo-bench:"  # the comment of a campaign's SLURM jobs starts so; the rest names their sbatch call
 SLURM_RECORD = ".slurm.json"  # beside a run folder: the SLURM job that runs it (job id, submit time, command)
 ENDED = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "TIMEOUT")  # SLURM states of a job that no longer runs (squeue lists them a while); PREEMPTED may requeue
@@ -143,9 +148,16 @@ def run_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def slurm_setup() -> list[str]:
-    """The shell lines a SLURM job runs before its run: ``run_environment`` for the job's inherited environment."""
-    return [*(f"export {name}={shlex.quote(value)}" for name, value in RUN_ENV.items()),
-            f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    """The shell lines a SLURM job runs before its run: ``run_environment`` for the job's inherited environment,
+    the Hugging Face libraries offline (an LLM cell's model and data were fetched on the login node:
+    ``harness.llm.offline``), and a one-line failure on a node that does not see this checkout at its path."""
+    from harness.llm.offline import NODE_ENVIRONMENT
+
+    unseen = (f"{MARK} {ROOT} is not on $(hostname): the checkout and --work must be on a file system the nodes "
+              "share, at the same path")
+    return [*(f"export {name}={shlex.quote(value)}" for name, value in {**RUN_ENV, **NODE_ENVIRONMENT}.items()),
+            f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+            f"[ -d {shlex.quote(str(ROOT / 'harness'))} ] || {{ echo \"{unseen}\" >&2; exit 1; }}"]
 
 
 @dataclass(frozen=True)
@@ -391,6 +403,48 @@ def cell_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
         return _one_line(error)
     CELLS.set(key, {"starts": True})
     return None
+
+
+def node_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
+    """Why the cell's runs could not start on a node without network (an LLM cell's model or data neither in this
+    machine's Hugging Face caches nor reachable: ``harness.llm.offline``), in one line; None when they can. What it
+    fetched is said in a line each."""
+    if cell_identity(preset, overrides).get("task", {}).get("kind") != "llm":
+        return None
+    from common.checks import ConfigError
+    from harness.config import compose_config
+    from harness.llm.offline import node_ready
+
+    try:
+        for line in node_ready(compose_config([f"experiment={preset}", *overrides, *FIXED])):
+            print(f"{preset} {' '.join(overrides)}: {line}", flush=True)
+    except ConfigError as error:
+        return _one_line(error)
+    return None
+
+
+def submission_calls(launcher: "SlurmLauncher", jobs: list[Job]) -> str:
+    """How ``jobs`` started together are submitted: one sbatch call (a job array) per resources."""
+    groups = Counter(launcher.resources(job) for job in jobs)
+    return (f"{len(groups)} sbatch calls, a job array per resources"
+            + (f" ({'; '.join(f'{count} × {resources}' for resources, count in groups.most_common())})"
+               if groups else ""))
+
+
+def plan_summary(queue: dict, results: Path) -> str:
+    """The queue's size and cost in one paragraph, at the costs measured so far (each cell's on whatever CPU ran it,
+    unscaled: the same text on every machine), and how a cluster receives it whole: README's cluster numbers."""
+    planned, _ = plan(queue, results)
+    cpu_jobs = [(job, state.startswith("done")) for job, state in planned if job.gpu_hours is None]
+    gpu_jobs = [job for job, state in planned if job.gpu_hours is not None and not state.startswith("done")]
+    to_go = [job for job, done in cpu_jobs if not done] + gpu_jobs
+    committed = sum(job.cpu_hours for job, done in cpu_jobs if done)
+    remaining = sum(job.cpu_hours for job, done in cpu_jobs if not done)
+    calls = submission_calls(SlurmLauncher(Path("work"), queue["cells"]), to_go)
+    return (f"The queue is {committed + remaining:.0f} CPU-hours at the costs measured so far ({committed:.0f} of "
+            f"them committed; {remaining:.0f} to go, in {len(to_go) - len(gpu_jobs)} jobs) and "
+            f"{sum(job.gpu_hours for job in gpu_jobs):.0f} projected GPU-hours ({len(gpu_jobs)} GPU jobs). Submitted "
+            f"whole (`--max-jobs {len(to_go)}`), its {len(to_go)} jobs go in {calls}.")
 
 
 def _one_line(error: BaseException) -> str:
@@ -1150,7 +1204,15 @@ def pinned_load(cores: list[int]) -> dict[int, int]:
     return load
 
 
-class LocalLauncher:
+class Launcher:
+    """What ``run`` asks of a launcher: ``attach``, ``start_all``, ``poll``, ``stop``."""
+
+    def start_all(self, starts: list[tuple[Job, int]]) -> list:
+        """Start each (job, slot): its handle, or None when it was refused (in a line of the launcher's)."""
+        return [self.start(job, slot) for job, slot in starts]
+
+
+class LocalLauncher(Launcher):
     """Runs each job as a process of this machine, pinned to a core of its own: the core with the fewest processes
     pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
     leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
@@ -1232,18 +1294,34 @@ class SlurmError(Exception):
     """squeue could not say which jobs are queued or running (one line: what it said)."""
 
 
-def slurm_active_jobs() -> dict[str, str]:
-    """{job id: state} of this user's SLURM jobs that are queued or running; SlurmError when squeue cannot say."""
+def slurm_queue() -> list[tuple[str, str, str]]:
+    """(job id, state, comment) of each of this user's SLURM jobs that is queued or running, an array's tasks one by
+    one (``123_4``); SlurmError when squeue cannot say."""
     try:
-        done = subprocess.run(["squeue", "--noheader", f"--user={os.getuid()}", "--format=%i|%T"],
+        done = subprocess.run(["squeue", "--noheader", "--array", f"--user={os.getuid()}", "--format=%i|%T|%k"],
                               check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise SlurmError(f"squeue: {_one_line(error)}") from None
     if done.returncode != 0:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         raise SlurmError(said[-1] if said else f"squeue exited {done.returncode}")
-    states = dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
-    return {job_id: state for job_id, state in states.items() if state not in ENDED}
+    rows = [tuple(line.split("|", 2)) for line in done.stdout.splitlines() if line.count("|") >= 2]
+    return [(job_id, state, comment.strip()) for job_id, state, comment in rows if state not in ENDED]
+
+
+def slurm_active_jobs() -> dict[str, str]:
+    """{job id: state} of this user's SLURM jobs that are queued or running (``slurm_queue``)."""
+    return {job_id: state for job_id, state, _ in slurm_queue()}
+
+
+def slurm_marked_jobs() -> dict[str, list[str]]:
+    """{submission mark: ids of its jobs still queued or running}: the mark is the comment ``SlurmLauncher.submit``
+    gives each sbatch call's jobs, by which a runner killed as it submitted finds them (``slurm_queue``)."""
+    marked: dict[str, list[str]] = {}
+    for job_id, _, comment in slurm_queue():
+        if comment.startswith(MARK):
+            marked.setdefault(comment, []).append(job_id)
+    return marked
 
 
 NEVER_STARTS = {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "AccountNotAllowed",
@@ -1283,6 +1361,31 @@ class Resources:
 
     def __str__(self) -> str:
         return f"cpus {self.cpus}, mem {self.mem_gb:g} GB, time {self.time_min} min, gpus {self.gpus}"
+
+
+def _log_lines(path: Path) -> list[str]:
+    """The last lines of a job's log (none when it has none)."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            return log.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def time_limit(minutes: float) -> int:
+    """A job's time limit for ``minutes`` of work: at least ``MIN_TIME_MIN``, rounded up to ``TIME_RUNGS_MIN``."""
+    rungs = [rung for rung in TIME_RUNGS_MIN if rung >= max(MIN_TIME_MIN, minutes)]
+    return rungs[0] if rungs else 1440 * math.ceil(minutes / 1440)
+
+
+def array_name(jobs: list[Job]) -> str:
+    """The SLURM job name of an sbatch call's ``jobs``: the run's own for one, else what its runs share."""
+    if len(jobs) == 1:
+        return f"{jobs[0].preset}/{jobs[0].cell}/{jobs[0].name}"
+    cells, presets = {f"{job.preset}/{job.cell}" for job in jobs}, {job.preset for job in jobs}
+    what = cells.pop() if len(cells) == 1 else presets.pop() if len(presets) == 1 else "campaign"
+    return f"{what} ({len(jobs)} runs)"
 
 
 @contextmanager
@@ -1359,13 +1462,15 @@ class CheckpointableCommand:
             time.sleep(0.1)
 
 
-class SlurmLauncher:
-    """Runs each job as a SLURM job, through submitit: a ``CommandFunction`` of exactly ``Job.command``, with the
-    resources of its cell. The jobs outlive the runner: each submission is recorded beside its run folder
+class SlurmLauncher(Launcher):
+    """Runs each job as a SLURM job, through submitit: a ``CheckpointableCommand`` of exactly ``Job.command``, with
+    the resources of its cell; the jobs that start together are submitted as one job array per resources (one sbatch
+    call each). The jobs outlive the runner: each submission is recorded beside its run folder
     (``<run folder>.slurm.json``: job id, submit time, command), and a runner started again re-attaches to a recorded
-    job that squeue still lists with the same command. A recorded job that ended is judged by its run folder, as a
-    local run is. A run folder claimed by another recorded job that still runs, or by a live ``run.lock``, is not
-    submitted to."""
+    job that squeue still lists with the same command. The record is written, with the sbatch call's mark, before
+    sbatch is called: a runner killed before sbatch returned finds its jobs by that mark (their SLURM comment). A
+    recorded job that ended is judged by its run folder, as a local run is. A run folder claimed by another recorded
+    job that still runs, or by a live ``run.lock``, is not submitted to."""
 
     poll_s = 5.0  # between two squeue calls
 
@@ -1373,10 +1478,14 @@ class SlurmLauncher:
     result_grace_s = 30.0  # an ended job's result is looked for this long (NFS caches a folder's listing)
 
     def __init__(self, work: Path, cells: list[dict], partition: str | None = None,
-                 active_jobs: Callable[[], dict[str, str]] | None = None, sbatch: dict[str, str] | None = None):
+                 active_jobs: Callable[[], dict[str, str]] | None = None, sbatch: dict[str, str] | None = None,
+                 marked_jobs: Callable[[], dict[str, list[str]]] | None = None, python: str | None = None):
         self.work, self.partition, self.sbatch = work, partition, dict(sbatch or {})
+        self.python = python or sys.executable  # the interpreter's path on the nodes
         self.cells = {(cell["preset"], cell["name"]): cell for cell in cells}
         self.active_jobs = active_jobs or slurm_active_jobs
+        self.marked_jobs = marked_jobs or slurm_marked_jobs
+        self.sbatch_calls: Counter[Resources] = Counter()  # sbatch calls made, per resources
         self._active: dict[str, str] = {}
         self._asked = -math.inf
         self._warned: set[str] = set()
@@ -1388,7 +1497,7 @@ class SlurmLauncher:
     def resources(self, job: Job) -> Resources:
         """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
         cell = self.cells.get((job.preset, job.cell), {})
-        minutes = max(MIN_TIME_MIN, math.ceil(TIME_MARGIN * 60 * job.hours))  # a GPU cell's: from its GPU-hours
+        minutes = time_limit(TIME_MARGIN * 60 * job.hours)  # a GPU cell's: from its GPU-hours
         return Resources(cell.get("cpus", 1), cell.get("mem_gb", MEM_GB), cell.get("time_min", minutes),
                          cell.get("gpus", 0))
 
@@ -1396,11 +1505,32 @@ class SlurmLauncher:
         return job.work_dir(self.work).with_suffix(SLURM_RECORD)
 
     def record(self, job: Job) -> dict | None:
+        """The job's record when it names a SLURM job, else None."""
+        record = self._read_record(job)
+        return record if isinstance(record.get("job_id"), str) else None
+
+    def _read_record(self, job: Job) -> dict:
         try:
             record = json.loads(self.record_path(job).read_text())
         except (OSError, ValueError):
-            return None  # none yet (it is written whole, by a rename)
-        return record if isinstance(record, dict) and isinstance(record.get("job_id"), str) else None
+            return {}  # none yet (it is written whole, by a rename)
+        return record if isinstance(record, dict) else {}
+
+    def _write_record(self, job: Job, record: dict) -> None:
+        path = self.record_path(job)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(tmp, path)
+
+    def found_by_mark(self, job: Job) -> str | None:
+        """The id of the SLURM job a runner killed as it submitted ``job`` left unrecorded (its record holds only the
+        sbatch call's mark and the job's index in it), when squeue lists it; else None."""
+        record = self._read_record(job)
+        if "job_id" in record or not isinstance(record.get("mark"), str):
+            return None
+        index = str(record.get("index"))
+        return next((job_id for job_id in self.marked_jobs().get(record["mark"], [])
+                     if job_id.partition("_")[2] == index or ("_" not in job_id and index == "0")), None)
 
     def active(self) -> dict[str, str]:
         """squeue's answer, asked at most every ``poll_s`` seconds; SlurmError when it cannot say."""
@@ -1449,6 +1579,9 @@ class SlurmLauncher:
                              "submitted: run the same command again once squeue answers") from None
         attached = {}
         for job in jobs:
+            found = self.found_by_mark(job)
+            if found:
+                self._write_record(job, {**self._read_record(job), "job_id": found})
             record = self.record(job)
             state = self._active.get(record["job_id"]) if record else None
             if state and record.get("command") == self.command(job):
@@ -1464,58 +1597,86 @@ class SlurmLauncher:
         return SlurmRun(job_id, paths.stdout, paths.result_pickle)
 
     def command(self, job: Job) -> list[str]:
-        """The job's run command, with as many threads as its cell's ``cpus``."""
+        """The job's run command, with the nodes' interpreter and as many threads as its cell's ``cpus``."""
         cpus = self.resources(job).cpus
-        return [f"threads={cpus}" if part == "threads=1" else part for part in job.command(self.work)]
+        _, *rest = job.command(self.work)
+        return [self.python, *(f"threads={cpus}" if part == "threads=1" else part for part in rest)]
 
-    def executor(self, job: Job):
-        """A submitit executor with the job's resources and the runner's sbatch options."""
+    def executor(self, jobs: list[Job], mark: str):
+        """A submitit executor for ``jobs`` (of one resources): their resources, the runner's sbatch options, and
+        ``mark`` as their SLURM comment."""
         import submitit
 
-        resources = self.resources(job)
+        resources = self.resources(jobs[0])
         executor = submitit.AutoExecutor(folder=self.work / SUBMITIT / "%j", cluster="slurm",
-                                         slurm_max_num_timeout=MAX_REQUEUES)
+                                         slurm_max_num_timeout=MAX_REQUEUES, slurm_python=shlex.quote(self.python))
         executor.update_parameters(
-            name=f"{job.preset}/{job.cell}/{job.name}", timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
+            name=array_name(jobs), timeout_min=resources.time_min, nodes=1, tasks_per_node=1,
             cpus_per_task=resources.cpus, mem_gb=resources.mem_gb, slurm_stderr_to_stdout=True,
-            slurm_setup=slurm_setup(),
+            slurm_setup=slurm_setup(), slurm_array_parallelism=len(jobs),
+            slurm_additional_parameters={**self.sbatch, "comment": mark},
             **({"gpus_per_node": resources.gpus} if resources.gpus else {}),
-            **({"slurm_partition": self.partition} if self.partition else {}),
-            **({"slurm_additional_parameters": self.sbatch} if self.sbatch else {}))
+            **({"slurm_partition": self.partition} if self.partition else {}))
         return executor
 
-    def start(self, job: Job, slot: int) -> SlurmRun | None:
-        """Submit the job (None, with a REFUSED line, when its run folder is claimed: ``claim``; with a REJECTED
-        line, when sbatch refuses it: the runner goes on with the others)."""
+    def start_all(self, starts: list[tuple[Job, int]]) -> list[SlurmRun | None]:
+        """Submit the jobs, one sbatch call (a job array, of one job or more) per resources. None for a job not
+        submitted: with a REFUSED line when its run folder is claimed (``claim``), with a REJECTED line when sbatch
+        refuses its call (the runner goes on with the others)."""
+        handles: dict[Job, SlurmRun | None] = {}
+        groups: dict[Resources, list[Job]] = {}
+        for job, _ in starts:
+            claim = self.claim(job)
+            if claim:
+                print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not submitted, "
+                      f"{_shown(job.work_dir(self.work))} is claimed: {claim}", flush=True)
+                handles[job] = None
+            else:
+                groups.setdefault(self.resources(job), []).append(job)
+        for resources, jobs in groups.items():
+            handles.update(zip(jobs, self.submit(resources, jobs)))
+        return [handles[job] for job, _ in starts]
+
+    def submit(self, resources: Resources, jobs: list[Job]) -> list[SlurmRun | None]:
+        """One sbatch call for ``jobs``, of ``resources``: each job's record is written first with the call's mark
+        and the job's index in it, then with its SLURM job id once sbatch answered."""
         from submitit.core.utils import FailedJobError, FailedSubmissionError
 
-        claim = self.claim(job)
-        if claim:
-            print(f"{time.strftime('%H:%M:%S')} REFUSED {job.preset}/{job.cell}/{job.name}: not submitted, "
-                  f"{_shown(job.work_dir(self.work))} is claimed: {claim}", flush=True)
-            return None
-        resources, earlier, command = self.resources(job), self.record(job), self.command(job)
-        executor = self.executor(job)
-        job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
+        mark, when = f"{MARK}{uuid.uuid4().hex[:12]}", time.strftime("%Y-%m-%d %H:%M:%S")
+        earlier = {job: self._read_record(job) for job in jobs}
+        commands = {job: self.command(job) for job in jobs}
+        executor = self.executor(jobs, mark)
         with signals_held():
+            for index, job in enumerate(jobs):
+                job.work_dir(self.work).mkdir(parents=True, exist_ok=True)
+                self._write_record(job, {"mark": mark, "index": index, "submitted": when, "command": commands[job]})
             try:
-                submitted = executor.submit(CheckpointableCommand(command, str(ROOT)))
+                with executor.batch():
+                    submitted = [executor.submit(CheckpointableCommand(commands[job], str(ROOT))) for job in jobs]
             except (FailedJobError, FailedSubmissionError, OSError) as error:
-                print(f"{time.strftime('%H:%M:%S')} REJECTED {job.preset}/{job.cell}/{job.name}: sbatch refused "
-                      f"it ({resources}): {sbatch_said(error)}", flush=True)
-                return None
-            path = self.record_path(job)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"job_id": submitted.job_id, "submitted": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                       "command": command}, indent=1) + "\n")
-            os.replace(tmp, path)
-        self._active[submitted.job_id] = "PENDING"  # until squeue is asked again
-        resumes = (job.work_dir(self.work) / "checkpoint.pt").exists()
-        print(f"{time.strftime('%H:%M:%S')} submit {job.preset}/{job.cell}/{job.name} → SLURM job {submitted.job_id} "
-              f"({resources})" + (f"; its SLURM job {earlier['job_id']} ended before the run did"
-                                  + (": it resumes from its checkpoint" if resumes else "") if earlier else ""),
-              flush=True)
-        return self._run(submitted.job_id)
+                for job in jobs:  # as before the call
+                    if earlier[job]:
+                        self._write_record(job, earlier[job])
+                    else:
+                        self.record_path(job).unlink()
+                    print(f"{time.strftime('%H:%M:%S')} REJECTED {job.preset}/{job.cell}/{job.name}: sbatch refused "
+                          f"it ({resources}): {sbatch_said(error)}", flush=True)
+                return [None] * len(jobs)
+            for index, (job, handle) in enumerate(zip(jobs, submitted)):
+                self._write_record(job, {"job_id": handle.job_id, "mark": mark, "index": index, "submitted": when,
+                                         "command": commands[job]})
+        self.sbatch_calls[resources] += 1
+        runs = []
+        for job, handle in zip(jobs, submitted):
+            self._active[handle.job_id] = "PENDING"  # until squeue is asked again
+            resumes = (job.work_dir(self.work) / "checkpoint.pt").exists()
+            before = earlier[job].get("job_id")
+            print(f"{time.strftime('%H:%M:%S')} submit {job.preset}/{job.cell}/{job.name} → SLURM job "
+                  f"{handle.job_id} ({resources})" + (f"; its SLURM job {before} ended before the run did"
+                                                      + (": it resumes from its checkpoint" if resumes else "")
+                                                      if before else ""), flush=True)
+            runs.append(self._run(handle.job_id))
+        return runs
 
     def poll(self, run: SlurmRun, job: Job) -> Ended | None:
         from submitit.core.utils import FailedJobError, pickle_load
@@ -1537,8 +1698,9 @@ class SlurmLauncher:
             since = self._missing_since.setdefault(run.job_id, time.time())
             if time.time() - since < self.result_grace_s:
                 return None  # asked again at the next poll
-            return Ended(False, f"SLURM job {run.job_id} ended without a result (cancelled, out of time or memory, "
-                                "or its node failed)", run.log)
+            said = next((line for line in reversed(_log_lines(run.log)) if line.startswith(MARK)), None)
+            return Ended(False, f"SLURM job {run.job_id} ended without a result ("
+                         + (said or "cancelled, out of time or memory, or its node failed") + ")", run.log)
         if outcome == "success":
             return Ended(True, f"SLURM job {run.job_id}", run.log)
         said = [line.strip() for line in str(value).splitlines() if line.strip()]  # a traceback: the run's stderr last
@@ -1573,6 +1735,9 @@ class SlurmLauncher:
             return f"{resources}; SLURM job {record['job_id']}: state unknown ({error})"
         if state and record.get("command") == self.command(job):
             return f"{resources}; SLURM job {record['job_id']} ({state}): re-attach"
+        found = self.found_by_mark(job)
+        if found:
+            return f"{resources}; SLURM job {found}, submitted by a runner killed as it recorded it: re-attach"
         claim = self.claim(job)
         if claim:
             return f"{resources}; refused: {claim}"
@@ -1586,7 +1751,7 @@ class SlurmLauncher:
         per resources; None when sbatch would take it (or is not here to ask)."""
         resources = self.resources(job)
         if resources not in self._tested:
-            executor = self.executor(job)._executor  # submitit's SlurmExecutor: the script it would submit
+            executor = self.executor([job], f"{MARK}test-only")._executor  # submitit's: the script it would submit
             script = executor._make_submission_file_text(shlex.join(self.command(job)), uuid.uuid4().hex)
             with tempfile.NamedTemporaryFile("w", suffix=".sh") as handle:
                 handle.write(script)
@@ -1699,15 +1864,20 @@ def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float 
             free = [slot for slot in range(parallel) if slot not in running]
             if deadline is not None and time.time() >= deadline:
                 pending = []  # past --hours: let the running ones finish, start nothing new
-            while free and (job := next((job for job in pending if fits(job)), None)):
-                pending.remove(job)
-                slot = free.pop(0)
-                handle = launcher.start(job, slot)
-                if handle is None:  # refused, in a line of the launcher's
-                    failed += 1
-                    free.insert(0, slot)
-                    continue
-                running[slot] = (handle, job)
+            while free:  # the jobs that start now, together (SLURM: one sbatch call per resources)
+                starting = []
+                while len(starting) < len(free) and (job := next((job for job in pending if fits(job)), None)):
+                    pending.remove(job)
+                    starting.append(job)
+                if not starting:
+                    break
+                slots, free = free[:len(starting)], free[len(starting):]
+                for slot, job, handle in zip(slots, starting, launcher.start_all(list(zip(starting, slots)))):
+                    if handle is None:  # refused, in a line of the launcher's: the slot takes the next job
+                        failed += 1
+                        free.append(slot)
+                    else:
+                        running[slot] = (handle, job)
             for job, status in ended_done:  # after the refill: an export waits while a report holds the results
                 exported_now(job)
                 print(f"{time.strftime('%H:%M:%S')} done  {job.preset}/{job.cell}/{job.name} ({status}) → "
@@ -1764,6 +1934,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="within a priority, every cell's first seeds before any cell's next ones")
     parser.add_argument("--dry-run", action="store_true", help="print the queue and its cost, run nothing")
     parser.add_argument("--all", action="store_true", help="list the cells already done too (else only counted)")
+    parser.add_argument("--summary", action="store_true",
+                        help="print the queue's size and cost in one paragraph (README's cluster numbers), run nothing")
     parser.add_argument("--replace", action="store_true",
                         help="move runs of another configuration than their cell's (refused otherwise) to "
                              "<work>/.replaced/<time>/ and run their seeds again")
@@ -1781,6 +1953,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sbatch", action="append", default=[], metavar="OPTION=VALUE",
                         help="--launcher slurm: any other sbatch option, without its dashes (repeatable), e.g. "
                              "--sbatch reservation=mine --sbatch exclude=node07")
+    parser.add_argument("--node-python", default=None, metavar="PATH",
+                        help="--launcher slurm: the Python interpreter's path on the nodes (default: this one's)")
     parser.add_argument("--max-jobs", type=cli.number(int, low=1, high=MAX_PARALLEL), default=None,
                         help=f"--launcher slurm: SLURM jobs queued or running at once (default {MAX_JOBS})")
     parser.add_argument("--work", type=Path, default=locations.HOME / "runs" / "campaign",
@@ -1790,7 +1964,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
     slurm_only = {"--partition": args.partition, "--max-jobs": args.max_jobs, "--account": args.account,
-                  "--qos": args.qos, "--constraint": args.constraint, "--sbatch": args.sbatch or None}
+                  "--qos": args.qos, "--constraint": args.constraint, "--sbatch": args.sbatch or None,
+                  "--node-python": args.node_python}
     given = [option for option, value in slurm_only.items() if value is not None]
     if args.launcher == "local" and given:
         parser.error(f"{given[0]} is for --launcher slurm")
@@ -1804,6 +1979,10 @@ def main(argv: list[str] | None = None) -> None:
     queue = load_queue(args.queue)
     only = check_only(queue, args.only, args.queue)
     check_cells(queue, args.queue)
+    if args.summary:
+        print(textwrap.fill(plan_summary(queue, args.results), width=116, break_long_words=False,
+                            break_on_hyphens=False))
+        return
     if args.dry_run:  # reads only: no lock, so that a running campaign can be watched
         sys.exit(campaign(queue, args, only))
     cells = queue_cells(queue, only)
@@ -1828,9 +2007,10 @@ def sbatch_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if not equals or not re.fullmatch(r"[a-z][a-z0-9-]*", name) or not value:
             parser.error(f"--sbatch {given!r} is not valid; expected OPTION=VALUE, an sbatch long option without its "
                          "dashes, e.g. --sbatch reservation=mine")
-        if name in ("partition", "time", "cpus-per-task", "mem", "gpus-per-node", "job-name", "output", "error"):
-            parser.error(f"--sbatch {given!r}: {name} is set by the campaign (--partition, or the cell's cpus, "
-                         "mem_gb, time_min and gpus)")
+        if name in ("partition", "time", "cpus-per-task", "mem", "gpus-per-node", "job-name", "output", "error",
+                    "array", "comment"):
+            parser.error(f"--sbatch {given!r}: {name} is set by the campaign (--partition; the cell's cpus, "
+                         "mem_gb, time_min and gpus; its job arrays and their marks)")
         options[name.replace("-", "_")] = value
     return options
 
@@ -1891,8 +2071,8 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
             print(f"replaced {_shown(folder)} (another configuration than {cell}: {'; '.join(changes)}) → "
                   f"{_shown(aside)}", flush=True)
         return campaign(queue, argparse.Namespace(**{**vars(args), "replace": False}), only)  # once
-    launcher = (SlurmLauncher(args.work, queue["cells"], args.partition, sbatch=args.sbatch_options) if slurm
-                else LocalLauncher(args.work))
+    launcher = (SlurmLauncher(args.work, queue["cells"], args.partition, sbatch=args.sbatch_options,
+                              python=args.node_python) if slurm else LocalLauncher(args.work))
     parallel, at = (args.max_jobs, f"--max-jobs {args.max_jobs}") if slurm else (args.jobs, f"--jobs {args.jobs}")
     fits = None if args.finish_within is None else set(fit_plan(todo, parallel, 3600 * args.finish_within,
                                                                  args.work))
@@ -1932,6 +2112,10 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     if fits is not None:
         print(f"{len(fits)} of them fit in {args.finish_within:g} h at {at} "
               f"(each run's cost × {MARGIN}, for the episodes it has left)")
+    if slurm:
+        first = [job for job in todo if fits is None or job in fits][:parallel]
+        print(f"{len(first)} jobs submitted at the start, {submission_calls(launcher, first)}; each later refill "
+              "is one call per resources of the jobs it starts")
     print(f"{done} runs done{'' if args.all else ' (--all lists them)'}; the queue, in order:", *rows, sep="\n",
           flush=True)
     if stale:
@@ -1942,6 +2126,9 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
         return 2
     cells_to_run = {(job.preset, job.cell): job for job in todo if GPU_OVERRIDE not in job.overrides or _cuda_here()}
     refused = [(cell, why) for cell, job in cells_to_run.items() if (why := cell_refusal(job.preset, job.overrides))]
+    if slurm and not args.dry_run:  # an LLM cell's model and data fetched here, for nodes without network
+        refused += [(cell, why) for cell, job in {(job.preset, job.cell): job for job in todo}.items()
+                    if (why := node_refusal(job.preset, job.overrides))]
     CELLS.save()
     for (preset, name), why in refused:  # before any run starts: its jobs would each be refused at their start
         print(f"Error: cell {preset}/{name} would be refused at its start: {why}; fix its overrides",

@@ -716,3 +716,50 @@ def test_results_on_a_file_system_without_flock_are_refused_in_one_line(tmp_path
                                          r"--results must be on a file system with flock"):
         with campaign.results_lock(tmp_path / "results"):
             raise AssertionError("locked")
+
+
+def test_the_plan_summary_counts_committed_and_remaining_hours_and_one_sbatch_call_per_resources(tmp_path):
+    """A cell half committed (its measured cost: 2 CPU-s an episode), one estimated with resources of its own, and
+    a GPU cell: the hours and jobs as computed here from the costs, three sbatch calls (one per resources).
+
+    Bug caught: ``plan_summary`` counting the committed runs' hours as still to go, or the GPU jobs' CPU cost."""
+    results = tmp_path / "results"
+    record_run(results / "runs" / "fig3_tabular_multi" / "tpo" / "seeds0-1", QUEUE["cells"][0], {
+        "status": "completed", "seeds": [0, 1], "steps": STEPS, "cpu_seconds": 2 * STEPS * 2.0})
+    cells = [dict(QUEUE["cells"][0], seeds=4, cost=9.0), dict(QUEUE["cells"][1], seeds=3, cost=5.0, cpus=2,
+                                                              time_min=30),
+             dict(QUEUE["cells"][1], name="gpu", seeds=3, cost=5.0, gpus=1, gpu_hours=6.0, chunk=3,
+                  overrides=[*QUEUE["cells"][1]["overrides"], campaign.GPU_OVERRIDE])]
+    estimated = 5.0 * 2.0 / 9.0  # the estimate times the priority's measured over estimated cost
+    committed, remaining = 2 * STEPS * 2.0 / 3600, (2 * STEPS * 2.0 + 3 * STEPS * estimated) / 3600
+    limit = 360  # 2 seeds × 2,000 episodes × 2 CPU-s × 2 (margin) = 267 min, rounded up to a step
+    assert campaign.plan_summary({"chunk": 2, "cells": cells}, results) == (
+        f"The queue is {committed + remaining:.0f} CPU-hours at the costs measured so far ({committed:.0f} of them "
+        f"committed; {remaining:.0f} to go, in 3 jobs) and 6 projected GPU-hours (1 GPU jobs). Submitted whole "
+        "(`--max-jobs 4`), its 4 jobs go in 3 sbatch calls, a job array per resources (2 × cpus 2, mem 4 GB, time "
+        f"30 min, gpus 0; 1 × cpus 1, mem 4 GB, time {limit} min, gpus 0; 1 × cpus 1, mem 4 GB, time 720 min, "
+        "gpus 1).")
+
+
+def test_the_readmes_cluster_numbers_are_the_paper_queues_plan():
+    """README's cluster paragraph is ``--summary``'s output for the committed results: regenerated with each
+    committed cell, never copied by hand."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- plan: python -m harness\.campaign --summary [^\n]*-->\n(.*?)\n<!-- end plan -->", readme,
+                      re.S)
+    assert block, "README.md has no plan block"
+    expected = campaign.plan_summary(campaign.load_queue("paper"), ROOT / "results")
+    assert " ".join(block.group(1).split()) == expected, "README's plan is stale: python -m harness.campaign --summary"
+
+
+def test_an_llm_cell_whose_model_the_nodes_cannot_get_is_refused_in_one_line_and_others_pass(monkeypatch, tmp_path,
+                                                                                                capsys):
+    """On SLURM, an LLM cell's model is fetched on the login node before submission: a Hub id neither cached nor
+    reachable is refused in one line naming ``model.path``; a cell of a task that downloads nothing passes.
+
+    Bug caught: ``node_refusal`` deciding by a key the identity does not have (every cell passing)."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    why = campaign.node_refusal("fig9_gsm8k", ("model.path=nobody-here/no-model", "algorithm=tpo"))
+    assert why and "model.path='nobody-here/no-model'" in why and "\n" not in why
+    assert campaign.node_refusal("fig3_tabular_multi", ("algorithm=tpo",)) is None

@@ -118,7 +118,7 @@ def test_squeue_failing_at_the_start_submits_nothing_and_says_so_in_one_line(tmp
         campaign.run(jobs_of(CELLS), 2, launcher.work, tmp_path / "results", launcher=launcher)
 
 
-class FakeLauncher:
+class FakeLauncher(campaign.Launcher):
     """Jobs already running at the start (re-attached) and jobs started: each ends, completed, when polled."""
 
     def __init__(self, work: Path, attached: set[str]):
@@ -429,12 +429,19 @@ def test_a_lock_from_another_host_is_live_while_its_slurm_job_is(tmp_path, monke
 
 
 def test_a_run_in_a_slurm_job_records_its_job_in_its_lock(tmp_path, monkeypatch):
+    """Bug caught: ``slurm_job_id`` returning ``SLURM_JOB_ID`` in an array task (a number squeue never prints: the
+    lock of a running task would count as its job's end)."""
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     with rundir.lock_file(tmp_path / rundir.LOCK_FILE, lambda holder, path: RuntimeError(holder)):
         assert (tmp_path / rundir.LOCK_FILE).read_text() == f"{os.getpid()} {socket.gethostname()} 4242\n"
         here = f"{os.getpid()} on {socket.gethostname()}"
         assert rundir.lock_holder(tmp_path / rundir.LOCK_FILE) == f"{here} (SLURM job 4242)"
-    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4240")  # a task of a job array: squeue names it 4240_2, not 4242
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    with rundir.lock_file(tmp_path / rundir.LOCK_FILE, lambda holder, path: RuntimeError(holder)):
+        assert (tmp_path / rundir.LOCK_FILE).read_text() == f"{os.getpid()} {socket.gethostname()} 4240_2\n"
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name)
     with rundir.lock_file(tmp_path / rundir.LOCK_FILE, lambda holder, path: RuntimeError(holder)):
         assert (tmp_path / rundir.LOCK_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
 
@@ -528,13 +535,14 @@ def test_sbatch_options_reach_the_job_script_and_cpus_its_threads(tmp_path, monk
     (job,) = jobs_of(cells)
     launcher = campaign.SlurmLauncher(tmp_path / "work", cells, sbatch={"account": "lab", "qos": "long",
                                                                         "constraint": "avx512", "exclude": "n07"})
-    script = launcher.executor(job)._executor._make_submission_file_text("true", "uid")
+    script = launcher.executor([job], "tpo-bench:0a1b")._executor._make_submission_file_text("true", "uid")
     for line in ("#SBATCH --account=lab", "#SBATCH --qos=long", "#SBATCH --constraint=avx512",
-                 "#SBATCH --exclude=n07", "#SBATCH --cpus-per-task=2"):
+                 "#SBATCH --exclude=n07", "#SBATCH --cpus-per-task=2", "#SBATCH --comment=tpo-bench:0a1b"):
         assert line in script.splitlines(), script
     assert "threads=2" in launcher.command(job) and "threads=1" not in launcher.command(job)
     for bad, message in ((["--sbatch", "exclude"], "--sbatch 'exclude' is not valid; expected OPTION=VALUE"),
                          (["--sbatch", "time=10"], "--sbatch 'time=10': time is set by the campaign"),
+                         (["--sbatch", "comment=x"], "--sbatch 'comment=x': comment is set by the campaign"),
                          (["--account", "lab"], None)):
         with pytest.raises(SystemExit) as exit_:
             campaign.main([str(write_queue(tmp_path, cells)), "--dry-run", *bad, "--work", str(tmp_path / "w")]
@@ -560,3 +568,106 @@ def test_an_ended_jobs_result_is_looked_for_a_while_before_the_job_counts_as_kil
     time.sleep(0.4)
     ended = launcher.poll(late, job)
     assert not ended.clean and "SLURM job 8 ended without a result" in ended.how
+
+
+def test_the_jobs_that_start_together_are_one_sbatch_call_per_resources_each_task_running_its_own_run(
+        slurm_cluster, tmp_path):
+    """Five jobs, three of one resources and two of another, all startable at once: two sbatch calls, each a job
+    array. Each array task ran the run its record names (its log holds that run's folder), every run was exported
+    once, to the numbers of the same queue run locally.
+
+    Bug caught: ``submit`` pairing the records with the submitted jobs in another order than the submissions (a run
+    polled through another run's task), or ``start_all`` submitting each job alone (five calls)."""
+    path = write_queue(tmp_path, [dict(CELLS[0], seeds=3), CELLS[1]], chunk=1)
+    local, local_output = start_runner(slurm_cluster, tmp_path, path, "local", "--jobs", "2")
+    runner, output = start_runner(slurm_cluster, tmp_path, path, "arrays", "--launcher", "slurm", "--partition",
+                                  slurm_cluster.partition, "--max-jobs", "5")
+    assert runner.wait(timeout=300) == 0, output.read_text()
+    assert local.wait(timeout=300) == 0, local_output.read_text()
+    work = tmp_path / "arrays" / "work"
+    records = {path: json.loads(path.read_text()) for path in work.rglob("*.slurm.json")}
+    arrays = {record["job_id"].partition("_")[0] for record in records.values()}
+    assert len(records) == 5 and len(arrays) == 2, records
+    for path, record in records.items():
+        log = next((work / campaign.SUBMITIT / record["job_id"]).glob("*_log.out")).read_text()
+        assert f"{path.name.removesuffix(campaign.SLURM_RECORD)}" in log and str(path.parent) in log, record
+    text = output.read_text()
+    assert len(re.findall(r" submit \S+ → SLURM job \d+_\d+ ", text)) == 5, text
+    runs = exported_runs(tmp_path / "arrays" / "results")
+    assert len(runs) == 5 and runs == exported_runs(tmp_path / "local" / "results"), text
+
+
+class Killed(BaseException):
+    """A runner's death (``kill -9``) at a chosen line: nothing after it runs."""
+
+
+def test_a_runner_killed_before_it_recorded_its_submission_reattaches_to_the_jobs_by_their_mark(slurm_cluster,
+                                                                                                 tmp_path, monkeypatch):
+    """The runner dies after sbatch answered and before the job ids were written: the runner started again finds
+    the submitted jobs by the mark their records and SLURM comments share, re-attaches to each, and submits
+    nothing; a mark that squeue no longer lists leaves the job to be judged by its run folder (submitted again).
+
+    Bug caught: ``attach`` without ``found_by_mark`` (each job submitted a second time), or ``found_by_mark``
+    matching an array task by its array id alone (every run attached to task 0)."""
+    cells = [dict(CELLS[0], seeds=3)]
+    jobs = jobs_of(cells, chunk=1)
+    for name in ("SLURM_CONF", "PATH"):
+        monkeypatch.setenv(name, slurm_cluster.env[name])
+    launcher = campaign.SlurmLauncher(tmp_path / "work", cells, slurm_cluster.partition, sbatch={"hold": True})
+    recorded = launcher._write_record
+
+    def killed_once_submitted(job, record):
+        if "job_id" in record:
+            raise Killed
+        recorded(job, record)
+
+    launcher._write_record = killed_once_submitted
+    try:
+        with pytest.raises(Killed):
+            launcher.start_all([(job, slot) for slot, job in enumerate(jobs)])
+        assert all("job_id" not in launcher._read_record(job) for job in jobs)
+        submitted = slurm_cluster.jobs()
+        again = campaign.SlurmLauncher(tmp_path / "work", cells, slurm_cluster.partition)
+        attached = again.attach(jobs)
+        assert set(attached) == set(jobs) and slurm_cluster.jobs() == submitted, submitted
+        assert sorted(run.job_id for run in attached.values()) == sorted(submitted)
+        for job, run in attached.items():
+            assert again.record(job)["job_id"] == run.job_id == f"{submitted[0].partition('_')[0]}_{jobs.index(job)}"
+        slurm_cluster.run("scancel", *submitted)
+        assert again.record(jobs[0])["job_id"] not in campaign.slurm_active_jobs()
+        again._write_record(jobs[0], {key: value for key, value in again.record(jobs[0]).items() if key != "job_id"})
+        assert not campaign.SlurmLauncher(tmp_path / "work", cells).attach(jobs[:1])  # not listed: not attached
+    finally:
+        if slurm_cluster.jobs():
+            slurm_cluster.run("scancel", *slurm_cluster.jobs())
+
+
+def test_jobs_run_the_nodes_interpreter_and_a_node_without_the_checkout_fails_in_one_line(tmp_path, monkeypatch):
+    """``--node-python`` is the interpreter of the run and of submitit's job script; a job on a node that does not
+    see the checkout at its path stops before its run, and the runner's FAILED line quotes why from its log.
+
+    Bug caught: ``slurm_setup`` testing a path that always exists (the job fails later with a long traceback), or
+    ``poll`` ignoring the log's line."""
+    (job,) = jobs_of([CELLS[0]])
+    launcher = campaign.SlurmLauncher(tmp_path / "work", [CELLS[0]], python="/opt/node/bin/python3",
+                                      active_jobs=lambda: {})
+    assert launcher.command(job)[0] == "/opt/node/bin/python3" and launcher.command(job)[1:] == job.command(
+        launcher.work)[1:]
+    executor = launcher.executor([job], "tpo-bench:0a1b")._executor  # the command its job script runs:
+    assert executor._submitit_command_str.startswith("/opt/node/bin/python3 -u -m submitit.core._submit ")
+
+    def setup(root: Path) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(campaign, "ROOT", root)
+        return subprocess.run(["bash", "-c", "\n".join([*campaign.slurm_setup(), "echo started"])],
+                              capture_output=True, text=True, timeout=30)
+
+    assert setup(ROOT).stdout == "started\n"
+    elsewhere = setup(tmp_path / "checkout")
+    said = elsewhere.stderr.strip()
+    assert elsewhere.returncode == 1 and not elsewhere.stdout and "\n" not in said, elsewhere
+    assert said.startswith(f"{campaign.MARK} {tmp_path / 'checkout'} is not on "), said
+    log = tmp_path / "9_0_log.out"
+    log.write_text(f"submitit INFO starting\n{said}\n")
+    launcher.result_grace_s = 0.0
+    ended = launcher.poll(campaign.SlurmRun("9", log, tmp_path / "9_result.pkl"), job)
+    assert not ended.clean and ended.how == f"SLURM job 9 ended without a result ({said})"

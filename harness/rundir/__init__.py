@@ -391,7 +391,7 @@ def lock_file(path: Path, busy: Callable[[str, Path], Exception]) -> Iterator[No
                 continue
             raise busy(holder, path) from None
         with os.fdopen(descriptor, "w") as handle:
-            job = os.environ.get("SLURM_JOB_ID")  # on a cluster node: the scheduler says when the holder ended
+            job = slurm_job_id()  # on a cluster node: the scheduler says when the holder ended
             handle.write(f"{os.getpid()} {socket.gethostname()}{f' {job}' if job else ''}\n")
         break
     else:  # taken over twice in a row: another process is racing for it
@@ -428,17 +428,24 @@ def lock_holder(path: Path) -> str | None:
             return None
         except PermissionError:
             pass
-    elif job and (job[0] == os.environ.get("SLURM_JOB_ID") or slurm_job_ended(job[0])):
+    elif job and (job[0] == slurm_job_id() or slurm_job_ended(job[0])):
         return None
     return f"{pid} on {host}" + (f" (SLURM job {job[0]})" if job else "")
+
+
+def slurm_job_id() -> str | None:
+    """This process's SLURM job as squeue names it: ``<array>_<task>`` for a task of a job array (its own
+    ``SLURM_JOB_ID`` is a number squeue does not print), else ``SLURM_JOB_ID``; None outside SLURM."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
 
 
 def slurm_job_ended(job_id: str) -> bool:
     """Whether the SLURM job ``job_id`` has ended: squeue lists it no longer (or no longer knows it); False when
     squeue cannot say (not installed, the controller not answering)."""
     try:
-        listed = subprocess.run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%i"], capture_output=True,
-                                text=True, timeout=30)
+        listed = subprocess.run(["squeue", "--noheader", "--array", f"--jobs={job_id}", "--format=%i"],
+                                capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
     if listed.returncode:
