@@ -67,46 +67,9 @@ def run_job(cfg: DictConfig) -> float | None:
         process.checkpoint_on_signal()  # a scheduler's time limit or preemption: checkpoint at the next step, stop
         summary = train(cfg, run_dir, finished_run_problem)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run wrote its summary ("interrupted"); one line, no traceback
-        if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
-            sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
-            line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
-            os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
-            process.exit_interrupted()  # (a worker whose launcher is gone ends here: ``interrupts.worker_job``)
-        if rundir.started(run_dir):
-            print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
-                  "again if it has none)", file=sys.stderr)
-        else:
-            print("Interrupted before the run started", file=sys.stderr)
-            if not had_results:  # as a refused launch: the folder it made goes
-                _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
-        process.exit_interrupted()
+        _interrupted(hydra_cfg, run_dir, multirun, had_results, launch_log)
     except Exception as error:
-        refused = isinstance(error, REFUSED)
-        message = str(error) if refused else f"{type(error).__name__}: {error}"
-        if multirun:
-            sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
-        recorded = rundir.started(run_dir) or (multirun and not had_results)
-        written = False
-        if recorded:  # this launch's folder keeps why it failed
-            written = outputs.record_failure(run_dir, {  # best effort: never raised over the run's own error
-                "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
-                "algorithm": cfg.algorithm.name, "error": message},
-                message + "\n" if refused else traceback.format_exc())
-        elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
-            _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
-        # else: an earlier run's folder, untouched by a launch that failed before writing into it
-        if refused:
-            if not multirun:
-                print(f"Error: {message}", file=sys.stderr)
-                sys.exit(2)
-            log.error("refused: %s", message)
-        else:
-            where = (f"; traceback in {run_dir / outputs.ERROR_FILE}" if written else
-                     f"; its failure could not be recorded in {run_dir} (the warning above says why)" if recorded
-                     else "")
-            log.exception("run failed%s", where)
-            if not multirun:
-                raise
+        _failed(error, cfg, hydra_cfg, run_dir, multirun, had_results, launch_log)
         return None
     if multirun:
         sweep.record_job(hydra_cfg.job.num, run_dir, summary["status"], summary.get("error"))
@@ -117,6 +80,54 @@ def run_job(cfg: DictConfig) -> float | None:
              cfg.algorithm.name, summary["status"], "–" if final is None else f"{final:.3g}", steps_to or "–",
              summary["wall_seconds"], run_dir)
     return final
+
+
+def _interrupted(hydra_cfg, run_dir: Path, multirun: bool, had_results: bool, launch_log) -> None:
+    """A stopped run or sweep job: one line saying how it continues, then exit 130."""
+    if multirun:  # one line, and the sweep stops (exit 130 ends every launcher's sweep: basic, joblib)
+        sys.stderr.flush()  # one write of the whole line: workers stopped together share the terminal
+        line = f"Interrupted: sweep job {run_dir}; {_sweep_resume_hint(hydra_cfg)}\n"
+        os.write(sys.stderr.fileno(), line.encode())  # (a pipe takes up to 4 KB in one write whole)
+        process.exit_interrupted()  # (a worker whose launcher is gone ends here: ``interrupts.worker_job``)
+    if rundir.started(run_dir):
+        print(f"Interrupted: {run_dir} keeps its last checkpoint; trainer.resume=auto continues it (or starts it "
+              "again if it has none)", file=sys.stderr)
+    else:
+        print("Interrupted before the run started", file=sys.stderr)
+        if not had_results:  # as a refused launch: the folder it made goes
+            _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
+    process.exit_interrupted()
+
+
+def _failed(error: Exception, cfg: DictConfig, hydra_cfg, run_dir: Path, multirun: bool, had_results: bool,
+            launch_log) -> None:
+    """A run that failed: recorded in its folder (or its new folder removed, an earlier run's left untouched); a
+    refused single run exits 2 with one line, another failure of a single run is raised; a sweep job's is logged."""
+    refused = isinstance(error, REFUSED)
+    message = str(error) if refused else f"{type(error).__name__}: {error}"
+    if multirun:
+        sweep.record_job(hydra_cfg.job.num, run_dir, "failed", message)
+    recorded = rundir.started(run_dir) or (multirun and not had_results)
+    written = False
+    if recorded:  # this launch's folder keeps why it failed
+        written = outputs.record_failure(run_dir, {  # best effort: never raised over the run's own error
+            "status": "failed", "experiment": cfg.experiment_name, "task": cfg.task.name,
+            "algorithm": cfg.algorithm.name, "error": message},
+            message + "\n" if refused else traceback.format_exc())
+    elif not had_results and not multirun:  # a single run that failed before any work leaves no folder
+        _remove_launch_files(run_dir, launch_log, sweep.launch_folders("run"))
+    # else: an earlier run's folder, untouched by a launch that failed before writing into it
+    if refused:
+        if not multirun:
+            print(f"Error: {message}", file=sys.stderr)
+            sys.exit(2)
+        log.error("refused: %s", message)
+        return
+    where = (f"; traceback in {run_dir / outputs.ERROR_FILE}" if written else
+             f"; its failure could not be recorded in {run_dir} (the warning above says why)" if recorded else "")
+    log.exception("run failed%s", where)
+    if not multirun:
+        raise error
 
 
 def _sweep_resume_hint(hydra_cfg) -> str:
@@ -331,72 +342,99 @@ def check_launch(argv: list[str]) -> None:
         args = parser.parse_known_args(argv)[0]
     except Exception:  # noqa: BLE001 - Hydra reports bad arguments itself
         return
-    overrides = list(args.overrides)
-    check_experiment_overrides(overrides)
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    check_experiment_overrides(list(args.overrides))
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        loader = GlobalHydra.instance().config_loader()
-        overrides_parser = OverridesParser.create(config_loader=loader)
+        _LaunchCheck(args, argv).check()
+
+
+class _LaunchCheck:
+    """``check_launch``'s checks of one command line, inside an initialised Hydra: its overrides parsed, the jobs
+    of its sweep expanded, and the config of each job's group choices composed once."""
+
+    def __init__(self, args, argv: list[str]):
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        self.args, self.again = args, f"python -m harness -m {shlex.join(argv)}"
+        self.loader = GlobalHydra.instance().config_loader()
+        self.overrides_parser = OverridesParser.create(config_loader=self.loader)
+        self.composed: dict[tuple[str, ...], DictConfig] = {}
+        self.params: list = []  # a multirun's sweeper parameters, parsed
+
+    def check(self) -> None:
         try:
-            parsed = overrides_parser.parse_overrides(overrides)
+            parsed = self.overrides_parser.parse_overrides(list(self.args.overrides))
         except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it with its own message
             return
-        again = f"python -m harness -m {shlex.join(argv)}"
-        multirun = args.multirun or any(o.key_or_group == "hydra.mode" and str(o.value()).upper() == "MULTIRUN"
-                                        for o in parsed)
+        multirun = self.args.multirun or any(o.key_or_group == "hydra.mode" and str(o.value()).upper() == "MULTIRUN"
+                                             for o in parsed)
         if not multirun:
-            for override in parsed:
-                if override.is_sweep_override():
-                    raise ConfigError(f"{override.input_line} is a sweep (one job per value); run it with -m: "
-                                      f"{again}")
-        _check_choices(parsed, loader)
-        composed: dict[tuple[str, ...], DictConfig] = {}
-
-        def compose_groups(job: list) -> DictConfig:
-            """The config of a job's group choices (the keys do not depend on the values set)."""
-            lines = tuple(o.input_line for o in job if _is_group(o, loader))
-            if lines not in composed:
-                try:
-                    composed[lines] = compose("config", overrides=list(lines), return_hydra_config=True)
-                except (HydraException, OmegaConfBaseException, ValueError) as error:
-                    raise ConfigError(_one_line(error, lines)) from None
-            return composed[lines]
-
-        if multirun:
-            _check_preset_sweeps(parsed, compose_groups)
-            base = compose_groups([o for o in parsed if not o.is_sweep_override()])
-            if OmegaConf.select(base, "hydra.sweeper._target_") != _BASIC_SWEEPER:
-                return  # another sweeper expands its own parameters
-            params = overrides_parser.parse_overrides([f"{key}={value}" for key, value in
-                                                       (base.hydra.sweeper.params or {}).items()])
-            _check_choices(params, loader)
-            from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-            try:
-                jobs = [overrides_parser.parse_overrides(job)
-                        for job in BasicSweeper.split_arguments([*params, *parsed], None)[0]]
-            except Exception:  # noqa: BLE001 - a sweep the basic sweeper cannot expand: Hydra says so
-                return
-        else:
-            jobs = [parsed]
-        for job in jobs:
-            try:
-                _check_keys([o for o in job if not _is_group(o, loader)], compose_groups(job))
-                _check_values([o for o in job if not _is_group(o, loader)], compose_groups(job))
-            except ConfigError as error:
-                if len(jobs) == 1:
-                    raise
-                swept = {o.key_or_group for o in [*params, *parsed] if o.is_sweep_override()}
-                choices = " ".join(o.input_line for o in job if _is_group(o, loader) and o.key_or_group in swept)
-                raise ConfigError(f"{error} (in the sweep's job {choices})" if choices else str(error)) from None
-        if multirun or args.cfg:
+            self.refuse_sweep_overrides(parsed)
+        _check_choices(parsed, self.loader)
+        jobs = self.sweep_jobs(parsed) if multirun else [parsed]
+        if jobs is None:
             return
-        params = compose_groups(parsed).hydra.sweeper.params or {}
+        for job in jobs:
+            self.check_job(job, len(jobs), parsed)
+        if not (multirun or self.args.cfg):
+            self.refuse_unswept_preset(parsed)
+
+    def compose_groups(self, job: list) -> DictConfig:
+        """The config of a job's group choices (the keys do not depend on the values set)."""
+        from hydra import compose
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        lines = tuple(o.input_line for o in job if _is_group(o, self.loader))
+        if lines not in self.composed:
+            try:
+                self.composed[lines] = compose("config", overrides=list(lines), return_hydra_config=True)
+            except (HydraException, OmegaConfBaseException, ValueError) as error:
+                raise ConfigError(_one_line(error, lines)) from None
+        return self.composed[lines]
+
+    def refuse_sweep_overrides(self, parsed: list) -> None:
+        for override in parsed:
+            if override.is_sweep_override():
+                raise ConfigError(f"{override.input_line} is a sweep (one job per value); run it with -m: "
+                                  f"{self.again}")
+
+    def sweep_jobs(self, parsed: list) -> list | None:
+        """The jobs of a multirun as the basic sweeper expands them (its preset's sweep parameters first); None
+        when another sweeper, or an expansion the basic sweeper refuses, leaves the checks to Hydra."""
+        _check_preset_sweeps(parsed, self.compose_groups)
+        base = self.compose_groups([o for o in parsed if not o.is_sweep_override()])
+        if OmegaConf.select(base, "hydra.sweeper._target_") != _BASIC_SWEEPER:
+            return None  # another sweeper expands its own parameters
+        self.params = self.overrides_parser.parse_overrides([f"{key}={value}" for key, value in
+                                                             (base.hydra.sweeper.params or {}).items()])
+        _check_choices(self.params, self.loader)
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        try:
+            return [self.overrides_parser.parse_overrides(job)
+                    for job in BasicSweeper.split_arguments([*self.params, *parsed], None)[0]]
+        except Exception:  # noqa: BLE001 - a sweep the basic sweeper cannot expand: Hydra says so
+            return None
+
+    def check_job(self, job: list, jobs: int, parsed: list) -> None:
+        """A job's keys and values; in a sweep of several jobs, the error names the job by its swept choices."""
+        values = [o for o in job if not _is_group(o, self.loader)]
+        try:
+            _check_keys(values, self.compose_groups(job))
+            _check_values(values, self.compose_groups(job))
+        except ConfigError as error:
+            if jobs == 1:
+                raise
+            swept = {o.key_or_group for o in [*self.params, *parsed] if o.is_sweep_override()}
+            choices = " ".join(o.input_line for o in job if _is_group(o, self.loader) and o.key_or_group in swept)
+            raise ConfigError(f"{error} (in the sweep's job {choices})" if choices else str(error)) from None
+
+    def refuse_unswept_preset(self, parsed: list) -> None:
+        """Without -m, a preset whose sweep keys are not all set would silently run one of its jobs."""
+        params = self.compose_groups(parsed).hydra.sweeper.params or {}
         given = {override.key_or_group for override in parsed}
         unset = {key: value for key, value in params.items() if key not in given}
         if unset:
@@ -404,7 +442,7 @@ def check_launch(argv: list[str]) -> None:
                           "this configuration")
             swept = "; ".join(f"{key}: {value}" for key, value in unset.items())
             one = " ".join(f"{key}={str(value).split(',')[0]}" for key, value in unset.items())
-            raise ConfigError(f"{preset} defines a sweep ({swept}); run it with -m: {again} (or pick one of its "
+            raise ConfigError(f"{preset} defines a sweep ({swept}); run it with -m: {self.again} (or pick one of its "
                               f"runs: {one})")
 
 
@@ -615,21 +653,28 @@ def _check_key(cfg: DictConfig, key: str, line: str) -> None:
             continue
         if not node._get_flag("struct"):
             return  # an open node takes new keys
-        parent = ".".join(parts[:index])
-        near = did_you_mean(part, keys)
-        if near is not None:
-            near = ".".join([*parts[:index], near, *parts[index + 1:]])
-            raise ConfigError(f"{key} is not a config key; did you mean {near}?")
-        last = parts[-1]  # a misspelt parent (trainr.steps): the keys that end as this one does
-        near = did_you_mean(key, [name for name in _dotted_keys(cfg, with_hydra=key.startswith("hydra."))
-                                  if name.split(".")[-1] == last and name.count(".") == key.count(".")])
-        if near is not None:
-            raise ConfigError(f"{key} is not a config key; did you mean {near}?")
-        where = f"{parent} has" if parent else "top-level keys are"
-        readable = index == len(parts) - 1 and part in optional_keys(cfg).get(parent, ()) or any(
-            parent == node or parent.startswith(node + ".") for node in PASS_THROUGH)
-        add = f"; it is optional: add it with +{line}" if readable and not line.startswith("~") else ""
-        raise ConfigError(f"{key} is not a config key ({where}: {', '.join(keys)}){add}")
+        raise _unknown_key(cfg, key, line, index, keys)
+
+
+def _unknown_key(cfg: DictConfig, key: str, line: str, index: int, keys: list[str]) -> ConfigError:
+    """The refusal of ``key``, whose part ``index`` is not among its node's ``keys``: the nearest key, else the
+    node's keys (and how to add an optional one)."""
+    parts = key.split(".")
+    parent = ".".join(parts[:index])
+    near = did_you_mean(parts[index], keys)
+    if near is not None:
+        near = ".".join([*parts[:index], near, *parts[index + 1:]])
+        return ConfigError(f"{key} is not a config key; did you mean {near}?")
+    last = parts[-1]  # a misspelt parent (trainr.steps): the keys that end as this one does
+    near = did_you_mean(key, [name for name in _dotted_keys(cfg, with_hydra=key.startswith("hydra."))
+                              if name.split(".")[-1] == last and name.count(".") == key.count(".")])
+    if near is not None:
+        return ConfigError(f"{key} is not a config key; did you mean {near}?")
+    where = f"{parent} has" if parent else "top-level keys are"
+    readable = index == len(parts) - 1 and parts[index] in optional_keys(cfg).get(parent, ()) or any(
+        parent == node or parent.startswith(node + ".") for node in PASS_THROUGH)
+    add = f"; it is optional: add it with +{line}" if readable and not line.startswith("~") else ""
+    return ConfigError(f"{key} is not a config key ({where}: {', '.join(keys)}){add}")
 
 
 def _dotted_keys(node: DictConfig, prefix: str = "", with_hydra: bool = False) -> list[str]:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 from harness import rundir
 from harness.config import apply_process_settings
 from harness.rundir.outputs import git_commit
-from harness.rundir.session import Session
+from harness.session import Session
 from harness.trainers import trainer_class
 from tasks import get_task
 

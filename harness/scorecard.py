@@ -118,27 +118,29 @@ def load_suite(name: str, folder: Path = SUITES) -> Suite:
     for key in SUITE_KEYS:
         if key not in data:
             raise ScorecardError(f"{path.name}: no {key}; a suite needs {', '.join(SUITE_KEYS)}")
-    cells = []
-    for index, cell in enumerate(data["cells"] or ()):
-        where = f"{path.name}: cells[{index}]"
-        unknown = [key for key in cell if key not in CELL_KEYS]
-        missing = [key for key in CELL_KEYS if key not in cell]
-        if unknown or missing:
-            raise ScorecardError(f"{where}: {'unknown key ' + repr(unknown[0]) if unknown else 'no ' + missing[0]}; "
-                                 f"a cell has {', '.join(CELL_KEYS)}")
-        if not re.fullmatch(r"[a-z0-9_]+", str(cell["name"])):
-            raise ScorecardError(f"{where}.name={cell['name']!r}: expected lower-case letters, digits and _")
-        if not isinstance(cell["seeds"], int) or isinstance(cell["seeds"], bool) or cell["seeds"] < 1:
-            raise ScorecardError(f"{where}.seeds={cell['seeds']!r}: expected an integer >= 1")
-        if any(not str(o).startswith("task") for o in cell["overrides"]):
-            raise ScorecardError(f"{where}.overrides: only task=<task> and task.<key>=<value> (the algorithm is the "
-                                 "candidate's)")
-        cells.append(Cell(cell["name"], str(cell["family"]), cell["seeds"], float(cell["cost"]),
-                          tuple(map(str, cell["overrides"]))))
+    cells = [suite_cell(cell, f"{path.name}: cells[{index}]") for index, cell in enumerate(data["cells"] or ())]
     if len({cell.name for cell in cells}) < len(cells) or not cells:
         raise ScorecardError(f"{path.name}: cells must be at least one, each name once")
     return Suite(name, int(data["version"]), str(data["preset"]), tuple(map(str, data["baselines"])), tuple(cells),
                  hashlib.sha256(text.encode()).hexdigest()[:12])
+
+
+def suite_cell(cell: dict, where: str) -> Cell:
+    """A suite's cell (``where`` names it in a refusal); ScorecardError for a missing, unknown or malformed key."""
+    unknown = [key for key in cell if key not in CELL_KEYS]
+    missing = [key for key in CELL_KEYS if key not in cell]
+    if unknown or missing:
+        raise ScorecardError(f"{where}: {'unknown key ' + repr(unknown[0]) if unknown else 'no ' + missing[0]}; "
+                             f"a cell has {', '.join(CELL_KEYS)}")
+    if not re.fullmatch(r"[a-z0-9_]+", str(cell["name"])):
+        raise ScorecardError(f"{where}.name={cell['name']!r}: expected lower-case letters, digits and _")
+    if not isinstance(cell["seeds"], int) or isinstance(cell["seeds"], bool) or cell["seeds"] < 1:
+        raise ScorecardError(f"{where}.seeds={cell['seeds']!r}: expected an integer >= 1")
+    if any(not str(o).startswith("task") for o in cell["overrides"]):
+        raise ScorecardError(f"{where}.overrides: only task=<task> and task.<key>=<value> (the algorithm is the "
+                             "candidate's)")
+    return Cell(cell["name"], str(cell["family"]), cell["seeds"], float(cell["cost"]),
+                tuple(map(str, cell["overrides"])))
 
 
 def algorithm_ids() -> list[str]:

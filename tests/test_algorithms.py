@@ -374,9 +374,9 @@ def test_no_import_cycle_and_no_import_up_a_floor():
 # Inside harness/: run files and settings, then what trains (the trainers, the lifecycle), then what launches many runs
 # or reads them back (the CLI, the campaign, the report). The run side never imports the report.
 HARNESS_FLOORS = (
-    ("harness.rundir", "harness.tracking", "harness.wandb_offline", "harness.config", "harness.process",
-     "harness.sweep", "harness.interrupts", "harness.cli", "harness.locations", "harness.progress"),
-    ("harness.trainers", "harness.llm", "harness.run"),
+    ("harness.identity", "harness.rundir", "harness.tracking", "harness.wandb_offline", "harness.config",
+     "harness.process", "harness.sweep", "harness.interrupts", "harness.cli", "harness.locations", "harness.progress"),
+    ("harness.session", "harness.trainers", "harness.llm", "harness.run"),
     ("harness.__main__", "harness.campaign", "harness.report"),
     ("harness.scorecard", "harness.command"),  # runs through the campaign, reads through the report; every tool
 )
@@ -636,3 +636,29 @@ def test_keys_added_to_the_yamls_leave_recorded_runs_identity_and_report_signatu
     assert rundir.identity(changed)["algorithm"]["aggregation"] == "sequences"
     assert signature(with_neutral_defaults(flatten(OmegaConf.to_container(changed, resolve=True)))) != signature(
         with_neutral_defaults(flatten(older)))
+
+
+def harness_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with each harness module folded into its top package or module (``harness.rundir.outputs`` →
+    ``harness.rundir``): which parts of the harness use which."""
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    folded: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.startswith("harness."):
+            folded.setdefault(part(module), set()).update(part(t) for t in targets if t.startswith("harness."))
+    return {name: targets - {name} for name, targets in folded.items()}
+
+
+def test_no_two_parts_of_the_harness_import_each_other():
+    """A package and a module (or two packages) of the harness that import each other, even through different
+    modules of a package, are one tangle: the run session sits above both the run files and the trackers.
+
+    Bug caught: ``harness/rundir/session.py`` back in the run files' package (rundir → tracking → rundir)."""
+    folded = harness_packages(import_graph(ROOT))
+    assert import_cycle(folded) is None, " → ".join(import_cycle(folded))
+    graph = import_graph(ROOT)
+    tangled = import_cycle(harness_packages({**graph, "harness.rundir.session": {"harness.tracking"}}))
+    assert tangled[-3:] in (["harness.rundir", "harness.tracking", "harness.rundir"],
+                            ["harness.tracking", "harness.rundir", "harness.tracking"]), tangled

@@ -23,6 +23,13 @@ import yaml
 
 from conftest import ROOT
 from harness import campaign
+from harness.campaign import cells as campaign_cells
+from harness.campaign import cli as campaign_cli
+from harness.campaign import exports as campaign_exports
+from harness.campaign import local as campaign_local
+from harness.campaign import reports as campaign_reports
+from harness.campaign import runner as campaign_runner
+from harness.campaign import text as campaign_text
 from harness.report.synthetic import make_config, write_run
 
 STEPS = 2000  # ~1 ms each: a kill 0.3 s after the first checkpoint (step 50) lands seconds before a run's end
@@ -294,12 +301,14 @@ def test_a_run_skipped_on_a_high_estimate_starts_once_measured_costs_make_it_fit
             self.returncode = 0
             return 0
 
-    monkeypatch.setattr(campaign, "time", type("Clock", (), {
+    clock_module = type("Clock", (), {
         "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: f"{clock[0] / 3600:.2f}h"),
-        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))}))
-    monkeypatch.setattr(campaign, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
-    monkeypatch.setattr(campaign, "export", lambda job, work, results: None)
-    monkeypatch.setattr(campaign, "report", lambda preset, results: None)
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
+    for module in (campaign_runner, campaign_local):
+        monkeypatch.setattr(module, "time", clock_module)
+    monkeypatch.setattr(campaign_local, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: None)
+    monkeypatch.setattr(campaign_reports, "report", lambda preset, results: None)
     a, b = hour_job("a", 0.5), hour_job("b", 1.0)
     failed = campaign.run([a, b], 2, tmp_path / "work", tmp_path / "results", finish_within=1.0,
                           costs=lambda: {("fig3_tabular_multi", "b"): 3600 * 0.2 / b.steps})
@@ -333,11 +342,13 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
     def export(job, work, results):
         raise OSError("disk full")
 
-    monkeypatch.setattr(campaign, "time", type("Clock", (), {
+    clock_module = type("Clock", (), {
         "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
-        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))}))
-    monkeypatch.setattr(campaign, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
-    monkeypatch.setattr(campaign, "export", export)
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
+    for module in (campaign_runner, campaign_local):
+        monkeypatch.setattr(module, "time", clock_module)
+    monkeypatch.setattr(campaign_local, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign_runner, "export", export)
     with pytest.raises(OSError, match="disk full"):
         campaign.run([hour_job("a", 0.1), hour_job("b", 0.1)], 2, tmp_path / "work", tmp_path / "results")
     assert terminated == ["b"]
@@ -397,8 +408,8 @@ def test_fig8_reads_table3_s_prompt_matched_runs_and_fig1b_s_not_the_interaction
                     reason="needs two cores to choose between")
 def test_a_run_is_pinned_to_a_core_no_other_run_holds_even_one_of_another_runner(tmp_path):
     """A campaign and a scorecard runner side by side, each with --jobs 1: the second one's run goes to a free core,
-    not to the slot's core that the first one's run holds. Bug caught: campaign.py:LocalLauncher.core returning the
-    slot's core whatever is pinned there (both runs share one core, the other idles)."""
+    not to the slot's core that the first one's run holds. Bug caught: harness/campaign/local.py:LocalLauncher.core
+    returning the slot's core whatever is pinned there (both runs share one core, the other idles)."""
     launcher = campaign.LocalLauncher(tmp_path)
     busy = launcher.core(0)
     before = campaign.pinned_load(launcher.cores)
@@ -419,8 +430,8 @@ def test_a_run_is_pinned_to_a_core_no_other_run_holds_even_one_of_another_runner
 
 
 def test_reports_name_folders_inside_the_repository_relative_to_it(tmp_path):
-    assert campaign._shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
-    assert campaign._shown(tmp_path / "results") == str((tmp_path / "results").resolve())
+    assert campaign_text.shown(ROOT / "results" / "runs" / "fig1b_sparse") == "results/runs/fig1b_sparse"
+    assert campaign_text.shown(tmp_path / "results") == str((tmp_path / "results").resolve())
 
 
 @pytest.mark.parametrize("inherited", [None, "", "/opt/site:/opt/more"])
@@ -451,7 +462,7 @@ def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_q
         overrides = tuple(cell["overrides"])
         assert campaign.differences(campaign.cell_identity(cell["preset"], overrides),
                                     campaign.cell_identity(twin["preset"], tuple(twin["overrides"])),
-                                    campaign._exported_ignores()) == []
+                                    campaign_exports._exported_ignores()) == []
         assert campaign.cell_identity(cell["preset"], overrides)["device"] == "cuda"
 
 
@@ -488,10 +499,10 @@ def test_a_local_campaign_on_a_gpu_machine_chunks_each_gpu_job_to_its_share_of_t
     import tasks.memory
 
     started = []
-    monkeypatch.setattr(campaign, "_cuda_here", lambda: True)
+    monkeypatch.setattr(campaign_cli, "_cuda_here", lambda: True)
     monkeypatch.setattr(tasks.memory, "machine_memory", lambda device="cpu": (80e9, "a GPU of 80 GB"))
-    monkeypatch.setattr(campaign, "cell_refusal", lambda preset, overrides: None)  # no CUDA to build it on here
-    monkeypatch.setattr(campaign, "run", lambda jobs, parallel, *args, **kwargs: started.extend(jobs) or 0)
+    monkeypatch.setattr(campaign_cli, "cell_refusal", lambda preset, overrides: None)  # no CUDA to build it on here
+    monkeypatch.setattr(campaign_cli, "run", lambda jobs, parallel, *args, **kwargs: started.extend(jobs) or 0)
     arguments = ["section4_sweeps_gpu", "--only", "fig12_k_sweep/k64_grpo", "--results", str(tmp_path / "results"),
                  "--work", str(tmp_path / "work")]
     with pytest.raises(SystemExit, match="^0$"):
@@ -634,7 +645,7 @@ def test_the_local_launcher_waits_for_a_live_run_lock_then_refuses_in_one_line(t
 def cell_cache(tmp_path, monkeypatch) -> Path:
     """An empty cache of composed cells in the test's folder, as a fresh process has it."""
     monkeypatch.setenv("TPO_BENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(campaign, "CELLS", campaign.CellCache())
+    monkeypatch.setattr(campaign_cells, "CELLS", campaign.CellCache())
     return tmp_path / "cache" / campaign.CELL_CACHE
 
 
@@ -648,7 +659,7 @@ def test_a_cell_composed_once_is_read_back_by_the_next_process_without_composing
     identity = campaign.cell_identity(cell["preset"], overrides)
     assert campaign.cell_refusal(cell["preset"], overrides) is None
     assert campaign.cell_refusal(cell["preset"], ("task.alpha=-1",)) is not None
-    campaign.CELLS.save()
+    campaign_cells.CELLS.save()
     assert [path.name for path in cell_cache.iterdir()] == [f"{campaign.source_fingerprint()}.json"]
 
     import harness.config
@@ -657,7 +668,7 @@ def test_a_cell_composed_once_is_read_back_by_the_next_process_without_composing
         raise AssertionError("composed again")
 
     monkeypatch.setattr(harness.config, "compose_config", no_compose)
-    monkeypatch.setattr(campaign, "CELLS", campaign.CellCache())
+    monkeypatch.setattr(campaign_cells, "CELLS", campaign.CellCache())
     assert campaign.cell_identity(cell["preset"], overrides) == identity
     assert campaign.cell_refusal(cell["preset"], overrides) is None
     assert campaign.cell_refusal(cell["preset"], ("task.alpha=-1",)) == "composed again"  # checked anew
@@ -669,7 +680,7 @@ def test_a_damaged_cache_file_is_ignored_and_rewritten(cell_cache):
     path = cell_cache / f"{campaign.source_fingerprint()}.json"
     path.write_text('{"truncated')
     identity = campaign.cell_identity(cell["preset"], tuple(cell["overrides"]))
-    campaign.CELLS.save()
+    campaign_cells.CELLS.save()
     assert list(json.loads(path.read_text()).values()) == [{"identity": identity}]
 
 
@@ -679,12 +690,12 @@ def test_an_exported_runs_check_is_made_again_when_its_config_changes(cell_cache
     run counted as done from the cache while the report calls it damaged)."""
     run = tmp_path / "run"
     write_run(run, make_config("fig3_tabular_multi", "tabular_multi", "tpo", 2, 4), {"error": np.zeros((2, 4))})
-    assert campaign._exported_problem(run) is None
-    campaign.CELLS.save()
+    assert campaign_exports._exported_problem(run) is None
+    campaign_cells.CELLS.save()
     config = run / ".hydra" / "config.yaml"
     config.write_text(config.read_text()[:-1])  # the last newline gone: cut short
-    campaign.CELLS = campaign.CellCache()
-    assert "cut short" in campaign._exported_problem(run)
+    campaign_cells.CELLS = campaign.CellCache()
+    assert "cut short" in campaign_exports._exported_problem(run)
 
 
 def test_the_fingerprint_follows_every_config_file_s_content(tmp_path, monkeypatch):
@@ -693,7 +704,7 @@ def test_the_fingerprint_follows_every_config_file_s_content(tmp_path, monkeypat
     conf = tmp_path / "conf"
     (conf / "task").mkdir(parents=True)
     (conf / "task" / "t.yaml").write_text("alpha: 0.1\n")
-    monkeypatch.setattr(campaign.locations, "CONF", conf)
+    monkeypatch.setattr(campaign_cells.locations, "CONF", conf)
     campaign.source_fingerprint.cache_clear()
     before = campaign.source_fingerprint()
     (conf / "task" / "t.yaml").write_text("alpha: 0.2\n")

@@ -19,6 +19,8 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from harness import campaign, rundir
+from harness.campaign import locks as campaign_locks
+from harness.campaign import reports as campaign_reports
 from harness.config import compose_config
 
 PRESET = "fig3_tabular_multi"
@@ -81,8 +83,8 @@ def job(queue_cell: dict, offset: int = 0, seeds: int = 2) -> campaign.Job:
 
 def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_key(tmp_path, capsys):
     """An exported run of another task.alpha is not counted as done and is refused in one line naming the key.
-    Bug caught: harness/campaign.py:differences — `if rundir.fingerprint(recorded) == rundir.fingerprint(expected):`
-    → `if True:`."""
+    Bug caught: harness/campaign/records.py:differences —
+    `if rundir.fingerprint(recorded) == rundir.fingerprint(expected):` → `if True:`."""
     fake_run(tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2, layout="results")
     queue = write_queue(tmp_path, cell(0.5))
     assert main(tmp_path, str(queue), "--dry-run") == 2
@@ -102,8 +104,8 @@ def test_exported_runs_of_another_alpha_are_not_done_and_are_refused_naming_the_
 
 def test_a_stale_export_of_a_cell_not_selected_blocks_neither_a_priority_nor_a_cell_selection(tmp_path, capsys):
     """A run of another alpha exported under cell P1 is refused when P1 is selected, and ignored when only P2 is,
-    whether by priority or as ``<preset>/<cell>``. Bug caught: harness/campaign.py:plan — ``if stale is not None
-    and selected(cell, only):`` → ``if stale is not None:`` (P1's stale run stops a campaign of P2)."""
+    whether by priority or as ``<preset>/<cell>``. Bug caught: harness/campaign/planning.py:_listings — ``if stale is
+    not None and selected(cell, only):`` → ``if stale is not None:`` (P1's stale run stops a campaign of P2)."""
     first, second = cell(0.5), {**cell(alpha=0.3), "priority": "P2", "name": "tpo_alpha0.3"}
     fake_run(tmp_path / "results" / "runs" / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2, layout="results")
     queue = write_queue(tmp_path, first, second)
@@ -116,7 +118,8 @@ def test_a_stale_export_of_a_cell_not_selected_blocks_neither_a_priority_nor_a_c
 
 def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_it_aside(tmp_path, capsys):
     """A finished work-folder run of another alpha is refused, never exported; --replace moves it aside, not deleted.
-    Bug caught: harness/campaign.py:finished — `status in DONE and not work_mismatch(job, work)` → `status in DONE`."""
+    Bug caught: harness/campaign/records.py:finished — `status in DONE and not work_mismatch(job, work)` →
+    `status in DONE`."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell(0.1)["overrides"], 2)
     new = job(cell(0.5))
@@ -138,8 +141,8 @@ def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_
 def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_one(tmp_path, capsys):
     """steps 40 → 80 with the 40-step run finished in the work folder and exported: refused naming trainer.steps
     (the old code re-exported the 40-step run at every invocation and never ran the 80-step one).
-    Bug caught: harness/campaign.py:exported — `if record["steps"] >= steps:` → `if True:` (the 40-step run counts
-    as done for the 80-step cell)."""
+    Bug caught: harness/campaign/exports.py:CellRuns.count — `if record["steps"] >= steps:` → `if True:` (the 40-step
+    run counts as done for the 80-step cell)."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell(steps=40)["overrides"], 2)
     campaign.export(job(cell(steps=40)), work, results)
@@ -163,8 +166,8 @@ def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_on
 def test_a_longer_cell_runs_again_end_to_end(tmp_path):
     """Real runs: 4 steps, then the queue's cell at 8: refused, then --replace runs the 8-step run and exports it;
     ``--work``/``--results`` relative to the caller's folder, as the runs see them too. Bug caught:
-    harness/campaign.py:main — the ``.resolve()`` of ``args.work`` dropped (the runs, started in the repository
-    root, write elsewhere: FAILED, no summary). Also: harness/campaign.py:replace_stale —
+    harness/campaign/cli.py:main — the ``.resolve()`` of ``args.work`` dropped (the runs, started in the repository
+    root, write elsewhere: FAILED, no summary). Also: harness/campaign/records.py:replace_stale —
     `shutil.move(str(folder), str(destination))` → `shutil.copytree(...)` (the 4-step run stays in the work folder:
     the replacing campaign is refused again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
@@ -195,7 +198,7 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
 
 def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monkeypatch, capsys):
     """A report that fails is named in one line with its last error line, and the campaign's exit code counts it.
-    Bug caught: harness/campaign.py:run — after exporting a run finished earlier,
+    Bug caught: harness/campaign/runner.py:run — after exporting a run finished earlier,
     `failed += len(report(job.preset, results) or ())` → `report(job.preset, results)`."""
     real_run = subprocess.run
 
@@ -205,7 +208,7 @@ def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monk
                                                stderr="Traceback (most recent call last):\nEOFError: truncated\n")
         return real_run(command, **kwargs)
 
-    monkeypatch.setattr(campaign.subprocess, "run", failing)
+    monkeypatch.setattr(campaign_reports.subprocess, "run", failing)
     assert campaign.report(PRESET, tmp_path / "results") == [PRESET]
     line = capsys.readouterr().out.strip()
     assert "REPORT FAILED fig3_tabular_multi" in line and "EOFError: truncated" in line and "\n" not in line
@@ -221,7 +224,7 @@ def test_a_failed_report_is_named_and_the_campaign_exits_non_zero(tmp_path, monk
 
 def test_export_temporaries_left_by_a_kill_are_removed_at_start_and_nothing_else(tmp_path, capsys):
     """At its start a campaign removes the export temporaries a kill left (EXPORT_TMP names only), nothing else.
-    Bug caught: harness/campaign.py:EXPORT_TMP — the exact `^seeds...tmp$` pattern → `re.compile(r".*[.]tmp$")`
+    Bug caught: harness/campaign/exports.py:EXPORT_TMP — the exact `^seeds...tmp$` pattern → `re.compile(r".*[.]tmp$")`
     (notes.tmp goes)."""
     cell_dir = tmp_path / "results" / "runs" / PRESET / "tpo"
     leftovers = [cell_dir / name for name in ("seeds0-1.tmp", "seeds2.123-abcdef12.tmp", "seeds4-5.9-0a1b2c3d.old.tmp")]
@@ -246,7 +249,7 @@ def cell_lock(folder: Path, preset: str = PRESET, name: str = "tpo") -> Path:
 
 def test_a_second_campaign_on_the_same_cells_refuses_and_a_dead_ones_lock_is_taken_over(tmp_path):
     """A live campaign's lock on a cell, in either folder, refuses a second campaign of that cell in one line naming
-    it; a dead one's lock is taken over. Bug caught: harness/campaign.py:campaign_lock — ``for folder in (work,
+    it; a dead one's lock is taken over. Bug caught: harness/campaign/locks.py:campaign_lock — ``for folder in (work,
     results)`` → ``for folder in (work,)``."""
     queue = write_queue(tmp_path, cell(seeds=1))
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -275,10 +278,10 @@ def test_campaigns_of_other_cells_share_the_folders_and_each_cleans_only_its_own
     """While a live campaign holds cell P1's locks in both folders, a campaign of P2 (selected by its priority or as
     ``<preset>/<cell>``) in the same folders exports its finished run and regenerates its report; it removes the
     export temporaries of its own cell, not of P1's (whose export may be under way), and leaves P1's locks alone.
-    Without --only the queue's P1 cell is refused. Bug caught: harness/campaign.py:main — ``queue_cells(queue,
-    only)`` → ``queue_cells(queue)`` (a whole-queue lock refuses P2), harness/campaign.py:clean_exports globbing
-    every cell (P1's temporary removed), or harness/campaign.py:selected without its ``<preset>/<cell>`` clause
-    (nothing exported)."""
+    Without --only the queue's P1 cell is refused. Bug caught: harness/campaign/cli.py:_locked_campaign —
+    ``queue_cells(queue, only)`` → ``queue_cells(queue)`` (a whole-queue lock refuses P2),
+    harness/campaign/exports.py:clean_exports globbing every cell (P1's temporary removed), or
+    harness/campaign/queue.py:selected without its ``<preset>/<cell>`` clause (nothing exported)."""
     first, second = cell(), {**cell(alpha=0.3), "priority": "P2", "name": "tpo_alpha0.3"}
     queue = write_queue(tmp_path, first, second)
     work, results = tmp_path / "work", tmp_path / "results"
@@ -307,8 +310,8 @@ def test_a_report_is_written_holding_the_results_lock_that_campaigns_sharing_res
                                                                                               monkeypatch):
     """Campaigns of different cells share ``results``, and one's new runs may regenerate a report folder another's
     regenerates too (shared runs): the report subprocess runs while ``results.lock`` is held, so a second taker
-    would wait; it is released after. Bug caught: harness/campaign.py:report — its ``with results_lock(results):``
-    dropped."""
+    would wait; it is released after. Bug caught: harness/campaign/reports.py:report — its
+    ``with results_lock(results):`` dropped."""
     import fcntl
 
     real_run, held = subprocess.run, []
@@ -325,7 +328,7 @@ def test_a_report_is_written_holding_the_results_lock_that_campaigns_sharing_res
             return subprocess.CompletedProcess(command, 0, stdout=None, stderr="")
         return real_run(command, **kwargs)
 
-    monkeypatch.setattr(campaign.subprocess, "run", check_lock)
+    monkeypatch.setattr(campaign_reports.subprocess, "run", check_lock)
     lock.parent.mkdir(parents=True)
     lock.touch()
     assert campaign.report(PRESET, tmp_path / "results") == []
@@ -338,7 +341,7 @@ def test_the_results_lock_waits_for_another_process_saying_so_and_nests_in_one_p
     """A child process holds the results lock; taking it here says once which process it waits for (the holder's
     pid, written in the lock file), then gets it when the child lets go. Taken again inside, in the same process,
     it does not wait on itself (an export inside a report's hold would hang otherwise). Bug caught:
-    harness/campaign.py:results_lock — the ``_HELD`` re-entry branch dropped (the nested take blocks: the thread
+    harness/campaign/locks.py:results_lock — the ``_HELD`` re-entry branch dropped (the nested take blocks: the thread
     is still alive after 20 s)."""
     import threading
 
@@ -354,7 +357,7 @@ def test_the_results_lock_waits_for_another_process_saying_so_and_nests_in_one_p
 
     try:
         assert child.stdout.readline().strip() == "held"
-        monkeypatch.setattr(campaign, "print", noted, raising=False)
+        monkeypatch.setattr(campaign_locks, "print", noted, raising=False)
         done = threading.Event()
 
         def take_twice():
@@ -375,7 +378,7 @@ def test_the_results_lock_waits_for_another_process_saying_so_and_nests_in_one_p
 def test_a_live_campaign_of_an_earlier_version_holding_a_whole_folder_refuses(tmp_path):
     """Campaigns before per-cell locks held ``<folder>/.campaign.lock`` and knew nothing of cells: while one lives,
     a campaign refuses in one line rather than clean or export beside it; a dead one's lock is ignored. Bug caught:
-    harness/campaign.py:campaign_lock — its ``OLD_LOCK`` check dropped (the campaign runs and exits 0)."""
+    harness/campaign/locks.py:_refuse_old_lock — its ``OLD_LOCK`` check dropped (the campaign runs and exits 0)."""
     queue = write_queue(tmp_path, cell(seeds=1))
     (tmp_path / "results").mkdir()
     old = tmp_path / "results" / campaign.OLD_LOCK
@@ -420,7 +423,7 @@ def _export_many(work: str, results: str, count: int) -> None:
 
 def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial_folder(tmp_path):
     """Three processes exporting the same run at once all succeed and leave exactly one complete folder.
-    Bug caught: harness/campaign.py:export — the per-call temporary `f"{target.name}.{stamp}{suffix}.tmp"` →
+    Bug caught: harness/campaign/exports.py:_export — the per-call temporary `f"{target.name}.{stamp}{suffix}.tmp"` →
     `f"{target.name}{suffix}.tmp"` (concurrent exporters collide on one temporary folder)."""
     work, results = tmp_path / "work", tmp_path / "results"
     fake_run(work / PRESET / "tpo" / "seeds0-1", cell()["overrides"], 2)
@@ -442,7 +445,7 @@ def test_exports_of_the_same_run_at_the_same_time_never_fail_nor_leave_a_partial
 @pytest.mark.parametrize("only", ["p1", "P9", "P1,P2", f"{PRESET}/nope", "tpo"])
 def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only):
     """An --only name that is neither a priority of the queue (case-sensitive) nor one of its cells as
-    ``<preset>/<cell>`` is refused, listing the valid priorities. Bug caught: harness/campaign.py:check_only —
+    ``<preset>/<cell>`` is refused, listing the valid priorities. Bug caught: harness/campaign/queue.py:check_only —
     `{item.strip() for ...}` → `{item.strip().upper() for ...}` (p1 accepted as P1)."""
     queue = write_queue(tmp_path, cell())
     with pytest.raises(SystemExit, match=r"^Error: --only .* is neither a priority nor a cell \(<preset>/<cell>\) of "
@@ -452,7 +455,7 @@ def test_an_unknown_only_priority_is_refused_with_the_valid_ones(tmp_path, only)
 
 def test_an_override_that_does_not_compose_is_refused_naming_the_cell(tmp_path):
     """A cell whose overrides do not compose is refused before anything runs, in one line naming the cell and the key.
-    Bug caught: harness/campaign.py:_one_line — the joined lines → `text = str(error) or type(error).__name__`
+    Bug caught: harness/campaign/text.py:one_line — the joined lines → `text = str(error) or type(error).__name__`
     (Hydra's multi-line message)."""
     queue = write_queue(tmp_path, cell(), dict(cell(), name="typo", overrides=["algorithm=tpo", "task.alhpa=0.5"]))
     with pytest.raises(SystemExit) as error:
@@ -466,7 +469,7 @@ def test_an_override_that_does_not_compose_is_refused_naming_the_cell(tmp_path):
 
 def test_damaged_result_files_are_skipped_with_a_warning_naming_them(tmp_path, capsys):
     """Damaged summary.json and metrics.csv.gz files under results/runs are skipped, each named in one warning line.
-    Bug caught: harness/campaign.py:_metrics_problem — `except (OSError, EOFError, ValueError)` →
+    Bug caught: harness/campaign/exports.py:_read_metrics_problem — `except (OSError, EOFError, ValueError)` →
     `except (OSError, ValueError)` (a cut gzip's EOFError stops the plan)."""
     runs = tmp_path / "results" / "runs"
     empty = runs / PRESET / "tpo" / "seeds0-1"
@@ -496,7 +499,7 @@ def test_a_damaged_record_of_a_runs_configuration_is_skipped_with_a_warning_not_
     """An exported run whose identity.json is cut short (or, a run older than it, whose config.yaml is cut short
     and still parses, as fewer keys) is a damaged file, named in one warning and not counted; it is no run of
     another configuration (which blocks the whole queue until --replace). Bug caught:
-    harness/campaign.py:exported — the ``damaged_record`` check dropped."""
+    harness/campaign/exports.py:_damaged_export — the ``damaged_record`` check dropped."""
     runs = tmp_path / "results" / "runs" / PRESET / "tpo"
     cut = runs / "seeds0-1"
     fake_run(cut, cell()["overrides"], 2, layout="results")
@@ -516,8 +519,8 @@ def test_a_damaged_record_of_a_runs_configuration_is_skipped_with_a_warning_not_
 
 def test_a_value_the_run_would_refuse_is_refused_before_anything_runs_dry_run_too(tmp_path, capsys):
     """A cell whose overrides compose but hold a value its task refuses (``task.alpha=abc``) is named in one line
-    before any run starts, by --dry-run too; nothing is created. Bug caught: harness/campaign.py:campaign — the
-    ``cell_refusal`` check dropped (every job of the cell starts and fails, leaving empty work folders)."""
+    before any run starts, by --dry-run too; nothing is created. Bug caught: harness/campaign/cli.py:_refused_cells —
+    the ``cell_refusal`` check dropped (every job of the cell starts and fails, leaving empty work folders)."""
     queue = write_queue(tmp_path, dict(cell(), overrides=["algorithm=tpo", "task.alpha=abc", "trainer.steps=4"]))
     for extra in (("--dry-run",), ()):
         assert main(tmp_path, str(queue), *extra) == 2
@@ -529,8 +532,9 @@ def test_a_value_the_run_would_refuse_is_refused_before_anything_runs_dry_run_to
 
 def test_a_report_that_failed_is_regenerated_by_the_next_campaign(tmp_path, monkeypatch, capsys):
     """A failed report leaves its folder listed as out of date; the next campaign regenerates it before anything
-    else, and a success clears the list. Bug caught: harness/campaign.py:main — the ``retry_stale_reports`` call
-    dropped (the next campaign says 0 runs to go, exits 0, and the folder stays out of date)."""
+    else, and a success clears the list. Bug caught: harness/campaign/cli.py:_locked_campaign — the
+    ``retry_stale_reports`` call dropped (the next campaign says 0 runs to go, exits 0, and the folder stays out of
+    date)."""
     real_run, calls = subprocess.run, []
 
     def report_fails_once(command, **kwargs):
@@ -540,7 +544,7 @@ def test_a_report_that_failed_is_regenerated_by_the_next_campaign(tmp_path, monk
                                                stderr="OSError: [Errno 28] No space left on device\n")
         return real_run(command, **kwargs)
 
-    monkeypatch.setattr(campaign.subprocess, "run", report_fails_once)
+    monkeypatch.setattr(campaign_reports.subprocess, "run", report_fails_once)
     results = tmp_path / "results"
     assert campaign.report(PRESET, results) == [PRESET]
     assert json.loads((results / campaign.STALE_REPORTS).read_text()) == [PRESET]

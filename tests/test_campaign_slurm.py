@@ -21,6 +21,11 @@ import yaml
 
 from conftest import ROOT
 from harness import campaign, rundir
+from harness.cli import Refusal
+from harness.campaign import cli as campaign_cli
+from harness.campaign import reports as campaign_reports
+from harness.campaign import runner as campaign_runner
+from harness.campaign import slurm as campaign_slurm
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -146,9 +151,9 @@ def test_the_runner_polls_reattached_jobs_and_starts_only_the_others(tmp_path, m
 
     Bug caught: ``run`` without ``pending = [job for job in pending if job not in attached]`` (started twice)."""
     exported = []
-    monkeypatch.setattr(campaign, "export", lambda job, work, results: exported.append(job.cell))
-    monkeypatch.setattr(campaign, "report", lambda preset, results: [])
-    monkeypatch.setattr(campaign.time, "sleep", lambda _: None)
+    monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: exported.append(job.cell))
+    monkeypatch.setattr(campaign_reports, "report", lambda preset, results: [])
+    monkeypatch.setattr(campaign_runner.time, "sleep", lambda _: None)
     cells = [dict(CELLS[0], name=name) for name in ("a", "b", "c")]
     launcher = FakeLauncher(tmp_path / "work", {"b"})
     assert campaign.run(jobs_of(cells), 2, tmp_path / "work", tmp_path / "results", launcher=launcher) == 0
@@ -166,15 +171,15 @@ def test_a_freed_slot_is_refilled_while_the_reports_are_written_and_each_export_
     import threading
 
     events, third_started = [], threading.Event()
-    monkeypatch.setattr(campaign, "export", lambda job, work, results: events.append(("export", job.cell)))
+    monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: events.append(("export", job.cell)))
 
     def slow_report(preset, results):  # returns only once the last job has started
         assert third_started.wait(timeout=30), "the runner waited for a report before refilling its slot"
         events.append(("report", preset))
         return []
 
-    monkeypatch.setattr(campaign, "report", slow_report)
-    monkeypatch.setattr(campaign.time, "sleep", lambda _: None)
+    monkeypatch.setattr(campaign_reports, "report", slow_report)
+    monkeypatch.setattr(campaign_runner.time, "sleep", lambda _: None)
 
     class Recording(FakeLauncher):
         def start(self, job, slot):
@@ -190,7 +195,7 @@ def test_a_freed_slot_is_refilled_while_the_reports_are_written_and_each_export_
         ("start", "a"), ("start", "b"), ("export", "a"), ("start", "c"), ("export", "b"), ("export", "c")]
     reports = [index for index, event in enumerate(events) if event[0] == "report"]
     assert reports and max(reports) > events.index(("export", "c"))  # the last export reported before returning
-    assert campaign._note_stale_reports(tmp_path / "results") == ["fig2_tabular_single"]  # (the fake left it)
+    assert campaign_reports.note_stale_reports(tmp_path / "results") == ["fig2_tabular_single"]  # (the fake left it)
 
 
 def test_a_claimed_run_folder_is_refused_in_one_line_and_not_submitted(tmp_path, monkeypatch, capsys):
@@ -227,7 +232,7 @@ def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattache
     import submitit
 
     monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
-    monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {"21": "RUNNING"})
+    monkeypatch.setattr(campaign_slurm, "slurm_active_jobs", lambda: {"21": "RUNNING"})
     cells = [dict(CELLS[0], name="slow", cost=12.0),  # 12 s × 150: 0.5 h a seed
              dict(CELLS[1], mem_gb=8, gpus=1, overrides=[*CELLS[1]["overrides"], "device=cuda"])]
     attached = jobs_of(cells, chunk=1)[2]
@@ -265,6 +270,13 @@ def start_runner(cluster, tmp_path: Path, queue: Path, name: str, *args: str) ->
                                 cwd=tmp_path, env=env, stdout=stdout, stderr=subprocess.STDOUT), output
 
 
+def submitted_job(work: Path) -> str | None:
+    """The SLURM job id of the first record under ``work`` that has one (a record holds only its submission's mark
+    until sbatch answers)."""
+    return next((record["job_id"] for path in work.rglob("*.slurm.json")
+                 if "job_id" in (record := json.loads(path.read_text()))), None)
+
+
 def wait_for(condition, process: subprocess.Popen, output: Path, what: str, timeout: float = 120):
     deadline = time.monotonic() + timeout
     while not (found := condition()):
@@ -297,8 +309,7 @@ def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the
     try:  # the node drained: the first job waits, pending, however fast or loaded the machine
         first, output = runner("slurm", *slurm_args)
         work = tmp_path / "slurm" / "work"
-        recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), first, output, "submission")
-        job_id = json.loads(recorded[0].read_text())["job_id"]
+        job_id = wait_for(lambda: submitted_job(work), first, output, "submission")
         first.send_signal(stop)
         assert first.wait(timeout=60) == 130, output.read_text()
         left = [path for path in (tmp_path / "slurm").rglob("*.lock") if path.name != "results.lock"]  # (flock's)
@@ -336,8 +347,8 @@ def test_a_gpu_cell_batches_its_seeds_in_one_job_waits_for_a_cluster_here_and_as
     import submitit
 
     monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
-    monkeypatch.setattr(campaign, "slurm_active_jobs", lambda: {})
-    monkeypatch.setattr(campaign, "_cuda_here", lambda: False)
+    monkeypatch.setattr(campaign_slurm, "slurm_active_jobs", lambda: {})
+    monkeypatch.setattr(campaign_cli, "_cuda_here", lambda: False)
     gpu = dict({key: value for key, value in CELLS[1].items() if key != "time_min"}, name="gpu", seeds=6, chunk=6,
                gpus=1, gpu_hours=1.5, overrides=[*CELLS[1]["overrides"], "device=cuda"])
     path = write_queue(tmp_path, [CELLS[0], gpu], chunk=2)
@@ -385,8 +396,7 @@ def test_a_job_cut_short_is_checkpointed_requeued_and_finished_in_one_invocation
     slurm, output = runner("slurm", "--launcher", "slurm", "--partition", slurm_cluster.partition)
     work = tmp_path / "slurm" / "work"
     if interruption == "preemption":
-        recorded = wait_for(lambda: list(work.rglob("*.slurm.json")), slurm, output, "submission")
-        job_id = json.loads(recorded[0].read_text())["job_id"]
+        job_id = wait_for(lambda: submitted_job(work), slurm, output, "submission")
         wait_for(lambda: (work / "fig1b_sparse" / "long" / "seeds0" / "metrics.csv").exists(), slurm, output,
                  "training")
         slurm_cluster.run("scancel", "--signal=USR2", job_id)
@@ -657,17 +667,73 @@ def test_jobs_run_the_nodes_interpreter_and_a_node_without_the_checkout_fails_in
     assert executor._submitit_command_str.startswith("/opt/node/bin/python3 -u -m submitit.core._submit ")
 
     def setup(root: Path) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(campaign, "ROOT", root)
+        monkeypatch.setattr(campaign_slurm, "ROOT", root)
         return subprocess.run(["bash", "-c", "\n".join([*campaign.slurm_setup(), "echo started"])],
                               capture_output=True, text=True, timeout=30)
 
     assert setup(ROOT).stdout == "started\n"
-    elsewhere = setup(tmp_path / "checkout")
+    checkout = tmp_path / 'a "check$HOME out'  # a quote and a $ in the path: said as they are
+    elsewhere = setup(checkout)
     said = elsewhere.stderr.strip()
     assert elsewhere.returncode == 1 and not elsewhere.stdout and "\n" not in said, elsewhere
-    assert said.startswith(f"{campaign.MARK} {tmp_path / 'checkout'} is not on "), said
+    assert said.startswith(f"{campaign.MARK} {checkout} is not on "), said
     log = tmp_path / "9_0_log.out"
     log.write_text(f"submitit INFO starting\n{said}\n")
     launcher.result_grace_s = 0.0
     ended = launcher.poll(campaign.SlurmRun("9", log, tmp_path / "9_result.pkl"), job)
     assert not ended.clean and ended.how == f"SLURM job 9 ended without a result ({said})"
+
+
+def test_a_group_of_more_jobs_than_an_array_holds_is_submitted_in_several_arrays(tmp_path, monkeypatch):
+    """Bug caught: ``start_all`` submitting a whole resources group in one call (SLURM refuses an array beyond its
+    MaxArraySize: every job of the group REJECTED)."""
+    monkeypatch.setattr(campaign_slurm, "MAX_ARRAY_TASKS", 2)
+    jobs = jobs_of([dict(CELLS[0], seeds=5)], chunk=1)
+    launcher = campaign.SlurmLauncher(tmp_path / "work", [CELLS[0]], active_jobs=lambda: {})
+    calls = []
+    monkeypatch.setattr(launcher, "submit", lambda resources, chunk: calls.append([j.name for j in chunk]) or [
+        campaign.SlurmRun(j.name, tmp_path / "log", tmp_path / "result") for j in chunk])
+    handles = launcher.start_all([(job, slot) for slot, job in enumerate(jobs)])
+    assert calls == [["seeds0", "seeds1"], ["seeds2", "seeds3"], ["seeds4"]]
+    assert [handle.job_id for handle in handles] == [job.name for job in jobs]
+
+
+def test_squeue_failing_with_a_submission_cut_short_is_one_line_not_a_traceback(tmp_path, capsys):
+    """A record holding only its submission's mark, and squeue not answering: the runner refuses to start in one
+    line (submitting could run the job twice); the dry run says the job's state is unknown.
+
+    Bug caught: ``attach`` calling ``found_by_mark`` outside its ``SlurmError`` guard."""
+    def squeue_down():
+        raise campaign.SlurmError("slurm_load_jobs error: Unable to contact slurm controller")
+
+    (job,) = jobs_of([CELLS[0]])
+    launcher = campaign.SlurmLauncher(tmp_path / "work", [CELLS[0]], active_jobs=lambda: {}, marked_jobs=squeue_down)
+    job.work_dir(launcher.work).mkdir(parents=True)
+    launcher.record_path(job).write_text(json.dumps({"mark": "tpo-bench:0a1b", "index": 0, "submitted": "now",
+                                                     "command": launcher.command(job)}))
+    with pytest.raises(Refusal, match="^Error: cannot tell which recorded SLURM jobs still run"):
+        launcher.attach([job])
+    assert "a submission cut short: whether squeue lists its job is unknown (slurm_load_jobs error" in (
+        launcher.describe(job))
+
+
+def test_a_stop_while_jobs_are_submitted_waits_for_their_records_though_the_reporter_thread_runs(tmp_path,
+                                                                                                monkeypatch):
+    """SIGTERM during a submission is held to its end, with the reporter's thread alive (a signal a thread's mask
+    blocks goes to another thread, and Python runs its handler in the main thread at once), then handled.
+
+    Bug caught: ``signals_held`` by a signal mask of the main thread only (the handler runs inside the block)."""
+    monkeypatch.setattr(campaign_reports, "report", lambda preset, results: [])
+    reporter = campaign_reports.Reporter(tmp_path)
+    seen: list[str] = []
+    previous = signal.signal(signal.SIGTERM, lambda *args: seen.append("handled"))
+    try:
+        with campaign_slurm.signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)
+            seen.append("block ended")
+        time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        reporter.finish()
+    assert seen == ["block ended", "handled"]

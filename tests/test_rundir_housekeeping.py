@@ -362,7 +362,7 @@ def test_a_schedulers_checkpoint_signal_saves_at_the_next_step_and_the_run_resum
 
 SECOND_STOP_IN_THE_CLOSING = """
 import os, runpy, signal, sys
-from harness.rundir import session
+from harness import session
 real = session.run_summary
 def summary_after_a_second_stop(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # the parent's death signal again, while the first stop is being closed

@@ -228,7 +228,7 @@ def test_the_candidates_cells_run_through_the_campaign_and_a_run_of_another_conf
     """Real runs: the baselines' cells, then the candidate's, land in results/runs/<preset>/<cell>/<label>/; a
     second call runs nothing; a candidate folder holding another configuration's run is refused (exit 2); a live
     campaign's lock on the candidate's cell refuses it, one on another cell does not. Bugs caught:
-    harness/campaign.py:report without its scorecard-preset skip (a report folder appears);
+    harness/campaign/reports.py:report without its scorecard-preset skip (a report folder appears);
     harness/scorecard.py:run_cells locking ``[]`` instead of its cells (no refusal)."""
     suite, args = one_cell_suite(tmp_path, "tpo")
     assert scorecard.run_cells(suite, [scorecard.Candidate("tpo")], args) == 0

@@ -112,7 +112,7 @@ def test_slurm_job_cancelled_mid_run_resumes_when_the_sweep_is_run_again(slurm_c
     sweep with trainer.resume=auto). That command resumes the job from its checkpoint to metrics byte-identical to
     an uninterrupted run.
 
-    Bug caught: harness/rundir/session.py not turning SIGTERM into an interruption (the job runs on, then is killed)."""
+    Bug caught: harness/session.py not turning SIGTERM into an interruption (the job runs on, then is killed)."""
     sweep_dir = tmp_path / "sweep"
     args = sweep_args(slurm_cluster, sweep_dir, *RESUMABLE)
     with running_sweep(slurm_cluster, args, tmp_path / "first.err") as sweep:

@@ -116,45 +116,21 @@ def prepare(report: Report, request: Request) -> Comparison:
     key = ALIAS.get(request.key, request.key)
     if key not in keys:
         raise CompareError(f"--compare {request.key}: not a key these runs vary; choose one of {', '.join(keys)}")
-    present = sorted({norm(value) for value in runs[key]} - {None},
-                     key=algorithm_rank if key == "algorithm" else _sort_key)
-    if len(present) < 2:
-        raise CompareError(f"--compare {request.key}: the runs have {len(present)} value of it "
-                           f"({', '.join(map(fmt_value, present))}); a comparison needs at least 2")
-    baseline = next((value for value in present
-                     if fmt_value(value) == request.baseline or value == norm(_number(request.baseline))), None)
-    if baseline is None:
-        raise CompareError(f"--baseline {request.baseline}: no runs with {key}={request.baseline}; present: "
-                           f"{', '.join(map(fmt_value, present))}")
-    task_keys = [k for k in keys if k != key and not (key == "algorithm" and k.startswith("algorithm."))]
-    rows = runs[[*task_keys, key]].map(norm)
-    groups: dict[tuple, list] = {}
-    for index, (*task, value) in zip(runs.index, rows.itertuples(index=False, name=None)):
-        if value is not None:
-            groups.setdefault((tuple(task), value), []).append(index)
-    unkeyed = int(rows[key].isna().sum())
-    if unkeyed:
-        warn(f"--compare {key}: {unkeyed} run(s) without {key} left out")
+    present = _present_values(runs, key, request.key)
+    baseline = _baseline_value(present, key, request.baseline)
+    task_keys = _task_keys(keys, key)
+    groups = _runs_by_task_and_value(runs, task_keys, key)
 
     values = [baseline, *(value for value in present if value != baseline)]
     tasks, cells, scores, dropped = [], {}, {}, []
-    for identity in sorted({task for task, _ in groups}, key=lambda task: [_sort_key(value) for value in task]):
+    for identity in _task_order(groups):
         task = dict(zip(task_keys, identity))
-        found = {}
-        for value in values:
-            if (identity, value) in groups:
-                full = {**task, key: value}
-                budget = report.budget(full["experiment"], task=full["task"])
-                found[value] = report.resolve_runs(runs.loc[groups[identity, value]], budget)
-        matrices = {value: report.matrix(resolved, "error") for value, resolved in found.items() if resolved.usable}
-        matrices = {value: matrix for value, matrix in matrices.items() if matrix.values.size}
+        found = _resolve_values(report, runs, groups, identity, task, key, values)
+        matrices = _usable_matrices(report, found)
         if baseline not in matrices:
             dropped.append(f"{task_text(task)} ({found[baseline].status if baseline in found else 'no runs'})")
             continue
-        for value, resolved in found.items():
-            if value not in matrices:
-                why = "; ".join([resolved.status, *resolved.flags]) if not resolved.usable else "no error logged"
-                warn(f"--compare {key}: {text(key, value)} in {task_text(task)}: {why}; left out")
+        _warn_left_out(key, task, found, matrices)
         index = len(tasks)
         tasks.append(task)
         cells.update({(index, value): resolved for value, resolved in found.items()})
@@ -165,6 +141,77 @@ def prepare(report: Report, request: Request) -> Comparison:
     if dropped:
         warn(f"--baseline {request.baseline}: no usable runs in {len(dropped)} task(s), left out: {'; '.join(dropped)}")
     return Comparison(key, values, tasks, cells, scores, request.windows, report.resamples, report.seed)
+
+
+def _present_values(runs: pd.DataFrame, key: str, asked: str) -> list:
+    """The values of ``key`` the runs hold, in display order (algorithms the paper's); ``CompareError`` for fewer
+    than two (``asked``: the key as given)."""
+    present = sorted({norm(value) for value in runs[key]} - {None},
+                     key=algorithm_rank if key == "algorithm" else _sort_key)
+    if len(present) < 2:
+        raise CompareError(f"--compare {asked}: the runs have {len(present)} value of it "
+                           f"({', '.join(map(fmt_value, present))}); a comparison needs at least 2")
+    return present
+
+
+def _baseline_value(present: list, key: str, baseline: str):
+    """The value of ``present`` that ``--baseline`` names, as shown or as a number; ``CompareError`` for none."""
+    found = next((value for value in present if fmt_value(value) == baseline or value == norm(_number(baseline))),
+                 None)
+    if found is None:
+        raise CompareError(f"--baseline {baseline}: no runs with {key}={baseline}; present: "
+                           f"{', '.join(map(fmt_value, present))}")
+    return found
+
+
+def _task_keys(keys: list[str], key: str) -> list[str]:
+    """The identity keys that tell tasks apart: all but ``key`` (comparing ``algorithm``, the algorithm.* keys are
+    the algorithms' own and do not split tasks)."""
+    return [k for k in keys if k != key and not (key == "algorithm" and k.startswith("algorithm."))]
+
+
+def _runs_by_task_and_value(runs: pd.DataFrame, task_keys: list[str], key: str) -> dict[tuple, list]:
+    """Run indexes by (task identity, value of ``key``); runs without a value are left out, with a warning."""
+    rows = runs[[*task_keys, key]].map(norm)
+    groups: dict[tuple, list] = {}
+    for index, (*task, value) in zip(runs.index, rows.itertuples(index=False, name=None)):
+        if value is not None:
+            groups.setdefault((tuple(task), value), []).append(index)
+    unkeyed = int(rows[key].isna().sum())
+    if unkeyed:
+        warn(f"--compare {key}: {unkeyed} run(s) without {key} left out")
+    return groups
+
+
+def _task_order(groups: dict[tuple, list]) -> list[tuple]:
+    """The task identities of ``groups``, sorted key by key (``_sort_key``)."""
+    return sorted({task for task, _ in groups}, key=lambda task: [_sort_key(value) for value in task])
+
+
+def _resolve_values(report: Report, runs: pd.DataFrame, groups: dict[tuple, list], identity: tuple, task: dict,
+                    key: str, values: list) -> dict[object, Resolved]:
+    """The cell of each value with runs in the task ``identity``, resolved as a table's (``Report.resolve_runs``)."""
+    found = {}
+    for value in values:
+        if (identity, value) in groups:
+            full = {**task, key: value}
+            budget = report.budget(full["experiment"], task=full["task"])
+            found[value] = report.resolve_runs(runs.loc[groups[identity, value]], budget)
+    return found
+
+
+def _usable_matrices(report: Report, found: dict[object, Resolved]) -> dict[object, stats.SeedMatrix]:
+    """The error matrix of each usable cell that logs any."""
+    matrices = {value: report.matrix(resolved, "error") for value, resolved in found.items() if resolved.usable}
+    return {value: matrix for value, matrix in matrices.items() if matrix.values.size}
+
+
+def _warn_left_out(key: str, task: dict, found: dict[object, Resolved], matrices: dict) -> None:
+    """One warning per value of a kept task that has runs there but no score: why it is left out."""
+    for value, resolved in found.items():
+        if value not in matrices:
+            why = "; ".join([resolved.status, *resolved.flags]) if not resolved.usable else "no error logged"
+            warn(f"--compare {key}: {text(key, value)} in {task_text(task)}: {why}; left out")
 
 
 # ---- per task ----------------------------------------------------------------------------------------------------

@@ -104,25 +104,18 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
     zero-variance groups) adds the locked seeds."""
     errors = np.asarray(errors, dtype=float)
     steps = np.asarray(steps)
-    index = {int(step): i for i, step in enumerate(steps)}
     below_half = [_first_step(row < half, steps) for row in errors]
-    late = errors[:, steps >= steps[len(steps) // 2]]
-    late_mean = [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
-    run_mean = [float(row.mean()) if np.isfinite(row).all() else None for row in errors]  # None: it diverged
+    late_mean = _late_means(errors, steps)
+    run_mean = _run_means(errors)
     events = [relapse_events(steps, row, solved, relapse) for row in errors]
     post_solve = [_post_solve_share(row, solved, relapse) for row in errors]
     relapsed = [seed["relapses"] > 0 for seed in events]
     n_solved = sum(seed["solved"] > 0 for seed in events)
-    reached = [step for step in below_half if step is not None]
-    locks = {}
-    if zero_var is not None:
-        locked = _locked_seeds(errors, zero_var, relapse)
-        locks = {"locked_per_seed": locked, "locked": int(sum(bool(seed) for seed in locked))}
     return {
         "seeds": int(errors.shape[0]),
-        "mean_at": {str(e): float(np.nanmean(errors[:, index[e]])) for e in episodes if e in index},
+        "mean_at": _means_at(errors, steps, episodes),
         "first_below_half": below_half,
-        "median_first_below_half": float(np.median(reached)) if reached else None,
+        "median_first_below_half": _median_step(below_half),
         "never_below_half": int(sum(step is None for step in below_half)),
         "solved": n_solved,
         "relapsed": int(sum(relapsed)),
@@ -132,9 +125,40 @@ def seed_dynamics(errors: np.ndarray, steps: np.ndarray, episodes=EPISODES, solv
         "run_mean_per_seed": run_mean,  # the area under the seed's curve over its logged episodes
         "stuck_late": int(sum(mean is None or mean > half for mean in late_mean)),  # diverged before it: stuck
         "post_solve_relapse_share_per_seed": post_solve,  # None: never solved
-        **locks,
+        **_locks(errors, zero_var, relapse),
         "thresholds": {"solved": solved, "relapse": relapse, "half": half},
     }
+
+
+def _means_at(errors: np.ndarray, steps: np.ndarray, episodes) -> dict[str, float]:
+    """The seed-mean error at each of ``episodes`` that was logged."""
+    index = {int(step): i for i, step in enumerate(steps)}
+    return {str(e): float(np.nanmean(errors[:, index[e]])) for e in episodes if e in index}
+
+
+def _late_means(errors: np.ndarray, steps: np.ndarray) -> list[float | None]:
+    """Per seed, its mean error over the second half of the steps (its finite part); None where it has none."""
+    late = errors[:, steps >= steps[len(steps) // 2]]
+    return [float(row[np.isfinite(row)].mean()) if np.isfinite(row).any() else None for row in late]
+
+
+def _run_means(errors: np.ndarray) -> list[float | None]:
+    """Per seed, its mean error over every logged episode; None where it diverged."""
+    return [float(row.mean()) if np.isfinite(row).all() else None for row in errors]
+
+
+def _median_step(steps: list[int | None]) -> float | None:
+    """The median of the steps that are there (None: never), or None without any."""
+    reached = [step for step in steps if step is not None]
+    return float(np.median(reached)) if reached else None
+
+
+def _locks(errors: np.ndarray, zero_var: np.ndarray | None, relapse: float) -> dict:
+    """The locked seeds, per seed and counted (nothing without ``zero_var``)."""
+    if zero_var is None:
+        return {}
+    locked = _locked_seeds(errors, zero_var, relapse)
+    return {"locked_per_seed": locked, "locked": int(sum(bool(seed) for seed in locked))}
 
 
 def _first_step(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -188,29 +212,39 @@ def seed_dynamics_markdown(ours: dict[str, dict], paper: dict[str, dict]) -> str
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for algorithm in [*ours, *(name for name in paper if name not in ours)]:
         for source, table in (("ours", ours), ("paper", paper)):
-            if algorithm not in table:
-                continue
-            d = table[algorithm]
-            mean = [f"{100 * d['mean_at'][str(e)]:.1f}" if str(e) in d["mean_at"] else "–" for e in EPISODES]
-            median = "–" if d["median_first_below_half"] is None else f"{d['median_first_below_half']:.0f}"
-            stuck = f"{d['stuck_late']}/{d['seeds']}"
-            shares = [v for v in d["post_solve_relapse_share_per_seed"] if v is not None]
-            share = f"{100 * np.median(shares):.1f}%" if shares else "–"
-            locked = f"{d['locked']}/{d['seeds']}" if "locked" in d else "–"  # the paper's data has no zero-var
-            lines.append("| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median,
-                                            str(d["never_below_half"]), f"{d['solved']}/{d['seeds']}",
-                                            f"{d['relapsed']}/{d['solved']}", stuck, share, locked]) + " |")
+            if algorithm in table:
+                lines.append(_dynamics_row(algorithm, source, table[algorithm]))
+    return "\n".join(lines + _tests_lines(ours, paper))
+
+
+def _dynamics_row(algorithm: str, source: str, d: dict) -> str:
+    """One row of ``seed_dynamics_markdown``'s table: one source's seeds of one algorithm (``seed_dynamics``)."""
+    mean = [f"{100 * d['mean_at'][str(e)]:.1f}" if str(e) in d["mean_at"] else "–" for e in EPISODES]
+    median = "–" if d["median_first_below_half"] is None else f"{d['median_first_below_half']:.0f}"
+    stuck = f"{d['stuck_late']}/{d['seeds']}"
+    shares = [v for v in d["post_solve_relapse_share_per_seed"] if v is not None]
+    share = f"{100 * np.median(shares):.1f}%" if shares else "–"
+    locked = f"{d['locked']}/{d['seeds']}" if "locked" in d else "–"  # the paper's data has no zero-var
+    return "| " + " | ".join([algorithm, source, str(d["seeds"]), *mean, median, str(d["never_below_half"]),
+                              f"{d['solved']}/{d['seeds']}", f"{d['relapsed']}/{d['solved']}", stuck, share,
+                              locked]) + " |"
+
+
+def _tests_lines(ours: dict[str, dict], paper: dict[str, dict]) -> list[str]:
+    """The p-values of ``distribution_tests`` for each algorithm with seeds on both sides, under a blank line (none
+    without such an algorithm)."""
     both = [name for name in ours if name in paper and ours[name]["seeds"] and paper[name]["seeds"]]
     compared = {algorithm: distribution_tests(ours[algorithm], paper[algorithm]) for algorithm in both}
-    if compared:
-        names = list(next(iter(compared.values())))
-        lines += ["", "Ours against the paper's seeds, two-sided p (Mann–Whitney U; Fisher's exact test for seeds "
-                  "solved and stuck; uncorrected for the seven tests; late phase = the second half of the episodes; "
-                  "post-solve share = each solved seed's share of episodes above 20% from its first solve on):", "",
-                  "| algorithm | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
-        for algorithm, p in compared.items():
-            lines.append(f"| {algorithm} | " + " | ".join("–" if p[n] is None else f"{p[n]:.2g}" for n in names) + " |")
-    return "\n".join(lines)
+    if not compared:
+        return []
+    names = list(next(iter(compared.values())))
+    lines = ["", "Ours against the paper's seeds, two-sided p (Mann–Whitney U; Fisher's exact test for seeds "
+             "solved and stuck; uncorrected for the seven tests; late phase = the second half of the episodes; "
+             "post-solve share = each solved seed's share of episodes above 20% from its first solve on):", "",
+             "| algorithm | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    for algorithm, p in compared.items():
+        lines.append(f"| {algorithm} | " + " | ".join("–" if p[n] is None else f"{p[n]:.2g}" for n in names) + " |")
+    return lines
 
 
 # Relapse onsets and optimizer drift

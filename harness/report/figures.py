@@ -523,6 +523,20 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
     unit = "/".join(dict.fromkeys(drawer.units)) or "step"  # Fig 1: MNIST steps beside token episodes
     hidden = {*drawer.missing_panels, *(title for title, _ in drawer.empty_panels)}
     kinds = {panel.kind for panel in figure.panels if (panel.title or panel.preset) not in hidden}
+    size = ", ".join(p for p in (_count_text(seeds, "seed"), _count_text(steps, unit)) if p)
+    what = "; ".join(_what_is_shown(kinds, unit))
+    first = f"**{drawer.title(figure)}.** {what[:1].upper() + what[1:]} ({size} per line)."
+    band = _bands_and_bars(kinds, unit, drawer)
+    second = "; ".join(band) + "." if band else ""
+    if band:
+        second = second[0].upper() + second[1:]
+    if figure.caption:
+        second = f"{second} {figure.caption}".strip()
+    return [first, second + _caption_notes(drawer)]
+
+
+def _what_is_shown(kinds: set[str], unit: str) -> list[str]:
+    """What the drawn panels' kinds show, for the caption's first line."""
     shown = []
     if "curves" in kinds:
         shown.append(f"lines: seed mean per {unit}")
@@ -532,9 +546,11 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
         shown.append(f"{'bars' if 'bars' in kinds else 'points'}: seed mean at the last {unit}")
     if "mechanism" in kinds:
         shown.append("bars: seed-mean surplus at step 2,000")
-    size = ", ".join(p for p in (_count_text(seeds, "seed"), _count_text(steps, unit)) if p)
-    what = "; ".join(shown)
-    first = f"**{drawer.title(figure)}.** {what[:1].upper() + what[1:]} ({size} per line)."
+    return shown
+
+
+def _bands_and_bars(kinds: set[str], unit: str, drawer: Drawer) -> list[str]:
+    """What the shaded bands and the error bars of the drawn panels' kinds are."""
     band = []
     if "curves" in kinds:
         band.append(f"Shaded bands: 95% percentile bootstrap interval of the seed mean over seeds at each {unit} "
@@ -542,30 +558,32 @@ def human_caption(figure: Figure, drawer: Drawer, runs: pd.DataFrame) -> list[st
     if kinds & {"final", "bars", "mechanism"}:
         band.append(f"error bars: the tables' 95% percentile bootstrap interval over seeds "
                     f"({drawer.report.resamples:,} resamples)")
-    second = "; ".join(band) + "." if band else ""
-    if band:
-        second = second[0].upper() + second[1:]
-    if figure.caption:
-        second = f"{second} {figure.caption}".strip()
+    return band
+
+
+def _caption_notes(drawer: Drawer) -> str:
+    """The caption's sentences on what the figure leaves out, and why (axis limits, panels and lines without runs or
+    with runs in conflict), and on what † marks; each starts with a space."""
+    text = ""
     if drawer.cut:
-        second += f" Axis limits: {'; '.join(drawer.cut)}."
+        text += f" Axis limits: {'; '.join(drawer.cut)}."
     if drawer.empty_panels:
-        second += (" Not drawn, their runs log nothing to draw: "
-                   + "; ".join(f"{title} (no {reads})" for title, reads in drawer.empty_panels) + ".")
+        text += (" Not drawn, their runs log nothing to draw: "
+                 + "; ".join(f"{title} (no {reads})" for title, reads in drawer.empty_panels) + ".")
     unrun = [title for title in drawer.missing_panels if title not in drawer.conflict_panels]
     if unrun:
-        second += f" Not drawn, no runs yet: {'; '.join(unrun)} (commands in the README)."
+        text += f" Not drawn, no runs yet: {'; '.join(unrun)} (commands in the README)."
     lines_unrun = [line for panel, line in drawer.unrun if panel not in drawer.missing_panels]
     if lines_unrun:
-        second += (f" Lines without runs yet: {', '.join(dict.fromkeys(lines_unrun))} (the provenance lists each "
-                   "as missing; commands in the README).")
+        text += (f" Lines without runs yet: {', '.join(dict.fromkeys(lines_unrun))} (the provenance lists each "
+                 "as missing; commands in the README).")
     if drawer.conflicts:
-        second += (" Not drawn, runs in conflict: "
-                   + "; ".join(conflict_note(line, flag, resolved.run_dirs)
-                               for (line, flag), resolved in drawer.conflicts.items()) + ".")
+        text += (" Not drawn, runs in conflict: "
+                 + "; ".join(conflict_note(line, flag, resolved.run_dirs)
+                             for (line, flag), resolved in drawer.conflicts.items()) + ".")
     if drawer.partial:
-        second += " † marks a partial line: fewer seeds or steps than its preset asks for."
-    return [first, second]
+        text += " † marks a partial line: fewer seeds or steps than its preset asks for."
+    return text
 
 
 def conflict_note(where: str, flag: str, run_dirs: Iterable[str]) -> str:

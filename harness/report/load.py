@@ -24,20 +24,11 @@ import yaml
 
 from algorithms.registry import neutral_hyperparameters
 from harness import cli
+from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
-from harness.rundir import NEUTRAL_DEFAULTS
 from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
-# Keys that never distinguish results (where and how a run ran; threads, cpu_matmul, flush_denormal and the token
-# task's dedup and seed_chunk move only float rounding: flushing sets values below 1.2e-38 to zero, runs recorded
-# before the key existed did not flush, dedup trains each distinct answer once with its multiplicity, seed_chunk
-# computes the same seeds' gradients together or apart); budget keys are checked, not matched.
-IGNORED = ("logger", "device", "threads", "cpu_matmul", "flush_denormal", "trainer.resume", "trainer.overwrite",
-           "trainer.progress", "trainer.checkpoint_every", "task.checkpoint_every", "task.data_dir", "task.source",
-           "task.steps_to", "task.dedup", "task.seed_chunk", "experiment_name", "trainer.solved_below",
-           "trainer.relapse_above")
-BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
 ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
 Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name
 
@@ -80,7 +71,8 @@ def _config_path(run_dir: Path) -> Path | None:
 
 def read_config(run_dir: Path) -> dict:
     """The run's resolved config, flattened to dotted keys ({} when the run directory has none); a key added after
-    the run was recorded reads as its neutral default (``rundir.NEUTRAL_DEFAULTS``) wherever its section exists."""
+    the run was recorded reads as its neutral default (``harness.identity.NEUTRAL_DEFAULTS``) wherever its section
+    exists."""
     path = _config_path(run_dir)
     if path is None:
         return {}
@@ -274,32 +266,52 @@ def cross_check(record: dict, frame: pd.DataFrame, cut: bool = False) -> str | N
     last = record["last_step"]
     if not rows_seeds and (last is not None or record["status"] in ("completed", "diverged")):
         problems.append("no rows")  # (a run interrupted before its first logged step has none, and says so)
-    if claimed and claimed - rows_seeds and rows_seeds:
-        problems.append(f"no rows for seed(s) {_ranges(claimed - rows_seeds)} of the summary's")
-    if claimed and rows_seeds - claimed:
-        problems.append(f"rows for seed(s) {_ranges(rows_seeds - claimed)} the summary does not list")
+    problems += _seed_problems(rows_seeds, claimed)
     if rows_seeds:
-        reached, furthest = int(last_per_seed.min()), int(last_per_seed.max())
-        if last is not None and reached < int(last):
-            short = last_per_seed.index[last_per_seed < int(last)].tolist()
-            problems.append(f"rows stop at step {reached} (seed(s) {_ranges(short)}) but the summary's last step is "
-                            f"{int(last)}")
-        elif furthest > reached:
-            problems.append(f"seeds stop at different steps ({reached} to {furthest})")
-        if last is not None and furthest > int(last) and record["status"] in ("completed", "diverged"):
-            # (an interrupted run's rows may go on: a resume in progress appends before it writes a summary)
-            problems.append(f"rows go on to step {furthest}, past the summary's last step {int(last)}")
-    if "error" in frame and len(frame):  # a fraction, NaN where a seed diverged (other metrics may overflow: a KL)
-        error = pd.to_numeric(frame["error"], errors="coerce").to_numpy(dtype=float)
-        outside = error[~np.isnan(error) & ((error < 0) | (error > 1))]
-        if len(outside):
-            problems.append(f"error holds {outside[0]:g}, outside [0, 1]")
+        problems += _step_problems(last_per_seed, last, record["status"])
+    problems += _error_range_problems(frame)
     if not problems:
         return None
     record["seed_ids"] = tuple(sorted(rows_seeds & claimed if claimed else rows_seeds))
     record["last_step"] = int(last_per_seed.min()) if rows_seeds else None
     record["error"] = "; ".join(problems)
     return "; ".join(problems)
+
+
+def _seed_problems(rows_seeds: set[int], claimed: set[int]) -> list[str]:
+    """The seeds the rows hold that the summary does not list (``claimed``), and the reverse where there are rows."""
+    problems = []
+    if claimed and claimed - rows_seeds and rows_seeds:
+        problems.append(f"no rows for seed(s) {_ranges(claimed - rows_seeds)} of the summary's")
+    if claimed and rows_seeds - claimed:
+        problems.append(f"rows for seed(s) {_ranges(rows_seeds - claimed)} the summary does not list")
+    return problems
+
+
+def _step_problems(last_per_seed: pd.Series, last: int | None, status: str) -> list[str]:
+    """Where the seeds' rows stop (``last_per_seed``, not empty) against the summary's last step and each other."""
+    problems = []
+    reached, furthest = int(last_per_seed.min()), int(last_per_seed.max())
+    if last is not None and reached < int(last):
+        short = last_per_seed.index[last_per_seed < int(last)].tolist()
+        problems.append(f"rows stop at step {reached} (seed(s) {_ranges(short)}) but the summary's last step is "
+                        f"{int(last)}")
+    elif furthest > reached:
+        problems.append(f"seeds stop at different steps ({reached} to {furthest})")
+    if last is not None and furthest > int(last) and status in ("completed", "diverged"):
+        # (an interrupted run's rows may go on: a resume in progress appends before it writes a summary)
+        problems.append(f"rows go on to step {furthest}, past the summary's last step {int(last)}")
+    return problems
+
+
+def _error_range_problems(frame: pd.DataFrame) -> list[str]:
+    """The first error logged outside [0, 1], if any."""
+    if "error" in frame and len(frame):  # a fraction, NaN where a seed diverged (other metrics may overflow: a KL)
+        error = pd.to_numeric(frame["error"], errors="coerce").to_numpy(dtype=float)
+        outside = error[~np.isnan(error) & ((error < 0) | (error > 1))]
+        if len(outside):
+            return [f"error holds {outside[0]:g}, outside [0, 1]"]
+    return []
 
 
 def load_run(run_dir: Path, metrics: Metrics = None) -> tuple[dict | None, pd.DataFrame | None, str | None]:
@@ -387,27 +399,9 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
             _add_member(groups, path, run, config)
     records, frames = [], []
     for members in groups.values():
-        members.sort(key=lambda member: member[2])
-        copies: list[list] = []  # copies[k]: the (k+1)-th run logged for each seed, in the API's order
-        count: dict[int, int] = {}
-        for member in members:
-            k = count[member[2]] = count.get(member[2], 0) + 1
-            if k > len(copies):
-                copies.append([])
-            copies[k - 1].append(member)
-        if len(copies) > 1:  # never silently merged: each copy is a run of its own, so the cell is a conflict
-            twice = {seed: [_wandb_name(m[0]) for m in members if m[2] == seed] for seed, n in count.items() if n > 1}
-            warn(f"W&B {path}: " + "; ".join(f"seed {seed} logged by {len(names)} runs ({', '.join(names)})"
-                                             for seed, names in twice.items())
-                 + f" of {members[0][0].group}; conflict: seed in more than one run, keep one copy of each seed")
-        for k, part in enumerate(copies):
+        for k, part in enumerate(_seed_copies(path, members)):
             record, frame = _wandb_record(path, part, metrics, "" if k == 0 else f"~copy{k + 1}")
-            # (a run still logging is read as it is: its seeds' histories may be at different steps)
-            problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
-            dropped = sum(int(member[0].summary.get("dropped_rows") or 0) for member in part)
-            problem = problem or (f"{dropped} rows dropped from W&B (the run folders hold them)" if dropped else None)
-            gaps = record.pop("history_gaps", None)
-            problem = problem or gaps
+            problem = _wandb_problem(record, frame, part)
             if problem:
                 record["status"] = "damaged"
                 record["error"] = record["error"] or problem
@@ -416,6 +410,36 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
             records.append(record)
             frames.append(frame)
     return records, frames
+
+
+def _seed_copies(path: str, members: list) -> list[list]:
+    """One configuration's runs (``members``, sorted here by seed) as copies: the k-th holds the k-th run logged for
+    each seed, in the API's order; more than one copy is warned about (the cell is a conflict)."""
+    members.sort(key=lambda member: member[2])
+    copies: list[list] = []  # copies[k]: the (k+1)-th run logged for each seed, in the API's order
+    count: dict[int, int] = {}
+    for member in members:
+        k = count[member[2]] = count.get(member[2], 0) + 1
+        if k > len(copies):
+            copies.append([])
+        copies[k - 1].append(member)
+    if len(copies) > 1:  # never silently merged: each copy is a run of its own, so the cell is a conflict
+        twice = {seed: [_wandb_name(m[0]) for m in members if m[2] == seed] for seed, n in count.items() if n > 1}
+        warn(f"W&B {path}: " + "; ".join(f"seed {seed} logged by {len(names)} runs ({', '.join(names)})"
+                                         for seed, names in twice.items())
+             + f" of {members[0][0].group}; conflict: seed in more than one run, keep one copy of each seed")
+    return copies
+
+
+def _wandb_problem(record: dict, frame: pd.DataFrame | None, part: list) -> str | None:
+    """What makes a W&B record damaged, or None: its history against its summary (``cross_check``), rows W&B
+    dropped, rows missing from its history."""
+    # (a run still logging is read as it is: its seeds' histories may be at different steps)
+    problem = cross_check(record, frame) if frame is not None and record["status"] != "interrupted" else None
+    dropped = sum(int(member[0].summary.get("dropped_rows") or 0) for member in part)
+    problem = problem or (f"{dropped} rows dropped from W&B (the run folders hold them)" if dropped else None)
+    gaps = record.pop("history_gaps", None)
+    return problem or gaps
 
 
 def _add_member(groups: dict[str, list], path: str, run, config: dict) -> None:
@@ -495,36 +519,16 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         seeds.append(seed)
         if member.summary.get("last_step") is not None:  # runs logged before it was recorded have none
             last_steps.append(int(member.summary["last_step"]))
-        history = (member.history_frame() if isinstance(member, SeedOfRun)
-                   else pd.DataFrame(list(member.scan_history())))
-        if TRL_STEP in history:  # rows forwarded from TRL's own logging, not metrics.csv's
-            history = history[history[TRL_STEP].isna()]
-        if history.empty:
-            continue
-        # rows logged before the step metric existed carry W&B's own step, which was metrics.csv's (a run started
-        # then and resumed since has both kinds)
-        steps = history[STEP_METRIC].fillna(history["_step"]) if STEP_METRIC in history else history["_step"]
-        keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != STEP_METRIC
-                and (wanted is None or c in wanted)]
-        # a run resumed before the mirror held every row exactly once logged again the steps after its checkpoint:
-        # the last copy is metrics.csv's
-        frame = history[keep].assign(step=steps.astype(np.int64))[["step", *keep]]
-        if frame["step"].duplicated().any():
-            twice.append(f"{_wandb_name(member)}: step {int(frame['step'][frame['step'].duplicated()].iloc[0])}")
-        frame = frame.drop_duplicates("step", keep="last")
-        expected = member.summary.get("metrics_rows")  # runs logged before it was recorded have none
-        if expected is not None and len(frame) < int(expected):
-            gaps.append(f"{_wandb_name(member)} holds {len(frame)} of its {int(expected)} metrics.csv rows")
-        frame.insert(1, "seed", seed)
-        rows.append(frame)
+        frame, repeated, missing = _seed_history(member, seed, wanted)
+        twice += repeated
+        gaps += missing
+        if frame is not None:
+            rows.append(frame)
     frame = pd.concat(rows, ignore_index=True).sort_values(["step", "seed"], kind="stable") if rows else None
-    status = ("failed" if all(s == "failed" for s in statuses) else
-              "interrupted" if "interrupted" in statuses else
-              "diverged" if "diverged" in statuses else "completed")
     record = {
         "run_dir": f"wandb:{path}/{run.group}#{signature(config)}{suffix}", "source": "wandb",
         "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
-        "algorithm": config.get("algorithm.name"), "status": status,
+        "algorithm": config.get("algorithm.name"), "status": _combined_status(statuses),
         "seed_ids": () if frame is None else tuple(sorted(seeds)),
         "steps": config.get("trainer.steps"),
         "last_step": None if frame is None else max(last_steps) if last_steps else int(frame["step"].max()),
@@ -537,6 +541,51 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
     if gaps:
         record["history_gaps"] = "; ".join(gaps)
     return record, frame
+
+
+def _combined_status(statuses: list[str]) -> str:
+    """A configuration's status from its seeds' runs': failed only when all failed; else interrupted, then diverged,
+    where one is."""
+    return ("failed" if all(s == "failed" for s in statuses) else
+            "interrupted" if "interrupted" in statuses else
+            "diverged" if "diverged" in statuses else "completed")
+
+
+def _seed_history(member, seed: int, wanted: set[str] | None) -> tuple[pd.DataFrame | None, list[str], list[str]]:
+    """One seed's rows as metrics.csv holds them (with its seed; None where its history has none), each step's last
+    copy; and what is wrong with them, each a list of at most one line: a step logged twice, rows missing against
+    the summary's count."""
+    frame = _history_rows(member, wanted)
+    if frame is None:
+        return None, [], []
+    twice, gaps = [], []
+    # a run resumed before the mirror held every row exactly once logged again the steps after its checkpoint:
+    # the last copy is metrics.csv's
+    if frame["step"].duplicated().any():
+        twice.append(f"{_wandb_name(member)}: step {int(frame['step'][frame['step'].duplicated()].iloc[0])}")
+    frame = frame.drop_duplicates("step", keep="last")
+    expected = member.summary.get("metrics_rows")  # runs logged before it was recorded have none
+    if expected is not None and len(frame) < int(expected):
+        gaps.append(f"{_wandb_name(member)} holds {len(frame)} of its {int(expected)} metrics.csv rows")
+    frame.insert(1, "seed", seed)
+    return frame, twice, gaps
+
+
+def _history_rows(member, wanted: set[str] | None) -> pd.DataFrame | None:
+    """A seed's W&B history, every row logged from metrics.csv: its step, then the metrics ``wanted`` (all: None);
+    None where it has no such row."""
+    history = (member.history_frame() if isinstance(member, SeedOfRun)
+               else pd.DataFrame(list(member.scan_history())))
+    if TRL_STEP in history:  # rows forwarded from TRL's own logging, not metrics.csv's
+        history = history[history[TRL_STEP].isna()]
+    if history.empty:
+        return None
+    # rows logged before the step metric existed carry W&B's own step, which was metrics.csv's (a run started
+    # then and resumed since has both kinds)
+    steps = history[STEP_METRIC].fillna(history["_step"]) if STEP_METRIC in history else history["_step"]
+    keep = [c for c in history.columns if not c.startswith(("_", TRL_PREFIX)) and c != STEP_METRIC
+            and (wanted is None or c in wanted)]
+    return history[keep].assign(step=steps.astype(np.int64))[["step", *keep]]
 
 
 def _param_columns(runs: pd.DataFrame) -> list[str]:

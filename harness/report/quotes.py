@@ -217,6 +217,7 @@ def _module_exists(command: str) -> bool:
 
 
 def check_file(path: Path, result: Result | None = None) -> Result:
+    """Check one ``conclusions.md`` against its folder's generated tables, into ``result`` (a new one by default)."""
     result = result if result is not None else Result()
     gen = generated(path.parent)
     try:
@@ -225,37 +226,54 @@ def check_file(path: Path, result: Result | None = None) -> Result:
         result.errors.append(f"{path}: unreadable ({type(error).__name__})")
         return result
     for table in parse_tables(text):
-        skip_columns: set[str] = set()
-        if table.marker is not None and table.marker[0] == "unchecked" and table.marker[1]:
-            skip_columns = {c.strip() for c in table.marker[1].split("|")}
-            unknown = skip_columns - {h.strip() for h in table.header}
-            if unknown:
-                result.errors.append(f"{path}:{table.start}: 'unchecked columns' names no column of the table: "
-                                     f"{sorted(unknown)}")
-            result.unchecked_tables.append((path, table.start, f"columns {sorted(skip_columns)}: {table.marker[2]}"))
-        elif table.marker is not None:
-            kind, _, what = table.marker
-            if kind == "computed by":
-                if not _module_exists(what):
-                    result.errors.append(f"{path}:{table.start}: 'computed by' names no module of this checkout: "
-                                         f"{what}")
-                result.exempt_tables.append((path, table.start, what))
-            else:
-                result.unchecked_tables.append((path, table.start, what))
-            continue
-        for line, cells in table.rows:
-            for col, cell in enumerate(cells[1:], start=1):
-                header = table.header[col] if col < len(table.header) else ""
-                if header.strip() in skip_columns:
-                    continue
-                for quote in quotes_in_cell(cell):
-                    if (header.strip().lower() in COUNT_HEADERS and re.fullmatch(r"\d+", quote)
-                            and int(quote) <= 100):
-                        continue
-                    result.checked += 1
-                    if not found_in(quote, gen):
-                        result.unmatched.append(Quote(path, line, header, quote))
+        skip_columns = _exemption(path, table, result)
+        if skip_columns is not None:
+            _check_rows(path, table, skip_columns, gen, result)
     return result
+
+
+def _exemption(path: Path, table: Table, result: Result) -> set[str] | None:
+    """The headers of the columns ``table``'s marker leaves unchecked, or None when the whole table is exempt; the
+    exemption is listed in ``result``, a marker that names no column or no module of this checkout an error."""
+    if table.marker is None:
+        return set()
+    kind, columns, what = table.marker
+    if kind == "unchecked" and columns:
+        skip_columns = {c.strip() for c in columns.split("|")}
+        unknown = skip_columns - {h.strip() for h in table.header}
+        if unknown:
+            result.errors.append(f"{path}:{table.start}: 'unchecked columns' names no column of the table: "
+                                 f"{sorted(unknown)}")
+        result.unchecked_tables.append((path, table.start, f"columns {sorted(skip_columns)}: {what}"))
+        return skip_columns
+    if kind == "computed by":
+        if not _module_exists(what):
+            result.errors.append(f"{path}:{table.start}: 'computed by' names no module of this checkout: {what}")
+        result.exempt_tables.append((path, table.start, what))
+    else:
+        result.unchecked_tables.append((path, table.start, what))
+    return None
+
+
+def _check_rows(path: Path, table: Table, skip_columns: set[str], gen: Generated, result: Result) -> None:
+    """Look up every number quoted in ``table``'s body (but the row labels, ``skip_columns`` and counts of seeds)
+    in ``gen``, counting them in ``result`` and listing those not found."""
+    for line, cells in table.rows:
+        for col, cell in enumerate(cells[1:], start=1):
+            header = table.header[col] if col < len(table.header) else ""
+            if header.strip() in skip_columns:
+                continue
+            for quote in quotes_in_cell(cell):
+                if _is_count(header, quote):
+                    continue
+                result.checked += 1
+                if not found_in(quote, gen):
+                    result.unmatched.append(Quote(path, line, header, quote))
+
+
+def _is_count(header: str, quote: str) -> bool:
+    """An integer up to 100 in a column of counts (``COUNT_HEADERS``): a number of seeds, not a result."""
+    return bool(header.strip().lower() in COUNT_HEADERS and re.fullmatch(r"\d+", quote) and int(quote) <= 100)
 
 
 def check(root: Path) -> Result:

@@ -25,7 +25,7 @@ import pandas as pd
 from harness import locations
 from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
-from harness.report.load import BUDGET, IGNORED
+from harness.identity import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
 
 CONF = locations.CONF
@@ -244,46 +244,25 @@ class Report:
             return Resolved("missing")
         usable = candidates[(candidates.status != "failed") & candidates.run.isin(self.with_data)]
         if usable.empty:
-            errors = sorted({str(e) for e in candidates.error.dropna()}) or ["no metrics"]
-            return Resolved("failed", flags=[f"failed: {'; '.join(errors)}"], run_dirs=list(candidates.run_dir))
+            return _failed(candidates)
         flags = []
         full = usable[usable.status.isin(DONE) & (usable.steps.fillna(0) >= steps_wanted)]
         if not full.empty and len(full) < len(usable):  # superseded, whatever configuration they ran
             flags.append(f"ignored {len(usable) - len(full)} shorter run(s)")
         used = full if not full.empty else usable
         if used.signature.nunique() > 1:  # seed ranges merge only when they ran the same configuration
-            return Resolved("conflict", flags=[
-                f"conflict: {used.signature.nunique()} configurations (differ in "
-                f"{', '.join(_differing(used.config))}); keep one configuration's runs under the report's paths"],
-                run_dirs=list(used.run_dir))
+            return _configurations_conflict(used)
         used = used.sort_values("mtime")
-        owner: dict[int, int] = {}
-        for run, seed_ids in zip(used.run, used.seed_ids):
-            for seed in seed_ids:
-                if seed in owner:  # never silently preferred: two copies of a seed mean a run was duplicated
-                    both = list(used.run_dir[used.run.isin([owner[seed], run])])
-                    return Resolved("conflict", flags=[
-                        f"conflict: seed {seed} is in more than one run (the first two runs listed); keep one copy "
-                        "of each seed"], run_dirs=both + [d for d in used.run_dir if d not in both])
-                owner[seed] = run
+        owner, conflict = _seed_owners(used)
+        if conflict is not None:
+            return conflict
         if source == "preset" and len(owner) > seeds_wanted:  # the preset's seeds, so a table's cells compare alike
             flags.append(f"first {seeds_wanted} of {len(owner)} seeds (the preset's)")
             owner = dict(sorted(owner.items())[:seeds_wanted])
-        owners: dict[int, list[int]] = {}
-        for seed, run in sorted(owner.items()):
-            owners.setdefault(int(run), []).append(seed)
+        owners = _seeds_by_run(owner)
         used = used[used.run.isin(owners)]
         complete = not full.empty and len(owner) >= seeds_wanted
-        if len(owner) < seeds_wanted:
-            flags.append(f"{len(owner)}/{seeds_wanted} seeds")
-        if full.empty:
-            done = used[used.status.isin(DONE)]
-            if not done.empty:
-                flags.append(f"{int(done.steps.min())}/{steps_wanted} steps")
-            for last in used[~used.status.isin(DONE)].last_step:
-                flags.append(f"interrupted at step {int(last)} of {steps_wanted}")
-        if (used.status == "diverged").any():
-            flags.append("some seeds diverged (NaN after divergence; means skip them)")
+        flags += _shortfall_flags(used, not full.empty, len(owner), seeds_wanted, steps_wanted)
         finished = sorted(owner) if not full.empty else []
         return Resolved("ok" if complete else "partial", owners, finished, flags, list(used.run_dir))
 
@@ -324,41 +303,129 @@ class Report:
 
     def _cell(self, table: Table, stat: Stat, row: dict, col: dict, key: dict, resolved: Resolved,
               ref: Resolved | None, ref_key: dict, budget) -> dict:
+        """One row of ``evaluate``: the cell's statistic, the paper's value, the difference to the reference cell
+        and the cell's runs."""
         metric = key.get("metric", stat.metric)
         preset = key.get("experiment", table.preset)
         published = paper.lookup(table.name, stat.name, {"experiment": preset, **key})
         matrix = self.matrix(resolved, metric, stat.when) if resolved.usable else None
         summary = stats.summarize(stat, matrix, self.resamples, self.seed) if matrix is not None else None
-        comparison = None
-        if ref is not None and ref.usable and matrix is not None:
-            comparison = stats.paired(stat, matrix, self.matrix(ref, metric, stat.when), self.resamples, self.seed)
-        nan = np.nan
+        comparison = self._paired_with_reference(stat, metric, matrix, ref)
         return {
             "table": table.name, "row": label(row), "col": label(col), "stat": stat.name,
-            "ours": summary.value if summary else nan, "se": summary.se if summary else nan,
-            "ci_low": summary.low if summary else nan, "ci_high": summary.high if summary else nan,
-            "paper": published.text if published else "",
-            "rerun_low": summary.rerun_low if summary else nan, "rerun_high": summary.rerun_high if summary else nan,
-            "paper_in_rerun": (published.overlaps(summary.rerun_low, summary.rerun_high) if published and summary
-                               else None),
-            "paper_low": published.low if published else nan, "paper_high": published.high if published else nan,
-            "paper_note": published.note if published else "",
+            **_summary_columns(summary), **_paper_columns(published, summary),
             "reference": label({k: ref_key[k] for k in table.reference}) if ref is not None else "reference",
-            "diff": comparison.diff if comparison else nan, "diff_low": comparison.low if comparison else nan,
-            "diff_high": comparison.high if comparison else nan,
-            "p_better": comparison.p_better if comparison else nan,
-            "paired_seeds": comparison.seeds if comparison else 0,
+            **_paired_columns(comparison),
             "seeds": summary.seeds if summary else 0,
             "seeds_run": sum(len(seeds) for seeds in resolved.owners.values()),  # the cell's, with the metric or not
-            "last_step": int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else nan,
+            "last_step": _last_step(matrix),
             "status": resolved.status, "flags": "; ".join(resolved.flags),
             "budget": f"{budget[0]} seeds × {budget[1]:,} steps ({budget[2]})", "preset": preset,
             "cell": key_text(key), "runs": " ".join(resolved.run_dirs),
             "command": fill_command(table.preset, key, resolved, budget),
             # for the markdown only (write_table leaves it out of the csv): seeds whose own curve gets below X
-            "_reached": (int(np.isfinite(stats.per_seed(stat, matrix)).sum())
-                         if stat.kind == "steps_to" and matrix is not None and matrix.values.size else nan),
+            "_reached": _seeds_reaching(stat, matrix),
         }
+
+    def _paired_with_reference(self, stat: Stat, metric: str, matrix: stats.SeedMatrix | None,
+                               ref: Resolved | None) -> stats.Paired | None:
+        """The cell's paired difference to its reference cell (``stats.paired``), None where either has no values."""
+        if ref is not None and ref.usable and matrix is not None:
+            return stats.paired(stat, matrix, self.matrix(ref, metric, stat.when), self.resamples, self.seed)
+        return None
+
+
+def _failed(candidates: pd.DataFrame) -> Resolved:
+    """A cell whose runs all failed (or logged no metrics), with their errors."""
+    errors = sorted({str(e) for e in candidates.error.dropna()}) or ["no metrics"]
+    return Resolved("failed", flags=[f"failed: {'; '.join(errors)}"], run_dirs=list(candidates.run_dir))
+
+
+def _configurations_conflict(used: pd.DataFrame) -> Resolved:
+    """A cell whose runs ran more than one configuration, naming the keys they differ in."""
+    return Resolved("conflict", flags=[
+        f"conflict: {used.signature.nunique()} configurations (differ in "
+        f"{', '.join(_differing(used.config))}); keep one configuration's runs under the report's paths"],
+        run_dirs=list(used.run_dir))
+
+
+def _seed_owners(used: pd.DataFrame) -> tuple[dict[int, int], Resolved | None]:
+    """Each seed id → the run it comes from (``used`` in the order to take them); a conflict instead where a seed is
+    in two runs."""
+    owner: dict[int, int] = {}
+    for run, seed_ids in zip(used.run, used.seed_ids):
+        for seed in seed_ids:
+            if seed in owner:  # never silently preferred: two copies of a seed mean a run was duplicated
+                both = list(used.run_dir[used.run.isin([owner[seed], run])])
+                return owner, Resolved("conflict", flags=[
+                    f"conflict: seed {seed} is in more than one run (the first two runs listed); keep one copy "
+                    "of each seed"], run_dirs=both + [d for d in used.run_dir if d not in both])
+            owner[seed] = run
+    return owner, None
+
+
+def _seeds_by_run(owner: dict[int, int]) -> dict[int, list[int]]:
+    """Seed id → run, turned into run id → its seed ids, both in order."""
+    owners: dict[int, list[int]] = {}
+    for seed, run in sorted(owner.items()):
+        owners.setdefault(int(run), []).append(seed)
+    return owners
+
+
+def _shortfall_flags(used: pd.DataFrame, any_full: bool, seeds: int, seeds_wanted: int,
+                     steps_wanted: int) -> list[str]:
+    """What a cell's runs (``used``, holding ``seeds`` seeds) fall short of: seeds, and steps where none of them is
+    full-length (runs that ended short, runs interrupted); and whether some seeds diverged."""
+    flags = []
+    if seeds < seeds_wanted:
+        flags.append(f"{seeds}/{seeds_wanted} seeds")
+    if not any_full:
+        done = used[used.status.isin(DONE)]
+        if not done.empty:
+            flags.append(f"{int(done.steps.min())}/{steps_wanted} steps")
+        for last in used[~used.status.isin(DONE)].last_step:
+            flags.append(f"interrupted at step {int(last)} of {steps_wanted}")
+    if (used.status == "diverged").any():
+        flags.append("some seeds diverged (NaN after divergence; means skip them)")
+    return flags
+
+
+def _summary_columns(summary: stats.Summary | None) -> dict:
+    """A cell's statistic with its standard error and 95% interval (NaN without one)."""
+    if summary is None:
+        return {"ours": np.nan, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+    return {"ours": summary.value, "se": summary.se, "ci_low": summary.low, "ci_high": summary.high}
+
+
+def _paper_columns(published: paper.PaperValue | None, summary: stats.Summary | None) -> dict:
+    """The paper's value beside the interval a rerun of ours would give (``paper_in_rerun``: whether they overlap)."""
+    rerun_low, rerun_high = (summary.rerun_low, summary.rerun_high) if summary else (np.nan, np.nan)
+    return {
+        "paper": published.text if published else "", "rerun_low": rerun_low, "rerun_high": rerun_high,
+        "paper_in_rerun": published.overlaps(rerun_low, rerun_high) if published and summary else None,
+        "paper_low": published.low if published else np.nan, "paper_high": published.high if published else np.nan,
+        "paper_note": published.note if published else "",
+    }
+
+
+def _paired_columns(comparison: stats.Paired | None) -> dict:
+    """The paired difference to the reference with its interval, P(better) and the paired seeds (none: NaN, 0)."""
+    if comparison is None:
+        return {"diff": np.nan, "diff_low": np.nan, "diff_high": np.nan, "p_better": np.nan, "paired_seeds": 0}
+    return {"diff": comparison.diff, "diff_low": comparison.low, "diff_high": comparison.high,
+            "p_better": comparison.p_better, "paired_seeds": comparison.seeds}
+
+
+def _last_step(matrix: stats.SeedMatrix | None) -> float:
+    """The last step a cell's values reach (NaN without any)."""
+    return int(matrix.steps[-1]) if matrix is not None and matrix.steps.size else np.nan
+
+
+def _seeds_reaching(stat: Stat, matrix: stats.SeedMatrix | None) -> float:
+    """For steps to a threshold: the seeds whose own curve gets below it (NaN for other statistics)."""
+    if stat.kind == "steps_to" and matrix is not None and matrix.values.size:
+        return int(np.isfinite(stats.per_seed(stat, matrix)).sum())
+    return np.nan
 
 
 def _differing(configs: pd.Series) -> list[str]:
@@ -443,18 +510,29 @@ def paired_text(stat: Stat, cell: pd.Series) -> str:
     fewer = f" n={cell.paired_seeds}" if cell.paired_seeds < cell.seeds_run else ""
     low, high = cell.diff_low, cell.diff_high
     opened = math.isinf(low) or math.isinf(high)
-    interval = (("(−∞" if math.isinf(low) else f"[{fmt(signed, low)}") + ", " +
-                ("∞)" if math.isinf(high) else f"{fmt(signed, high)}]") + (OPEN if opened else ""))
-    if math.isinf(low) and math.isinf(high) and low == high:
-        interval = ""  # every resample one-sided: nothing to add to the words
-    if stat.kind == "steps_to" and math.isinf(cell["diff"]):
-        diff = "not reached (ref. is)" if cell["diff"] > 0 else "reached (ref. is not)"
-    elif stat.kind == "steps_to" and cell["diff"] == 0 and math.isinf(cell.ours):
-        diff = "neither reaches it"  # never − never counts as 0
-        interval = interval if opened else ""  # [0, 0]: every resample neither
-    else:
-        diff = "0" if cell["diff"] == 0 else fmt(signed, cell["diff"])
+    interval = _difference_interval(signed, low, high, opened)
+    neither = stat.kind == "steps_to" and cell["diff"] == 0 and math.isinf(cell.ours)  # never − never counts as 0
+    if neither and not opened:
+        interval = ""  # [0, 0]: every resample neither
+    diff = _difference_words(stat, signed, cell["diff"], neither)
     return " ".join(p for p in (diff, interval, f"P={probability}{fewer}") if p)
+
+
+def _difference_interval(signed: Stat, low: float, high: float, opened: bool) -> str:
+    """"[low, high]", a side that some resample leaves open ending at ∞ (``opened``: marked ``OPEN``)."""
+    if math.isinf(low) and math.isinf(high) and low == high:
+        return ""  # every resample one-sided: nothing to add to the words
+    return (("(−∞" if math.isinf(low) else f"[{fmt(signed, low)}") + ", " +
+            ("∞)" if math.isinf(high) else f"{fmt(signed, high)}]") + (OPEN if opened else ""))
+
+
+def _difference_words(stat: Stat, signed: Stat, diff: float, neither: bool) -> str:
+    """The paired difference: in words where a side never reaches the threshold (``neither``: both), else signed."""
+    if stat.kind == "steps_to" and math.isinf(diff):
+        return "not reached (ref. is)" if diff > 0 else "reached (ref. is not)"
+    if neither:
+        return "neither reaches it"
+    return "0" if diff == 0 else fmt(signed, diff)
 
 
 def pivot(table: Table, cells: pd.DataFrame, text) -> pd.DataFrame:
@@ -518,33 +596,58 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; {published}. {RULES}"
              + (f" {table.note}" if table.note else "") + "\n",
              main.to_markdown(), ""]
-    notes = cells[cells.paper_note != ""].drop_duplicates("cell")
-    if not notes.empty:
-        counts = notes.paper_note.value_counts()
-        parts = [n.paper_note if counts[n.paper_note] > 1 else f"{n.row} {n.col}".strip() + f": {n.paper_note}"
-                 for _, n in notes.iterrows()]
-        lines += ["Paper values: " + "; ".join(dict.fromkeys(parts)) + ".", ""]
+    lines += _paper_notes(cells)
     if table.reference:
-        reference = label(table.reference)
-        paired_frame = pivot(table, cells, paired_text)
-        lines += [PAIRED.format(ref=reference) + "\n", paired_frame.to_markdown(), ""]
-        if paired_frame.map(lambda text: str(text).split(" P=")[0].endswith(OPEN)).to_numpy().any():
-            lines += [OPEN_NOTE, ""]
-    flagged = cells.drop_duplicates("cell")
-    noted = flagged[(flagged.status == "ok") & (flagged["flags"] != "")]
-    if not noted.empty:  # complete cells whose runs needed a word: more seeds than the preset's, shorter runs ignored
-        lines += ["Notes: " + "; ".join(f"{', '.join(p for p in (c.row, c.col) if p)}: {c['flags']}"
-                                        for _, c in noted.iterrows()) + ".", ""]
-    flagged = flagged[flagged.status != "ok"]
-    if (flagged.status == "missing").all() and len(flagged) == cells.cell.nunique():
-        lines += ["No runs yet: " + ", ".join(f"`{c}`" for c in missing_commands(cells)) + "\n"]
-    elif not flagged.empty:
-        lines.append("Not complete:\n")
-        for _, cell in flagged.iterrows():
-            where = ", ".join(p for p in (cell.row, cell.col) if p)
-            detail = f" ({cell['flags']})" if cell["flags"] else ""
-            lines.append(f"- {where}: **{cell.status}**{detail} — `{cell.command}`")
-        lines.append("")
+        lines += _paired_section(table, cells)
+    lines += _complete_cell_notes(cells) + _incomplete_cells(cells)
     text = "\n".join(lines)
     write_file(out / f"{table.name}.md", text)
     return text
+
+
+def _paper_notes(cells: pd.DataFrame) -> list[str]:
+    """The paper's notes on its values: a note several cells share once, any other with its cell."""
+    notes = cells[cells.paper_note != ""].drop_duplicates("cell")
+    if notes.empty:
+        return []
+    counts = notes.paper_note.value_counts()
+    parts = [n.paper_note if counts[n.paper_note] > 1 else f"{n.row} {n.col}".strip() + f": {n.paper_note}"
+             for _, n in notes.iterrows()]
+    return ["Paper values: " + "; ".join(dict.fromkeys(parts)) + ".", ""]
+
+
+def _paired_section(table: Table, cells: pd.DataFrame) -> list[str]:
+    """The table of paired differences to the reference, and the note on open intervals where it has one."""
+    reference = label(table.reference)
+    paired_frame = pivot(table, cells, paired_text)
+    lines = [PAIRED.format(ref=reference) + "\n", paired_frame.to_markdown(), ""]
+    if paired_frame.map(lambda text: str(text).split(" P=")[0].endswith(OPEN)).to_numpy().any():
+        lines += [OPEN_NOTE, ""]
+    return lines
+
+
+def _complete_cell_notes(cells: pd.DataFrame) -> list[str]:
+    """The flags of complete cells whose runs needed a word: more seeds than the preset's, shorter runs ignored."""
+    flagged = cells.drop_duplicates("cell")
+    noted = flagged[(flagged.status == "ok") & (flagged["flags"] != "")]
+    if noted.empty:
+        return []
+    return ["Notes: " + "; ".join(f"{', '.join(p for p in (c.row, c.col) if p)}: {c['flags']}"
+                                  for _, c in noted.iterrows()) + ".", ""]
+
+
+def _incomplete_cells(cells: pd.DataFrame) -> list[str]:
+    """The cells not complete, each with its status, flags and the command that fills it; one line of commands
+    instead when no cell has runs yet."""
+    flagged = cells.drop_duplicates("cell")
+    flagged = flagged[flagged.status != "ok"]
+    if (flagged.status == "missing").all() and len(flagged) == cells.cell.nunique():
+        return ["No runs yet: " + ", ".join(f"`{c}`" for c in missing_commands(cells)) + "\n"]
+    if flagged.empty:
+        return []
+    lines = ["Not complete:\n"]
+    for _, cell in flagged.iterrows():
+        where = ", ".join(p for p in (cell.row, cell.col) if p)
+        detail = f" ({cell['flags']})" if cell["flags"] else ""
+        lines.append(f"- {where}: **{cell.status}**{detail} — `{cell.command}`")
+    return [*lines, ""]

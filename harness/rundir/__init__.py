@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from harness.identity import NEUTRAL_DEFAULTS, NOT_IDENTITY
 from harness.rundir import outputs
 from common.checks import ConfigError
 from algorithms.registry import neutral_hyperparameters
@@ -85,22 +86,6 @@ WRITTEN_FILES = (outputs.METRICS_FILE, outputs.CHECKPOINT_FILE, IDENTITY_FILE, o
 _TEMPORARY = re.compile(r"(?P<file>.+)\.[0-9]+\.tmp")  # outputs.temporary_path
 LAUNCH_FILES = (LOCK_FILE, "multirun.yaml", ".tpo-bench-jobs")  # and Hydra's <job>.log: a launch's, never removed
 log = logging.getLogger(__name__)
-# How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
-# change of host does); task.steps: trainer.steps runs.
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
-                "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
-                "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
-                "trainer.relapse_above")
-# Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
-# the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
-# ranges merge with new ones; any other value is part of the identity. An algorithm's hyperparameters declared
-# ``added_later`` are left out likewise at their default, its own (``algorithms.registry.neutral_hyperparameters``).
-NEUTRAL_DEFAULTS: dict[str, Any] = {
-    "optim.guard": "none", "optim.guard_tau": 0.0,
-    "algorithm.std_floor": 0.0, "algorithm.std_shrinkage": 0.0, "algorithm.std_prior": 0.5,
-    "algorithm.rank_scores": False,
-    "task.reward_noise": 0.0, "task.partial_credit": 0.0, "task.logp_old": "exact",
-}
 FINISHED = ("completed", "diverged")
 _started: set[Path] = set()  # run directories this process has started writing into (see ``started``)
 

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 from harness import rundir
-from harness.rundir.session import Session
+from harness.session import Session
 
 
 @dataclass

@@ -23,7 +23,7 @@ from harness import process
 from harness.progress import Progress
 from harness.rundir import outputs
 from harness.config import build_task
-from harness.rundir.session import Session
+from harness.session import Session
 from harness.trainers.base import Resume, Trainer
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.models import linear

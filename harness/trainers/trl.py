@@ -28,7 +28,7 @@ from harness import rundir
 from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
-from harness.rundir.session import Session
+from harness.session import Session
 from harness.trainers.base import Resume, Trainer
 from harness.tracking import TRL_PREFIX, TRL_STEP
 from common.checks import (
@@ -59,16 +59,7 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     check_non_negative("task.lora_rank", task.lora_rank, integer=True)  # 0 = full fine-tuning
     check_positive_int("task.lora_alpha", task.lora_alpha)
     check_bool("task.vllm", task.vllm)
-    optim = cfg.optim
-    check_positive_float("optim.lr", optim.lr)
-    betas = optim.betas
-    if not OmegaConf.is_list(betas) or len(betas) != 2:
-        raise ConfigError(f"optim.betas={betas!r} is not valid; expected two numbers in [0, 1)")
-    for beta in betas:
-        check_number("optim.betas", beta, low=0, high=1, high_open=True)
-    check_positive_float("optim.eps", optim.eps)
-    check_non_negative("optim.weight_decay", optim.weight_decay)
-    check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
+    check_llm_optim(cfg.optim)
     epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else check_positive_int("task.epochs", task.epochs)
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
@@ -83,6 +74,19 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
         raise ConfigError(f"trainer.checkpoint_every={cfg.trainer.checkpoint_every!r} is not valid; expected 0 or "
                           "a positive integer")
     return int(epochs)
+
+
+def check_llm_optim(optim: DictConfig) -> None:
+    """The AdamW settings an LLM run hands to TRL."""
+    check_positive_float("optim.lr", optim.lr)
+    betas = optim.betas
+    if not OmegaConf.is_list(betas) or len(betas) != 2:
+        raise ConfigError(f"optim.betas={betas!r} is not valid; expected two numbers in [0, 1)")
+    for beta in betas:
+        check_number("optim.betas", beta, low=0, high=1, high_open=True)
+    check_positive_float("optim.eps", optim.eps)
+    check_non_negative("optim.weight_decay", optim.weight_decay)
+    check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
 
 
 def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, algorithm):

@@ -1,0 +1,156 @@
+"""A campaign queue file: read and checked cell by cell, its cells composed, and those ``--only`` selects."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import yaml
+
+from harness import cli, locations
+from harness.campaign import cells as composed
+from harness.campaign.cells import CellError, cell_identity
+
+QUEUES = locations.CONF / "campaign"
+CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
+             "gpu_hours", "like", "scale")
+REQUIRED = ("priority", "preset", "name", "seeds", "cost")  # a cell's keys without a default
+GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
+MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value) -> bool:
+    """A finite number > 0 (an integer or a float, not a bool)."""
+    return (_integer(value) or isinstance(value, float)) and 0 < value < math.inf
+
+
+RESOURCE_CHECKS = (  # (key, whether a value is valid, what is expected): a cell's optional keys
+    ("cpus", lambda v: _integer(v) and v >= 1, "an integer >= 1 (CPUs per job, default 1)"),
+    ("mem_gb", _positive, f"a number > 0 (GB of memory per job, default {MEM_GB})"),
+    ("time_min", lambda v: _integer(v) and v >= 1,
+     "an integer >= 1 (minutes per job; default: the cell's cost for the job's episodes, with a margin)"),
+    ("gpus", lambda v: _integer(v) and v in (0, 1), "0 or 1 (a GPU cell's jobs get one GPU each; default 0)"),
+    ("chunk", lambda v: _integer(v) and v >= 1, "an integer >= 1 (seeds per job; default: the queue's chunk)"),
+    ("gpu_hours", _positive, "a number > 0 (the cell's projected GPU-hours, all its seeds)"),
+    ("like", lambda v: isinstance(v, str) and v.count("/") == 1, "<preset>/<cell>, a cell of the queue"),
+    ("scale", _positive, "a number > 0 (this cell's cost over its like cell's)"))
+
+
+def queue_file(name: str) -> str:
+    """The queue's file name, as refusals name it: a YAML path's own name, else ``<name>.yaml``."""
+    return Path(name).name if name.endswith(".yaml") else name + ".yaml"
+
+
+def load_queue(name: str) -> dict:
+    path = Path(name) if name.endswith(".yaml") else QUEUES / f"{name}.yaml"
+    if not path.exists():
+        choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
+        raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
+    queue = yaml.safe_load(path.read_text()) or {}
+    seen: dict[tuple[str, str], dict] = {}
+    for index, cell in enumerate(queue.get("cells") or ()):
+        where = f"{path.name}: cells[{index}]"
+        _check_required(cell, where)
+        _check_repeat(cell, seen.get((cell["preset"], cell["name"])), where)
+        seen[(cell["preset"], cell["name"])] = cell
+        check_resources(cell, where)
+    _check_likes(queue, path.name)
+    return queue
+
+
+def _check_required(cell: dict, where: str) -> None:
+    """SystemExit (one line) for a cell without one of ``REQUIRED`` or with a cost that is not a number > 0."""
+    missing = [key for key in REQUIRED if key not in cell]
+    if missing:
+        raise cli.Refusal(f"Error: {where} has no {missing[0]}; a cell needs priority, preset, name, seeds, cost")
+    if isinstance(cell["cost"], bool) or not isinstance(cell["cost"], (int, float)) or not cell["cost"] > 0:
+        raise cli.Refusal(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
+                         "seed-episode > 0")
+
+
+def _check_repeat(cell: dict, earlier: dict | None, where: str) -> None:
+    """SystemExit (one line) for a cell listed again (``earlier``: its last listing) that does not take it further:
+    other overrides, or no more seeds."""
+    if earlier is not None and (list(cell.get("overrides") or ()) != list(earlier.get("overrides") or ())
+                                or not cell["seeds"] > earlier["seeds"]):
+        raise cli.Refusal(f"Error: {where} repeats the cell {cell['preset']}/{cell['name']}; a cell listed again "
+                         f"takes it further: the same overrides and more seeds than its {earlier['seeds']}")
+
+
+def _check_likes(queue: dict, file: str) -> None:
+    """SystemExit (one line) for a cell whose ``like`` is not a cell of the queue."""
+    cells = {f"{cell['preset']}/{cell['name']}" for cell in queue.get("cells") or ()}
+    for index, cell in enumerate(queue.get("cells") or ()):
+        if "like" in cell and cell["like"] not in cells:
+            raise cli.Refusal(f"Error: {file}: cells[{index}].like={cell['like']!r} is not a cell of the queue; "
+                             "expected <preset>/<cell>, a cell whose measured cost this one's estimate scales")
+
+
+def check_resources(cell: dict, where: str) -> None:
+    """SystemExit (one line naming the key and its valid values) for a cell key that is not a valid one, or a SLURM
+    resource (``cpus``, ``mem_gb``, ``time_min``, ``gpus``) of the wrong type or range: a typo would otherwise be
+    ignored, or refused by sbatch only after the jobs before it were submitted."""
+    unknown = [key for key in cell if key not in CELL_KEYS]
+    if unknown:
+        raise cli.Refusal(f"Error: {where} has an unknown key {unknown[0]!r}; valid keys: {', '.join(CELL_KEYS)}")
+    for key, valid, expected in RESOURCE_CHECKS:
+        if key in cell and not valid(cell[key]):
+            raise cli.Refusal(f"Error: {where}.{key}={cell[key]!r} is not valid; expected {expected}")
+    _check_device(cell, where)
+
+
+def _check_device(cell: dict, where: str) -> None:
+    """SystemExit (one line) for a cell whose GPU keys do not go together: ``gpus: 1`` and the override
+    ``GPU_OVERRIDE`` (both or neither), ``gpu_hours`` for a GPU cell only, ``scale`` for a cell with ``like``."""
+    gpu, on_cuda = cell.get("gpus", 0) == 1, GPU_OVERRIDE in (cell.get("overrides") or ())
+    if gpu != on_cuda:  # the GPU a job asks for and the device its run uses go together
+        raise cli.Refusal(f"Error: {where} has gpus: {cell.get('gpus', 0)} but "
+                         f"{'no' if gpu else 'the'} override {GPU_OVERRIDE}; a GPU cell has both, a CPU cell neither")
+    if "gpu_hours" in cell and not gpu:
+        raise cli.Refusal(f"Error: {where}.gpu_hours is for a GPU cell (gpus: 1, {GPU_OVERRIDE})")
+    if "scale" in cell and "like" not in cell:
+        raise cli.Refusal(f"Error: {where}.scale is for a cell with like: <preset>/<cell> (whose cost it scales)")
+
+
+def check_cells(queue: dict, name: str) -> None:
+    """Compose every cell of the queue (every priority's: all feed the cost calibration); SystemExit naming the
+    first cell whose overrides do not compose."""
+    for index, cell in enumerate(queue.get("cells") or ()):
+        try:
+            cell_identity(cell["preset"], tuple(cell.get("overrides", ())))
+        except CellError as error:
+            raise cli.Refusal(f"Error: {queue_file(name)}: cells[{index}] ({cell['preset']}/{cell['name']}) does not "
+                             f"compose: {error}; fix its overrides") from None
+    composed.CELLS.save()
+
+
+def check_only(queue: dict, only: str | None, name: str) -> set[str] | None:
+    """The ``--only`` selection: priorities (``P7``) and cells (``<preset>/<cell>``); SystemExit listing the
+    queue's priorities for a name that is neither."""
+    if only is None:
+        return None
+    chosen = {item.strip() for item in only.split(",") if item.strip()}
+    cells = queue.get("cells") or ()
+    priorities = list(dict.fromkeys(str(cell["priority"]) for cell in cells))
+    unknown = sorted(chosen - set(priorities) - {f"{cell['preset']}/{cell['name']}" for cell in cells})
+    if unknown or not chosen:
+        raise cli.Refusal(f"Error: --only {only!r}: {', '.join(unknown) or 'nothing'} is neither a priority nor a "
+                         f"cell (<preset>/<cell>) of {queue_file(name)}; "
+                         f"valid priorities (case-sensitive): {', '.join(priorities)}")
+    return chosen
+
+
+def selected(cell: dict, only: set[str] | None) -> bool:
+    """Whether ``--only`` (None: everything) selects the queue cell, by its priority or as ``<preset>/<cell>``."""
+    return only is None or str(cell["priority"]) in only or f"{cell['preset']}/{cell['name']}" in only
+
+
+def queue_cells(queue: dict, only: set[str] | None = None) -> list[tuple[str, str]]:
+    """The (preset, cell) pairs of the queue's cells ``only`` selects (all when None): what a campaign of them
+    locks."""
+    return sorted({(str(cell["preset"]), str(cell["name"])) for cell in queue.get("cells") or ()
+                   if selected(cell, only)})

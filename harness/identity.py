@@ -1,0 +1,34 @@
+"""Which configuration keys make a run what it is, and which only how big it is or where it ran: the one list the
+run files (``harness.rundir``: identity, resume), the campaign and the report read. No heavy imports: the campaign
+reads it before anything loads PyTorch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
+# change of host does); task.steps: trainer.steps runs.
+NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
+                "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
+                "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
+                "trainer.relapse_above")
+# Keys of a run's size, not of what it is: compared apart from its identity (seed ranges of a cell merge; a step
+# budget is checked against the cell's)
+BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
+# In a run's identity (a resume must match them) but moving only float rounding or where it ran: the report and the
+# campaign compare results without them (flushing sets values below 1.2e-38 to zero, and runs recorded before the
+# key existed did not flush; the token task's dedup trains each distinct answer once with its multiplicity; its
+# seed_chunk computes the same seeds' gradients together or apart)
+RESULT_NEUTRAL = ("device", "flush_denormal", "task.dedup", "task.seed_chunk")
+# Keys that never distinguish results: those outside the identity, less the budget, and the result-neutral ones
+IGNORED = (*(key for key in NOT_IDENTITY if key not in BUDGET), *RESULT_NEUTRAL)
+# Keys added after runs were recorded, at the value that reproduces those runs: at that value a key is left out of
+# the identity (and filled in for the report, harness/report/load.py), so older runs still resume, and their seed
+# ranges merge with new ones; any other value is part of the identity. An algorithm's hyperparameters declared
+# ``added_later`` are left out likewise at their default, its own (``algorithms.registry.neutral_hyperparameters``).
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "optim.guard": "none", "optim.guard_tau": 0.0,
+    "algorithm.std_floor": 0.0, "algorithm.std_shrinkage": 0.0, "algorithm.std_prior": 0.5,
+    "algorithm.rank_scores": False,
+    "task.reward_noise": 0.0, "task.partial_credit": 0.0, "task.logp_old": "exact",
+}
