@@ -150,8 +150,7 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     if device.type != "meta":
         check_memory(cfg)
     seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
-    return task_cls(cfg.task, cfg.algorithm, algorithm, rollout, seeds, device, model=cfg.get("model"),
-                    optim=cfg.get("optim"))
+    return task_cls(cfg.task, algorithm, rollout, seeds, device, model=cfg.get("model"), optim=cfg.get("optim"))
 
 
 def apply_process_settings(cfg: DictConfig) -> None:

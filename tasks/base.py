@@ -51,29 +51,30 @@ class Task:
     rollouts: ClassVar[frozenset[Rollout]]
     metric_names: ClassVar[tuple[str, ...]] = ("error",)
     trainer: ClassVar[str] = "group"
+    # More than one update per rollout batch allowed (the algorithm's epochs, which its trainer runs); else exactly
+    # one, and an algorithm.epochs above 1 is refused (the bandit tasks: docs/reproduction.md §4.2–4.3)
+    multi_epoch: ClassVar[bool] = False
 
-    def __init__(self, cfg: DictConfig, algorithm_cfg: DictConfig, algorithm: Algorithm, rollout: Rollout,
-                 seeds: torch.Tensor, device: torch.device, model: DictConfig | None = None,
-                 optim: DictConfig | None = None):
+    def __init__(self, cfg: DictConfig, algorithm: Algorithm, rollout: Rollout, seeds: torch.Tensor,
+                 device: torch.device, model: DictConfig | None = None, optim: DictConfig | None = None):
         self.cfg = cfg
         self.model_cfg = model  # top-level ``model`` / ``optim`` nodes, present when the task's defaults pull them in
         self.optim_cfg = optim
-        self.algorithm_cfg = algorithm_cfg
         self.algorithm = algorithm  # the registry's algorithm, hyperparameters typed (``algorithm.hp``)
         self.rollout = rollout
         self.seeds = seeds
         self.device = device
-        self.epochs = 1  # updates per rollout batch (a multi-epoch task sets the algorithm's)
         self.params: dict[str, torch.Tensor] = {}  # seed-batched leaves (S, ...), checkpointed with ``optimizer``
         self.optimizer: Any = None
+        if not self.multi_epoch:
+            self.require_single_update()
 
     @classmethod
     def check_steps(cls, cfg: DictConfig, steps: int) -> None:
         """Refuse a step budget the task's configuration cannot use (before any work); most tasks accept any."""
 
     def require_single_update(self) -> None:
-        """Bandit tasks take exactly one update per batch (docs/reproduction.md §4.2–4.3): refuse a multi-epoch
-        request."""
+        """A task without ``multi_epoch`` takes exactly one update per batch: refuse a multi-epoch request."""
         epochs = self.algorithm.hp.epochs
         if epochs not in (None, 1):
             raise ConfigError(f"algorithm.epochs={epochs} is not valid for task={self.name}, which takes one update "

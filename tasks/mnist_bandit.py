@@ -51,7 +51,6 @@ class MnistBandit(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.require_single_update()
         self.require_default_aggregation()
         cfg = self.cfg
         self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)

@@ -64,7 +64,6 @@ class TabularSingle(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.require_single_update()
         arms = check_arms_and_alpha(self.cfg)
         self.alpha, self.batch_size = float(self.cfg.alpha), check_positive_int("task.batch_size", self.cfg.batch_size)
         self.logits = torch.zeros(len(self.seeds), arms, device=self.device)
@@ -125,7 +124,6 @@ class TabularMulti(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.require_single_update()
         self.require_default_aggregation()
         shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
         self.alpha = float(self.cfg.alpha)

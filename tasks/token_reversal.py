@@ -258,6 +258,7 @@ class TokenReversal(Task):
     name = "token_reversal"
     rollouts = frozenset({Rollout.SINGLE, Rollout.GROUP, Rollout.TOKEN_CANDIDATES})
     metric_names = METRICS
+    multi_epoch = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -287,7 +288,6 @@ class TokenReversal(Task):
             raise ConfigError(f"algorithm={self.algorithm.name} scores next-token candidates and needs a dense "
                               f"reward; task.reward=terminal is not valid for it; valid choices: bag_of_tokens, "
                               f"sequential")
-        self.epochs = self.algorithm.epochs
         # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
         # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1

@@ -13,7 +13,7 @@ from conftest import compose_config, run_config, run_killed_at
 from tasks import rng
 from harness.config import build_task
 from harness.trainers import episode
-from harness.trainers.batched import GroupTrainer, update_metric_names
+from harness.trainers.batched import GroupTrainer, update_metric_names, updates_per_batch
 from tasks import token_reversal as tr
 from common.checks import ConfigError
 from tasks.models import transformer
@@ -238,8 +238,8 @@ def test_every_algorithm_and_reward_trains_or_refuses(algorithm, reward):
 
 
 def test_default_epochs_and_dg_multi_epoch():
-    assert make_task("algorithm=tpo").epochs == 4 and make_task("algorithm=dg").epochs == 1
-    assert make_task("algorithm=dg", "algorithm.epochs=4").epochs == 4
+    assert updates_per_batch(make_task("algorithm=tpo")) == 4 and updates_per_batch(make_task("algorithm=dg")) == 1
+    assert updates_per_batch(make_task("algorithm=dg", "algorithm.epochs=4")) == 4
 
 
 # ---- runs --------------------------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def test_old_log_probs_target_and_advantages_stay_frozen_across_the_epochs(algor
     eta = 0.5
     overrides = [f"algorithm={algorithm}", "task.reward=bag_of_tokens", "task.K=4", "task.V=3", "task.logp_old=exact"]
     task = make_task(*overrides, *(["algorithm.eta=0.5"] if algorithm == "tpo" else []))
-    assert task.epochs == 4 and len(task.chunks) == 2  # one chunk per seed: two loss calls per epoch
+    assert updates_per_batch(task) == 4 and len(task.chunks) == 2  # one chunk per seed: two loss calls per epoch
     calls, norms = [], []
     loss_fn, optimizer_step = GroupTrainer.batch_loss, task.optimizer.step
 

@@ -10,7 +10,7 @@ import torch
 from conftest import compose_config, run_config
 from harness.config import build_task
 from harness.trainers import TRAINERS, episode, trainer_class
-from harness.trainers.batched import ClosedFormTrainer, GroupTrainer, update_metric_names
+from harness.trainers.batched import ClosedFormTrainer, GroupTrainer, update_metric_names, updates_per_batch
 from tasks import TASKS, get_task
 
 TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "model.d_model=16",
@@ -23,7 +23,7 @@ def test_update_metrics_are_the_mean_over_the_epochs_after_the_first(algorithm, 
     """The logged clip fraction, ratio deviation and k3 KL are each seed's mean over epochs 2..E of what the loss
     reported on that epoch (its chunks in seed order); the first epoch, at θ_old, reports ρ = 1 exactly."""
     task = build_task(compose_config([*TOKEN, f"algorithm={algorithm}"]))
-    assert task.epochs == 4 and len(task.chunks) == 2
+    assert updates_per_batch(task) == 4 and len(task.chunks) == 2
     calls, batch_loss = [], GroupTrainer.batch_loss
 
     def recording(task, batch, logp):
@@ -69,7 +69,7 @@ def test_every_task_names_a_registered_trainer():
 
 def test_single_epoch_tasks_have_no_update_metrics():
     task = build_task(compose_config(["task=mnist_bandit", "algorithm=grpo", "seeds=1"]))
-    assert task.epochs == 1 and update_metric_names(task) == ()
+    assert updates_per_batch(task) == 1 and update_metric_names(task) == ()
 
 
 @pytest.mark.parametrize("task,algorithm,aggregation", [("mnist_bandit", "tpo", "tokens"),

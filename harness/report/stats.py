@@ -273,11 +273,3 @@ def mean_interval(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SE
             low[start:start + chunk], high[start:start + chunk] = np.nanquantile(
                 means, [tail, 1 - tail], axis=0, method="inverted_cdf")
     return low, high
-
-
-def mean_se(matrix: SeedMatrix) -> tuple[np.ndarray, np.ndarray]:
-    """Seed mean and s.e. (population std / sqrt(n)) per step, over the finite values."""
-    mean = _nanmean(matrix.values)
-    n = np.isfinite(matrix.values).sum(0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return mean, np.sqrt(_nanmean((matrix.values - mean) ** 2)) / np.sqrt(n)

@@ -148,7 +148,8 @@ class GroupTrainer(BatchedTrainer):
         batches = task.rollout_batches(step)
         names = update_metric_names(task)
         moved: dict[str, torch.Tensor] = {}  # the update metrics, summed over the epochs after the first
-        for epoch in range(task.epochs):
+        epochs = updates_per_batch(task)
+        for epoch in range(epochs):
             task.zero_grad()
             losses, metrics = [], []
             for batch in batches:
@@ -163,7 +164,7 @@ class GroupTrainer(BatchedTrainer):
                     moved[name] = moved[name] + value if name in moved else value
         out = task.report(step, batches)
         if names and out.metrics is not None:
-            out.metrics.update({name: value / (task.epochs - 1) for name, value in moved.items()})
+            out.metrics.update({name: value / (epochs - 1) for name, value in moved.items()})
         return out
 
     @staticmethod
@@ -177,9 +178,15 @@ class GroupTrainer(BatchedTrainer):
         return task.algorithm.loss(logp, batch.groups, batch.signal)
 
 
+def updates_per_batch(task: Task) -> int:
+    """The epochs of loss and optimizer step per rollout batch: the algorithm's where the task allows more than one
+    (``Task.multi_epoch``), else one."""
+    return task.algorithm.epochs if task.multi_epoch else 1
+
+
 def update_metric_names(task: Task) -> tuple[str, ...]:
     """The update metrics a task's episodes log: the algorithm's, when it takes more than one epoch per batch."""
-    return task.algorithm.metric_names if task.epochs > 1 else ()
+    return task.algorithm.metric_names if updates_per_batch(task) > 1 else ()
 
 
 class ClosedFormTrainer(BatchedTrainer):

@@ -24,6 +24,7 @@ class LLMTask(Task):
 
     trainer = "trl"
     rollouts = frozenset({Rollout.GROUP})
+    multi_epoch = True  # TRL's num_iterations (harness/trainers/trl.py)
     metric_names = METRICS
     columns: ClassVar[tuple[str, ...]] = ()  # dataset columns ``score`` reads besides the prompt
     whole_eval_split: ClassVar[bool] = False  # task.eval_size=null means the whole held-out split
