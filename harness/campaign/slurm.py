@@ -253,7 +253,6 @@ class SlurmLauncher(Launcher):
         self.cells = {(cell["preset"], cell["name"]): cell for cell in cells}
         self.active_jobs = active_jobs or slurm_active_jobs
         self.marked_jobs = marked_jobs or slurm_marked_jobs
-        self.sbatch_calls: Counter[Resources] = Counter()  # sbatch calls made, per resources
         self._active: dict[str, str] = {}
         self._asked = -math.inf
         self._marked: dict[str, list[str]] = {}
@@ -437,7 +436,6 @@ class SlurmLauncher(Launcher):
             for index, (job, handle) in enumerate(zip(jobs, submitted)):
                 self._write_record(job, {"job_id": handle.job_id, "mark": mark, "index": index, "submitted": when,
                                          "command": commands[job]})
-        self.sbatch_calls[resources] += 1
         return [self._submitted(job, handle.job_id, resources, earlier[job].get("job_id"))
                 for job, handle in zip(jobs, submitted)]
 
