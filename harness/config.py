@@ -55,6 +55,26 @@ def experiment_presets() -> list[str]:
     return sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 
+def preset_sweep(preset: str) -> dict[str, list[str]]:
+    """The sweep of ``conf/experiment/<preset>.yaml`` (``hydra.sweeper.params``) as each axis's values, in the
+    preset's order and as its text spells them (``algorithm.eta: 1.0`` stays ``1.0``): what ``-m`` expands, read
+    without composing; ConfigError for a missing preset or an axis that is not a comma list."""
+    import yaml
+
+    path = CONFIG_DIR / "experiment" / f"{preset}.yaml"
+    if not path.exists():
+        raise ConfigError(f"experiment={preset} is not a preset; valid choices: {', '.join(experiment_presets())}")
+    params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
+    sweep = {}
+    for axis, values in params.items():
+        text = str(values).lower() if isinstance(values, bool) else str(values)
+        if re.search(r"[()\[\]{}]", text):
+            raise ConfigError(f"{path.name}: hydra.sweeper.params.{axis}={text!r} is not valid here; expected a comma "
+                              "list of values (a campaign expands the sweep itself)")
+        sweep[axis] = [value.strip() for value in text.split(",")]
+    return sweep
+
+
 def check_experiment_overrides(overrides: list[str]) -> None:
     """Raise a ConfigError naming the preset and listing the valid ones if an ``experiment=`` override names no
     ``conf/experiment/*.yaml``: every value of a sweep (``experiment=a,b``, ``choice(...)``, ``glob(...)``) is

@@ -215,9 +215,9 @@ def test_the_beyond_queue_runs_each_baseline_with_grpos_beta():
     """P10 runs each baseline again under preset beyond_terminal_baselines_kl: the plain cell's configuration with
     GRPO's β and an experiment name of its own, nothing else changed. Bug caught: conf/experiment/
     beyond_terminal_baselines_kl.yaml — ``beta: 0.04`` → ``beta: 0.4``."""
-    import yaml
+    from harness.campaign import load_queue
 
-    cells = yaml.safe_load((ROOT / "conf" / "campaign" / "beyond.yaml").read_text())["cells"]
+    cells = load_queue("beyond")["cells"]
     plain = {cell["name"]: cell for cell in cells if cell["preset"] == "beyond_terminal_baselines"}
     with_kl = {cell["name"]: cell for cell in cells if cell["preset"] == "beyond_terminal_baselines_kl"}
     assert sorted(with_kl) == sorted(["rloo", *NEW])

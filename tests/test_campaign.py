@@ -179,6 +179,77 @@ def test_a_queue_with_a_bad_cell_is_refused_before_anything_runs(tmp_path, chang
     assert not (tmp_path / "results").exists()
 
 
+def sweep_of(preset: str) -> dict[str, list[str]]:
+    """A preset's sweep read here from its file, independently of the harness."""
+    params = yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    return {axis: str(values).split(",") for axis, values in params.items()}
+
+
+TABLE3_METHODS = sweep_of("table3_terminal")["algorithm"]
+
+
+def test_a_grid_entry_is_the_points_of_its_presets_sweep_it_picks_named_by_their_values(tmp_path):
+    """A grid entry expands in the preset's axis order (first slowest, values in the entry's order), sets every axis
+    of the sweep, names a cell by the axes the preset sweeps over, and takes per-axis costs at each point. Bugs
+    caught: the product taken in the entry's key order, a one-valued axis (``algorithm: tpo`` of Table 5) named,
+    the prefix dropped (``8_tpo``), the entry's own overrides placed first, a per-axis cost read at another axis."""
+    sweep = sweep_of("table3_terminal")
+    assert list(sweep) == ["task.match", "task.H", "algorithm"]
+    entry = {"priority": "P1", "preset": "table3_terminal", "seeds": 20, "overrides": ["trainer.steps=10"],
+             "grid": {"algorithm": ["dg", "tpo"], "task.H": [9, 8], "task.match": "prompts"},
+             "cost": {"algorithm": {"tpo": 0.4, "dg": 0.1}}}
+    cells = campaign.expand(entry, "queue.yaml: cells[0]")
+    expected = [(h, a) for h in ("9", "8") for a in ("dg", "tpo")]
+    assert [cell["name"] for cell in cells] == [f"prompts_h{h}_{a}" for h, a in expected]
+    assert [cell["overrides"] for cell in cells] == [
+        ["task.match=prompts", f"task.H={h}", f"algorithm={a}", "trainer.steps=10"] for h, a in expected]
+    assert [cell["cost"] for cell in cells] == [{"dg": 0.1, "tpo": 0.4}[a] for _, a in expected]
+    assert all("grid" not in cell and cell["seeds"] == 20 and cell["priority"] == "P1" for cell in cells)
+    table5 = campaign.expand({"priority": "P8", "preset": "table5_eta_sweep", "seeds": 10, "cost": 0.45, "grid": {}},
+                             "queue.yaml: cells[0]")
+    assert sweep_of("table5_eta_sweep")["algorithm"] == ["tpo"]  # one value: set, not named
+    assert [(cell["name"], cell["overrides"]) for cell in table5] == [
+        (f"eta{float(eta):g}", ["algorithm=tpo", f"algorithm.eta={eta}"]) for eta in sweep_of("table5_eta_sweep")[
+            "algorithm.eta"]]
+    assert [cell["name"] for cell in table5][:3] == ["eta0.25", "eta0.5", "eta1"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"grid": {"task.N": 3}}, "cells[0].grid.task.N is not an axis of the preset's sweep; valid axes: task.match, "
+                              "task.H, algorithm"),
+    ({"grid": {"task.H": [8, 11]}}, "cells[0].grid.task.H=11 is not a value of the preset's sweep; valid values: 7, "
+                                    "8, 9, 10"),
+    ({"grid": {"task.H": 8}, "name": "h8"}, "cells[0].name is for a grid of one point; this grid has 10"),
+    ({"grid": {"task.H": 8, "task.match": "prompts"}, "cost": {"algorithm": {TABLE3_METHODS[0]: 0.4}}},
+     f"cells[0].cost has no value for algorithm={TABLE3_METHODS[1]}; it needs one per value of algorithm the grid "
+     "picks"),
+    ({"grid": {"task.H": 8}, "cost": {"task.K": {"8": 0.4}}}, "cells[0].cost={'task.K': {'8': 0.4}} is not valid; "),
+    ({"grid": ["task.H=8"]}, "cells[0].grid=['task.H=8'] is not valid; expected a mapping of the preset's sweep axes"),
+    ({"preset": "table3", "grid": {}}, "cells[0]: experiment=table3 is not a preset; valid choices: "),
+])
+def test_a_grid_entry_outside_its_presets_sweep_is_refused_in_one_line(tmp_path, change, message):
+    """A queue never restates a preset's values, so a value or an axis the preset does not sweep is a typo: refused
+    naming the key and the valid choices, before anything runs."""
+    entry = {"priority": "P1", "preset": "table3_terminal", "seeds": 20, "cost": 0.4, **change}
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump({"chunk": 5, "cells": [entry]}))
+    with pytest.raises(SystemExit, match="^Error: queue.yaml: " + re.escape(message)):
+        campaign.main([str(path), "--dry-run", "--results", str(tmp_path / "results")])
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_paper_queue_picks_points_of_its_presets_and_lists_no_cell_by_hand():
+    """Every entry of the paper queue is a grid entry: its cells' values are its presets', by construction."""
+    entries = yaml.safe_load((ROOT / "conf" / "campaign" / "paper.yaml").read_text())["cells"]
+    assert [index for index, entry in enumerate(entries) if "grid" not in entry] == []
+    cells = campaign.load_queue("paper")["cells"]
+    assert len(cells) > 2 * len(entries)
+    for cell in cells:
+        sweep = sweep_of(cell["preset"])
+        point = dict(override.split("=", 1) for override in cell["overrides"] if override != "device=cuda")
+        assert list(point) == list(sweep) and all(point[axis] in sweep[axis] for axis in sweep), cell
+
+
 def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):
     """A queue brings every cell of a sweep to 10 seeds before any to 30: the later listing runs seeds 10-29 only,
     and a seed done counts once, in the listing that holds it."""

@@ -79,3 +79,22 @@ def test_a_report_reads_the_runs_of_every_panel_of_the_figures_it_draws():
     assert report_sources("fig4_mnist") == ["fig4_mnist", "fig1b_sparse"]
     assert report_sources("table3_terminal") == ["table3_terminal", "fig1b_sparse"]  # shared runs (H = 10)
     assert report_sources("table1_vocab_sweep") == ["table1_vocab_sweep"]
+
+
+def test_a_tables_swept_rows_and_columns_are_its_presets_values_in_its_order():
+    """Table 3 names the preset's axes, not their values: its rows and columns are the preset's sweep, read here
+    from the file, typed as a run's config holds them. Bugs caught: values left as text (``"7"`` never matches a run's
+    ``7``), sorted instead of the preset's order, ``algorithm`` not mapped to ``algorithm.name``."""
+    import yaml
+
+    from conftest import ROOT
+
+    params = yaml.safe_load((ROOT / "conf" / "experiment" / "table3_terminal.yaml").read_text())["hydra"]["sweeper"][
+        "params"]
+    matches, horizons, methods = (str(params[axis]).split(",") for axis in ("task.match", "task.H", "algorithm"))
+    table = TABLES["table3"]
+    assert list(table.rows) == [{"algorithm.name": method} for method in methods]
+    assert list(table.cols) == [{"task.match": match, "task.H": int(h)} for match in matches for h in horizons]
+    assert [key["task.H"] for key in TABLES["fig8"].cols] == [7, 8, 10] and methods[0] == "tpo"
+    eta = [key["algorithm.eta"] for key in TABLES["table5"].rows]
+    assert eta == [0.25, 0.5, 1.0, 2.0, 4.0] and all(isinstance(value, float) for value in eta)

@@ -1,8 +1,9 @@
 """``python -m harness.campaign [QUEUE] [--jobs N] [--dry-run] [--only P1,P2]``: run a queue of paper cells to the end.
 ``python -m harness.campaign [QUEUE] --launcher slurm [--partition P] [--max-jobs N]``: the same, as SLURM jobs.
 
-A queue (``conf/campaign/<QUEUE>.yaml``, default ``paper``) lists cells in priority order: a preset, the overrides
-that pick one point of its sweep, how many seeds, and the measured CPU cost per seed-episode. Each cell's seeds are
+A queue (``conf/campaign/<QUEUE>.yaml``, default ``paper``) lists cells in priority order: a preset, the points of its
+sweep (``grid``, expanded into cells named by their values: ``queue.expand``; or one cell's overrides as written), how
+many seeds, and the estimated CPU cost per seed-episode. Each cell's seeds are
 split into runs of ``chunk`` seeds (``seed_offset`` ranges, merged by the report), run ``--jobs`` at a time as
 ``python -m harness experiment=<preset> <overrides> seeds=<n> seed_offset=<o> trainer.resume=auto`` in
 ``runs/campaign/<preset>/<cell>/seeds<a>-<b>/``, one core and one thread each. A finished run is copied to
@@ -83,7 +84,7 @@ from harness.campaign.local import LocalLauncher, pinned_load
 from harness.campaign.locks import LOCKS, OLD_LOCK, campaign_lock, results_lock
 from harness.campaign.planning import MARGIN, breadth_first, calibrate, fit_plan, plan, progress, seconds_needed
 from harness.campaign.queue import (CELL_KEYS, GPU_OVERRIDE, MEM_GB, QUEUES, check_cells, check_only, check_resources,
-                                    load_queue, queue_cells, selected)
+                                    expand, load_queue, queue_cells, selected)
 from harness.campaign.records import (BUDGET, DONE, REPLACED, damaged_finish, damaged_record, differences, finished,
                                       recorded_identity, replace_stale, set_aside_damaged, work_mismatch)
 from harness.campaign.reports import (SCORECARD_PRESETS, STALE_REPORTS, Reporter, note_stale_reports, report,
@@ -100,7 +101,7 @@ __all__ = [
     "CellRuns", "CheckpointableCommand", "Ended", "Job", "Launcher", "LocalLauncher", "Reporter", "Resources",
     "SlurmError", "SlurmLauncher", "SlurmRun", "breadth_first", "calibrate", "campaign", "campaign_lock",
     "cell_identity", "cell_refusal", "check_cells", "check_only", "check_resources", "clean_exports", "damaged_finish",
-    "damaged_record", "differences", "export", "exported", "finished", "fit_plan", "load_queue", "main",
+    "damaged_record", "differences", "expand", "export", "exported", "finished", "fit_plan", "load_queue", "main",
     "node_refusal", "note_stale_reports", "pinned_load", "plan", "plan_summary", "preset_steps", "progress",
     "queue_cells", "recorded_identity", "replace_stale", "report", "results_lock", "retry_stale_reports", "run",
     "run_environment", "sbatch_options", "seconds_needed", "selected", "set_aside_damaged", "share_gpu",

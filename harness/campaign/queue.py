@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import product
 from pathlib import Path
 
 import yaml
@@ -13,8 +14,11 @@ from harness.campaign.cells import CellError, cell_identity
 
 QUEUES = locations.CONF / "campaign"
 CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
-             "gpu_hours", "like", "scale")
+             "gpu_hours", "like", "scale", "grid")
 REQUIRED = ("priority", "preset", "name", "seeds", "cost")  # a cell's keys without a default
+PER_POINT = ("cost", "like", "scale")  # keys a grid entry may give per value of one axis: {axis: {value: ...}}
+NAME_PREFIX = {"task.H": "h", "task.V": "v", "task.K": "k", "algorithm.epochs": "e", "algorithm.eta": "eta"}
+NAME_VALUE = {"bag_of_tokens": "bag", "sequential": "seq"}  # the reward's short names in a cell's name
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 
@@ -51,6 +55,8 @@ def load_queue(name: str) -> dict:
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
         raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
+    queue["cells"] = [cell for index, entry in enumerate(queue.get("cells") or ())
+                      for cell in expand(entry, f"{path.name}: cells[{index}]")]
     seen: dict[tuple[str, str], dict] = {}
     for index, cell in enumerate(queue.get("cells") or ()):
         where = f"{path.name}: cells[{index}]"
@@ -60,6 +66,91 @@ def load_queue(name: str) -> dict:
         check_resources(cell, where)
     _check_likes(queue, path.name)
     return queue
+
+
+def expand(entry: dict, where: str) -> list[dict]:
+    """The cells of a queue entry. A ``grid`` entry names points of its preset's sweep (``grid: {axis: value or
+    [values]}``, every other axis at all its values): each point is a cell whose overrides set every axis of the
+    sweep, in the preset's order (then the entry's own ``overrides``, such as ``device=cuda``), named by the values
+    of the axes the preset sweeps over (``prompts_h8_tpo``; ``name`` renames an entry of one point). ``cost``,
+    ``like`` and ``scale`` may be given per value of one axis (``{algorithm: {tpo: 0.45, dg: 0.1}}``). So a queue
+    picks what to run, in which order and at which estimate, and never restates a preset's values: a value outside
+    the sweep is refused in one line. An entry without ``grid`` is one cell as written."""
+    if not isinstance(entry, dict) or "grid" not in entry:
+        return [entry]
+    from common.checks import ConfigError
+    from harness.config import preset_sweep
+
+    try:
+        sweep = preset_sweep(str(entry.get("preset")))
+    except ConfigError as error:
+        raise cli.Refusal(f"Error: {where}: {error}") from None
+    axes = _grid_axes(entry.get("grid"), sweep, where)
+    points = [dict(zip(axes, values)) for values in product(*axes.values())]
+    if "name" in entry and len(points) != 1:
+        raise cli.Refusal(f"Error: {where}.name is for a grid of one point; this grid has {len(points)}")
+    swept = [axis for axis, values in sweep.items() if len(values) > 1]
+    cells = []
+    for point in points:
+        cell = {key: value for key, value in entry.items() if key != "grid"}
+        cell["name"] = entry.get("name") or "_".join(_name_part(axis, point[axis]) for axis in swept)
+        cell["overrides"] = [f"{axis}={value}" for axis, value in point.items()] + list(entry.get("overrides") or ())
+        for key in PER_POINT:
+            if isinstance(entry.get(key), dict):
+                cell[key] = _per_point(entry[key], point, f"{where}.{key}")
+        cells.append(cell)
+    return cells
+
+
+def _grid_axes(grid, sweep: dict[str, list[str]], where: str) -> dict[str, list[str]]:
+    """Each axis of the sweep with the values the grid picks (its order), as the preset spells them."""
+    if not isinstance(grid, dict):
+        raise cli.Refusal(f"Error: {where}.grid={grid!r} is not valid; expected a mapping of the preset's sweep axes "
+                          f"({', '.join(sweep)}) to a value or a list of values")
+    unknown = [axis for axis in grid if axis not in sweep]
+    if unknown:
+        raise cli.Refusal(f"Error: {where}.grid.{unknown[0]} is not an axis of the preset's sweep; valid axes: "
+                          f"{', '.join(sweep) or 'none (the preset sweeps nothing)'}")
+    axes = {}
+    for axis, values in sweep.items():
+        picked = grid.get(axis, values)
+        picked = picked if isinstance(picked, list) else [picked]
+        spelled = {_same_value(value): value for value in values}
+        outside = [value for value in picked if _same_value(value) not in spelled]
+        if outside:
+            raise cli.Refusal(f"Error: {where}.grid.{axis}={outside[0]!r} is not a value of the preset's sweep; "
+                              f"valid values: {', '.join(values)}")
+        axes[axis] = [spelled[_same_value(value)] for value in picked]
+    return axes
+
+
+def _same_value(value):
+    """A sweep value compared as the run sees it: 1.0 in a queue is the preset's ``1.0``, 8 its ``8``."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _name_part(axis: str, value: str) -> str:
+    number = _same_value(value)
+    if axis in NAME_PREFIX and isinstance(number, float):
+        return f"{NAME_PREFIX[axis]}{number:g}"
+    return NAME_VALUE.get(value, value)
+
+
+def _per_point(given: dict, point: dict[str, str], where: str):
+    """The value of a per-axis key (``{axis: {value: x}}``) at a grid point."""
+    if len(given) != 1 or next(iter(given)) not in point or not isinstance(next(iter(given.values())), dict):
+        raise cli.Refusal(f"Error: {where}={given!r} is not valid; expected a value, or one axis of the grid mapped "
+                          f"to a value per point ({{axis: {{value: x}}}}; axes: {', '.join(point)})")
+    axis, values = next(iter(given.items()))
+    chosen = {_same_value(value): x for value, x in values.items()}.get(_same_value(point[axis]))
+    if chosen is None:
+        raise cli.Refusal(f"Error: {where} has no value for {axis}={point[axis]}; it needs one per value of {axis} "
+                          "the grid picks")
+    return chosen
 
 
 def _check_required(cell: dict, where: str) -> None:

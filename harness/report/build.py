@@ -206,8 +206,7 @@ def seed_dynamics_section(spec: Table, report: Report, out: Path) -> str:
     paper's seeds where ``SEED_DYNAMICS`` names their file."""
     ours = {}
     for row, col, key in spec.cells():
-        budget = report.budget(key.get("experiment", spec.preset), spec.seeds, spec.steps,  # as the table's
-                               key.get("task.name"))
+        budget = report.budget(key.get("experiment", spec.preset), task=key.get("task.name"))  # as the table's
         resolved = report.resolve(spec.preset, key, budget)
         matrix, zero_var = report.matrix(resolved, "error"), report.matrix(resolved, "frac_zero_var")
         logged = np.array_equal(zero_var.seeds, matrix.seeds) and np.array_equal(zero_var.steps, matrix.steps)

@@ -77,6 +77,11 @@ def paper_numbers(path: Path = PAPER_FILE) -> pd.DataFrame:
     return frame
 
 
+def artefacts(path: Path = PAPER_FILE) -> set[str]:
+    """The tables the paper publishes numbers for (a preset of one runs the paper's seeds and steps)."""
+    return set(paper_numbers(path).artefact) if path.exists() else set()
+
+
 def _same(a, b) -> bool:
     return a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == float(b))
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from algorithms import ALGORITHMS
+from harness.config import preset_sweep
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,10 @@ RELAPSES = Stat("relapses", threshold=0.02, relapse_above=0.2, percent=False)
 
 @dataclass(frozen=True)
 class Table:
-    """A paper table: cells = rows × cols (dicts of config values) ∪ ``where``; one column per stat per col."""
+    """A paper table: cells = rows × cols (dicts of config values) ∪ ``where``; one column per stat per col. Its
+    runs' seeds and steps are its preset's (``conf/experiment/<preset>.yaml``, the paper's budget), and rows or
+    columns that are a preset's sweep axes take their values from it (``swept``): the table says how to lay the
+    preset out, never its values again."""
 
     name: str
     title: str
@@ -88,8 +92,6 @@ class Table:
     stats: tuple[Stat, ...] = (FINAL,)
     where: dict = field(default_factory=dict)
     reference: dict = field(default_factory=dict)  # a cell's paired reference = the cell with these values
-    seeds: int = 0  # the paper's budget; the preset's, when it composes, is what runs are checked against
-    steps: int = 0
     note: str = ""
 
     def cells(self) -> list[tuple[dict, dict, dict]]:
@@ -273,12 +275,39 @@ def grid(**axes) -> tuple[dict, ...]:
     return tuple(dict(zip(keys, values)) for values in product(*axes.values()))
 
 
+def swept(preset: str, *axes: str) -> tuple[dict, ...]:
+    """The grid of some axes of a preset's sweep, with the preset's values in its order (``algorithm`` as the runs'
+    ``algorithm.name``): ``swept("table3_terminal", "task.match", "task.H")``."""
+    sweep = preset_sweep(preset)
+    return grid(**{"algorithm.name" if axis == "algorithm" else axis: [_typed(value) for value in sweep[axis]]
+                   for axis in axes})
+
+
+def values_of(preset: str, axis: str) -> tuple:
+    """One axis of a preset's sweep: its values, typed as a run's config holds them."""
+    return tuple(_typed(value) for value in preset_sweep(preset)[axis])
+
+
+def _typed(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def by_algorithm(*names: str) -> tuple[Series, ...]:
     return tuple(Series({"algorithm.name": name}) for name in names)
 
 
 def by_value(key: str, values, **where) -> tuple[Series, ...]:
     return tuple(Series({**where, key: value}) for value in values)
+
+
+def by_swept(preset: str, axis: str) -> tuple[Series, ...]:
+    """One line per value of a preset's sweep axis, in its order."""
+    return tuple(Series(key) for key in swept(preset, axis))
 
 
 # The lines of the paper's Section 4 figures (Figs 10, 11, 14), each panel with the methods the paper's own panel
@@ -294,11 +323,7 @@ def section4(*names: str) -> tuple[Series, ...]:
     return tuple(_S4[name] for name in names)
 
 
-VARIANTS = grid(**{"task.reward": ["bag_of_tokens", "sequential"],
-                   "task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
-TERMINAL = ("tpo", "grpo", "grpo_no_kl", "ppo", "dg")
 BASELINES = ("tpo", "grpo", "rloo", "dr_grpo", "dapo", "gspo", "cispo")  # beyond_terminal_baselines' comparison
-KS, EPOCHS, ETAS = (4, 8, 16, 32, 64), (1, 2, 4, 8, 16), (0.25, 0.5, 1.0, 2.0, 4.0)
 AT_400 = Stat("at_step", step=400)
 RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
 SPREAD_VARIANTS = ("beyond_amplification", "beyond_amplification_floor", "beyond_amplification_shrinkage",
@@ -309,70 +334,65 @@ ZERO_VARIANCE_EPISODES = ("frac_zero_var", 1.0)  # every group of the episode ha
 
 TABLES: dict[str, Table] = {t.name: t for t in (
     Table("table1", "Table 1 — steps to 1% error, token reversal, bag-of-tokens, V sweep", "table1_vocab_sweep",
-          rows=algorithms("tpo_token", "grpo_token", "dg", "ppo"), cols=grid(**{"task.V": [2, 4, 8, 16]}),
-          stats=(TO_1,), reference={"algorithm.name": "tpo_token"}, seeds=20, steps=1000),
+          rows=swept("table1_vocab_sweep", "algorithm"), cols=swept("table1_vocab_sweep", "task.V"),
+          stats=(TO_1,), reference={"algorithm.name": "tpo_token"}),
     Table("table2", "Table 2 — steps to 1% error, task variations (token-level grouping)", "table2_variations",
-          rows=VARIANTS, cols=algorithms("tpo_token", "grpo_token", "dg", "ppo"), stats=(TO_1,),
-          reference={"algorithm.name": "tpo_token"}, seeds=10, steps=1000,
+          rows=swept("table2_variations", "task.reward", "task.target"), cols=swept("table2_variations", "algorithm"),
+          stats=(TO_1,), reference={"algorithm.name": "tpo_token"},
           note="Paper PPO bag-of-tokens Rev. copy is \"−\" although Table 1 V=2 gives 872 "
                "(docs/reproduction.md §14.6)."),
     Table("table3", "Table 3 — final exact-match error (%), terminal reward, H × matching", "table3_terminal",
-          rows=algorithms(*TERMINAL),
-          cols=grid(**{"task.match": ["prompts", "interactions"], "task.H": [7, 8, 9, 10]}),
-          stats=(Stat("final", dash_above=0.95),), reference={"algorithm.name": "tpo"}, seeds=20, steps=2000,
+          rows=swept("table3_terminal", "algorithm"), cols=swept("table3_terminal", "task.match", "task.H"),
+          stats=(Stat("final", dash_above=0.95),), reference={"algorithm.name": "tpo"},
           note="\"−\" = above 95%. Prompt- and interaction-matched TPO/GRPO share configs; the paper's gaps between "
                "them are run-to-run variance (docs/reproduction.md §14.8)."),
     Table("table5", "Table 5 — TPO temperature η: final error and steps to 1%", "table5_eta_sweep",
-          rows=grid(**{"algorithm.eta": ETAS}), stats=(FINAL, TO_1), where={"algorithm.name": "tpo"},
-          reference={"algorithm.eta": 1.0}, seeds=10, steps=1000,
+          rows=swept("table5_eta_sweep", "algorithm.eta"), stats=(FINAL, TO_1), where={"algorithm.name": "tpo"},
+          reference={"algorithm.eta": 1.0},
           note="Sequence-level TPO under bag-of-tokens (docs/reproduction.md §6.11, §14.7: the paper does not say "
                "which TPO)."),
     Table("fig12", "Fig 12 — group size K: final exact-match error (%)", "fig12_k_sweep",
-          rows=algorithms("tpo", "grpo"), cols=grid(**{"task.K": KS}), reference={"algorithm.name": "tpo"},
-          seeds=30, steps=2000),
+          rows=swept("fig12_k_sweep", "algorithm"), cols=swept("fig12_k_sweep", "task.K"),
+          reference={"algorithm.name": "tpo"}),
     Table("fig15", "Fig 15 — epochs per batch: final exact-match error (%)", "fig15_epoch_sweep",
-          rows=algorithms("tpo", "grpo"), cols=grid(**{"algorithm.epochs": EPOCHS}), where=K32,
-          reference={"algorithm.name": "tpo"}, seeds=30, steps=2000),
+          rows=swept("fig15_epoch_sweep", "algorithm"), cols=swept("fig15_epoch_sweep", "algorithm.epochs"), where=K32,
+          reference={"algorithm.name": "tpo"}),
     Table("fig13", "Fig 13 — zero-variance masking: final exact-match error (%)", "fig13_masking",
-          rows=algorithms("tpo", "grpo", "grpo_masked"), where=K32, reference={"algorithm.name": "tpo"}, seeds=30,
-          steps=2000),
+          rows=swept("fig13_masking", "algorithm"), where=K32, reference={"algorithm.name": "tpo"}),
     Table("fig14", "Figs 10/14 — multi-epoch extraction: error at episode 400 and final (%)", "fig10_diagnostics",
           rows=({"algorithm.name": "tpo"}, {"algorithm.name": "tpo", "experiment": "fig10_diagnostics_tpo_1ep"},
                 {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}, {"algorithm.name": "grpo_no_kl"},
                 {"algorithm.name": "ppo"}),
-          stats=(AT_400, FINAL), reference={"experiment": "fig10_diagnostics", "algorithm.name": "tpo"}, seeds=10,
-          steps=2000),
+          stats=(AT_400, FINAL), reference={"experiment": "fig10_diagnostics", "algorithm.name": "tpo"}),
     Table("fig8", "Fig 8 — anchor and target-matching ablations: final exact-match error (%)", "fig8_ablations",
-          rows=algorithms("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"),
-          cols=grid(**{"task.H": [7, 8, 10]}), where=PROMPT_MATCHED, reference={"algorithm.name": "tpo"}, seeds=20,
-          steps=2000),
+          rows=swept("fig8_ablations", "algorithm"), cols=swept("fig8_ablations", "task.H"), where=PROMPT_MATCHED,
+          reference={"algorithm.name": "tpo"}),
     Table("fig1b", "Fig 1b — sparse-reward hero: final exact-match error (%) and steps to 5%", "fig1b_sparse",
-          rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
-          seeds=20, steps=2000,
+          rows=swept("fig1b_sparse", "algorithm"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
           note="Paper values from the reference's asset npz (docs/reproduction.md §11), not the paper text."),
     Table("demo_sparse", "Main job — the sparse-reward hero, reduced (H = 6): final error, steps to 5% and mean "
-          "error over the run (%)", "demo_sparse", rows=algorithms("tpo", "grpo", "dg"), stats=(FINAL, TO_5, MEAN),
+          "error over the run (%)", "demo_sparse", rows=swept("demo_sparse", "algorithm"), stats=(FINAL, TO_5, MEAN),
           reference={"algorithm.name": "tpo"},
           note="A difference to TPO is resolved when its paired 95% interval excludes 0. The mean over the run "
                "(area under the curve) counts every episode, so one late relapse of one seed cannot decide it."),
     Table("fig4a", "Fig 4a — MNIST bandit: final test error (%) and steps to 5%", "fig4_mnist",
           rows=algorithms("tpo", "dg", "grpo", "pg", "group_pg"), stats=(FINAL, TO_5),
-          reference={"algorithm.name": "tpo"}, seeds=20, steps=10000,
+          reference={"algorithm.name": "tpo"},
           note="Steps are eval labels: the evaluation after 200(i+1) updates is logged at 200i "
                "(docs/reproduction.md §14.10)."),
     Table("fig4b", "Fig 4b — MNIST mechanism: surplus gain by concentration bin at step 2,000", "fig4_mnist",
           rows=algorithms("tpo", "dg", "pg", "group_pg"),
           cols=tuple({"metric": f"mech_surplus_bin{i}"} for i in range(4)),
           stats=(Stat("at_step", step=2000, percent=False, higher_is_better=True),),
-          reference={"algorithm.name": "tpo"}, seeds=20,
-          steps=10000, note="Misclassified test examples; seed mean over seeds with a non-empty bin "
-                            "(docs/reproduction.md §6.4)."),
-    Table("fig17", "Fig 17b,c — DG with 1 vs 4 epochs: final error (%)", "fig17_dg_epochs", rows=VARIANTS,
-          cols=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
-          reference={"algorithm.epochs": 1}, seeds=10, steps=1000),
+          reference={"algorithm.name": "tpo"},
+          note="Misclassified test examples; seed mean over seeds with a non-empty bin (docs/reproduction.md §6.4)."),
+    Table("fig17", "Fig 17b,c — DG with 1 vs 4 epochs: final error (%)", "fig17_dg_epochs",
+          rows=swept("fig17_dg_epochs", "task.reward", "task.target"),
+          cols=swept("fig17_dg_epochs", "algorithm.epochs"),
+          where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1}),
     Table("fig17a", "Fig 17a — DG with 1 vs 4 epochs, terminal reward: final exact-match error (%)",
-          "fig17a_dg_epochs_terminal", rows=grid(**{"algorithm.epochs": [1, 4]}), where={"algorithm.name": "dg"},
-          reference={"algorithm.epochs": 1}, seeds=20, steps=2000,
+          "fig17a_dg_epochs_terminal", rows=swept("fig17a_dg_epochs_terminal", "algorithm.epochs"),
+          where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1},
           note="The paper does not state H/B; the preset's H=5, B=256 is one candidate "
                "(docs/reproduction.md §6.12)."),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
@@ -380,7 +400,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           rows=algorithms(*BASELINES) + tuple({"algorithm.name": name, "experiment": "beyond_terminal_baselines_kl"}
                                               for name in BASELINES[2:]),
           stats=(FINAL, TO_5, TO_1),
-          where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"}, seeds=10, steps=2000,
+          where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"},
           note="No paper values: the paper compares none of these baselines. Differences to TPO are paired over "
                "seeds (same prompts and sampling streams). \"KL β = 0.04\" rows: the baseline with GRPO's KL term "
                "(preset beyond_terminal_baselines_kl)."),
@@ -390,8 +410,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           stats=(FINAL, TO_5, SOLVED, RELAPSED, RELAPSES, MEAN,
                  Stat("mean", metric="update_muon", when=ZERO_VARIANCE_EPISODES, percent=False),
                  Stat("mean", metric="update_adam", when=ZERO_VARIANCE_EPISODES, percent=False)),
-          where={"task.H": 7, "task.match": "prompts"}, reference={"experiment": "beyond_relapse"}, seeds=10,
-          steps=2000,
+          where={"task.H": 7, "task.match": "prompts"}, reference={"experiment": "beyond_relapse"},
           note="Paired with the same algorithm under the reference Muon (whose runs are Table 3's). Solved: error "
                "< 2% at some episode; a relapse: > 20% after solving (counted each time, per seed). Update norms: "
                "‖Δθ‖ of the episode on Muon's and Adam's parameters, averaged over episodes whose groups all have "
@@ -399,15 +418,15 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("beyond_amplification", "Beyond the paper — low-variance groups: reward noise × standardisation variant, "
           "terminal reward, H = 6", "beyond_amplification",
           rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),
-          cols=grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}), stats=(FINAL, MEAN),
-          reference={"experiment": "beyond_amplification"}, seeds=10, steps=1000,
+          cols=swept("beyond_amplification", "task.reward_noise"), stats=(FINAL, MEAN),
+          reference={"experiment": "beyond_amplification"},
           note="Paired with the same algorithm and noise under the paper's σ. Variants: σ floor 0.1; shrinkage κ = 1, "
                "σ₀ = 0.5; mid-ranks. Noise is N(0, σ²) on every score the algorithm reads; the error is clean."),
     Table("beyond_amplification_noise", "Beyond the paper — low-variance groups: what the noise costs each "
           "standardisation variant, terminal reward, H = 6", "beyond_amplification",
           rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),
-          cols=grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}), stats=(FINAL, MEAN),
-          reference={"experiment": "beyond_amplification", "task.reward_noise": 0.0}, seeds=10, steps=1000,
+          cols=swept("beyond_amplification", "task.reward_noise"), stats=(FINAL, MEAN),
+          reference={"experiment": "beyond_amplification", "task.reward_noise": 0.0},
           note="The cells of beyond_amplification, each paired with the same algorithm under the paper's σ without "
                "noise (at K = 8 on binary scores the floor and the ranks are that run bit for bit): Δ is how far a "
                "variant under noise is from the clean reference, so a variant that fixes amplification has Δ near 0."),
@@ -415,17 +434,13 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "GRPO, reward noise 1e-2, terminal reward, H = 6", "beyond_amplification",
           rows=tuple({"algorithm.name": "grpo", "experiment": e} for e in GUARDED_SPREAD),
           stats=(FINAL, TO_5, MEAN), where={"task.reward_noise": 0.01},
-          reference={"experiment": "beyond_amplification_floor"}, seeds=10, steps=1000,
+          reference={"experiment": "beyond_amplification_floor"},
           note="Paired with GRPO under the σ floor (0.1) at the same noise. Scale guard: each epoch's step × "
                "min(1, ‖g‖/τ), ‖g‖ that epoch's gradient norm, τ = 0.5: in the floor's runs the first-epoch ‖g‖ is "
                "below τ in 76% of the episodes with at most 2% of groups holding a right answer, 8-20% of those "
                "with 10-99% (episodes whose gradient does not vanish; one that vanishes, a solved or a collapsed "
                "policy's, takes no step)."),
 )}
-
-FIG6_ROWS = grid(**{"task.match": ["prompts", "interactions"], "task.reward": ["bag_of_tokens", "sequential"]})
-TARGETS = grid(**{"task.target": ["copy", "flip", "reverse_copy", "reverse_flip"]})
-
 
 def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
            **kwargs) -> tuple[Panel, ...]:
@@ -435,8 +450,9 @@ def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, 
                  for row in rows for col in cols)
 
 
-def _sweep_figure(name: str, title: str, preset: str, key: str, values, caption: str, **where) -> Figure:
-    """Figs 12/15: TPO and GRPO learning curves across ``key`` and the final error against it."""
+def _sweep_figure(name: str, title: str, preset: str, key: str, caption: str, **where) -> Figure:
+    """Figs 12/15: TPO and GRPO learning curves across the preset's ``key`` and the final error against it."""
+    values = values_of(preset, key)
     curves = tuple(Panel(preset, by_value(key, values), title=f"({tag}) {ALGORITHM_LABEL[a]}",
                          where={"algorithm.name": a, **where}) for tag, a in (("a", "tpo"), ("b", "grpo")))
     final = Panel(preset, by_algorithm("tpo", "grpo"), title="(c) Final error", kind="final", x=key, xs=values,
@@ -485,18 +501,19 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
                    "§6.4); PG and Group PG are not drawn: their update is the scalar one, so their surplus is 0 by "
                    "construction."),
     Figure("fig5", "Fig 5 — token reversal, bag-of-tokens, K=8 token candidates",
-           panels("table1_vocab_sweep", ({},), grid(**{"task.V": [2, 4, 8, 16]}),
-                  by_algorithm("tpo_token", "grpo_token", "dg", "ppo"), ylabel="Token error")),
+           panels("table1_vocab_sweep", ({},), swept("table1_vocab_sweep", "task.V"),
+                  by_swept("table1_vocab_sweep", "algorithm"), ylabel="Token error")),
     Figure("fig6", "Fig 6 — task variations, prompt- and interaction-matched",
-           panels("fig6_variations", FIG6_ROWS, TARGETS, by_algorithm("tpo", "grpo", "grpo_no_kl", "dg", "ppo")),
+           panels("fig6_variations", swept("fig6_variations", "task.match", "task.reward"),
+                  swept("fig6_variations", "task.target"), by_swept("fig6_variations", "algorithm")),
            ncols=4),
     Figure("fig7", "Fig 7 — terminal reward, prompt- and interaction-matched",
-           panels("table3_terminal", grid(**{"task.match": ["prompts", "interactions"]}),
-                  grid(**{"task.H": [7, 8, 9, 10]}), by_algorithm(*TERMINAL), ylabel="Exact-match error"),
+           panels("table3_terminal", swept("table3_terminal", "task.match"), swept("table3_terminal", "task.H"),
+                  by_swept("table3_terminal", "algorithm"), ylabel="Exact-match error"),
            ncols=4),
     Figure("fig8", "Fig 8 — anchor and target-matching ablations (prompt-matched)",
-           panels("fig8_ablations", ({},), grid(**{"task.H": [7, 8, 10]}),
-                  by_algorithm("tpo", "tpo_no_anchor", "group_pg", "grpo_no_kl", "grpo"), where=PROMPT_MATCHED,
+           panels("fig8_ablations", ({},), swept("fig8_ablations", "task.H"),
+                  by_swept("fig8_ablations", "algorithm"), where=PROMPT_MATCHED,
                   ylabel="Exact-match error")),
     Figure("fig10", "Fig 10 — TPO's gradient self-extinguishes; GRPO's does not (H=8, K=32)", (
         Panel("fig10_diagnostics", section4("tpo", "tpo_1ep", "grpo", "ppo", "dg"),
@@ -513,7 +530,7 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
               ylabel="Fraction", smooth=50, centred=True)),
            caption="All-fail = 1 − frac_success for grouped methods (docs/reproduction.md §14.9); for PPO and "
                    "DG, (b) is the fraction of successful rollouts; centred 50-episode average."),
-    _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K", KS,
+    _sweep_figure("fig12", "Fig 12 — group size K (H=8, 4 epochs)", "fig12_k_sweep", "task.K",
                   "(c) final error vs K; crosses: paper values."),
     Figure("fig13", "Fig 13 — zero-variance masking (H=8, K=32, 4 epochs)", (
         Panel("fig13_masking", by_algorithm("tpo", "grpo", "grpo_masked"), title="(a) Learning curves", where=K32,
@@ -535,13 +552,14 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
         for name, title in (("tpo", "(a) TPO (4 ep)"), ("tpo_1ep", "(b) TPO (1 ep)"), ("dg", "(c) DG (1 ep)"))),
            caption="Thin lines: one seed each; thick line: the seed mean, the curve of Fig 14(a). Not a figure of "
                    "the paper: the per-seed view of its Fig 14."),
-    _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs", EPOCHS,
+    _sweep_figure("fig15", "Fig 15 — epochs per batch (H=8, K=32)", "fig15_epoch_sweep", "algorithm.epochs",
                   "(c) final error vs epochs; crosses: paper values.", **K32),
     Figure("fig16", "Fig 16 — TPO temperature η (reverse copy, bag-of-tokens, V=2, H=10)", (
-        Panel("table5_eta_sweep", by_value("algorithm.eta", ETAS), title="(a) Learning curves",
+        Panel("table5_eta_sweep", by_swept("table5_eta_sweep", "algorithm.eta"), title="(a) Learning curves",
               where={"algorithm.name": "tpo"}, ylabel="Token error"),
         Panel("table5_eta_sweep", by_algorithm("tpo"), title="(b) Final error", kind="final", x="algorithm.eta",
-              xs=ETAS, logx=True, paper="table5", ylabel="Final token error")),
+              xs=values_of("table5_eta_sweep", "algorithm.eta"), logx=True, paper="table5",
+              ylabel="Final token error")),
            caption="(b) crosses: paper values (Table 5)."),
     Figure("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines (terminal reward, "
            "prompt-matched H = 7)", (
@@ -561,7 +579,8 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
                    "optimizer (Table 3's runs, same seeds); the guards and Adam change only the optimizer."),
     Figure("beyond_amplification", "Beyond the paper — low-variance groups: standardisation variants under "
            "reward noise (terminal reward, H = 6)",
-           panels("beyond_amplification", algorithms("tpo", "grpo"), grid(**{"task.reward_noise": [0.0, 0.001, 0.01]}),
+           panels("beyond_amplification", swept("beyond_amplification", "algorithm"),
+                  swept("beyond_amplification", "task.reward_noise"),
                   by_value("experiment", SPREAD_VARIANTS), ylim=(0.0, 1.05), ylabel="Exact-match error", smooth=20),
            ncols=3, caption="Each seed's curve smoothed by a 20-episode causal moving average. Noise: N(0, σ²) on "
                             "every score the algorithm reads; the error is measured on the clean reward."),

@@ -290,12 +290,11 @@ class Report:
         """One row per (cell, stat): ours with interval, flags, the paper's value, paired difference to reference."""
         rows = []
         for row, col, key in table.cells():
-            budget = self.budget(key.get("experiment", table.preset), table.seeds, table.steps, key.get("task.name"))
+            budget = self.budget(key.get("experiment", table.preset), task=key.get("task.name"))
             resolved = self.resolve(table.preset, key, budget)
             ref_key = {**key, **table.reference}
             is_reference = {"experiment": table.preset, **key} == {"experiment": table.preset, **ref_key}
-            ref_budget = self.budget(ref_key.get("experiment", table.preset), table.seeds, table.steps,
-                                     ref_key.get("task.name"))
+            ref_budget = self.budget(ref_key.get("experiment", table.preset), task=ref_key.get("task.name"))
             ref = None if is_reference else self.resolve(table.preset, ref_key, ref_budget)
             for stat in table.stats:
                 rows.append(self._cell(table, stat, row, col, key, resolved, ref, ref_key, budget))
@@ -592,7 +591,8 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     main.index.name = ""
     write_file(out / f"{table.name}.tex", latex(main, table.title))
     budget = cells.budget.iloc[0]
-    published = f"paper: {table.seeds} seeds × {table.steps:,} steps" if table.seeds else "not in the paper"
+    paper_budget = preset_budget(table.preset) if table.name in paper.artefacts() else None
+    published = f"paper: {paper_budget[0]} seeds × {paper_budget[1]:,} steps" if paper_budget else "not in the paper"
     lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; {published}. {RULES}"
              + (f" {table.note}" if table.note else "") + "\n",
              main.to_markdown(), ""]
