@@ -98,3 +98,16 @@ def test_a_tables_swept_rows_and_columns_are_its_presets_values_in_its_order():
     assert [key["task.H"] for key in TABLES["fig8"].cols] == [7, 8, 10] and methods[0] == "tpo"
     eta = [key["algorithm.eta"] for key in TABLES["table5"].rows]
     assert eta == [0.25, 0.5, 1.0, 2.0, 4.0] and all(isinstance(value, float) for value in eta)
+
+
+def test_a_tasks_labels_come_from_its_registry_entry():
+    """Sequence tasks count episodes, bandits steps; the token task's error follows its reward. Bugs caught: the
+    reward's label read for another task, an LLM task counted in steps, a task added without a label."""
+    from harness.report.specs import TASK_LABEL, axis_labels
+    from tasks import TASKS
+
+    assert axis_labels("token_reversal", "bag_of_tokens") == ("Episode", "Token error")
+    assert axis_labels("token_reversal", "terminal") == ("Episode", "Exact-match error")
+    assert axis_labels("mnist_bandit", "bag_of_tokens") == ("Step", "Test error")
+    assert axis_labels("gsm8k") == ("Episode", "Error") and axis_labels(None) == ("Step", "Error")
+    assert set(TASK_LABEL) == set(TASKS) and all(TASK_LABEL.values())

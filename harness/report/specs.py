@@ -13,6 +13,7 @@ from itertools import product
 
 from algorithms import ALGORITHMS
 from harness.config import preset_sweep
+from tasks import TASKS
 
 
 @dataclass(frozen=True)
@@ -159,13 +160,7 @@ ALGORITHM_LOOK = {
     "pg": (ORANGE, ":", "<"), "ppo": (PURPLE, "-", ">"), "ce": (BLACK, "--", "*"), "rloo": (GREEN, "-", "h"),
     "dr_grpo": (SKY_BLUE, "-.", "d"), "dapo": (ORANGE, "--", "p"), "gspo": (PURPLE, ":", "8"),
     "cispo": (BLACK, "-.", "H")}
-TASK_LABEL = {"tabular_single": "single-context bandit", "tabular_multi": "multi-context bandit",
-              "mnist_bandit": "MNIST bandit", "token_reversal": "token reversal", "graph_colouring": "graph colouring",
-              "gsm8k": "GSM8K", "knights_knaves": "Knights & Knaves"}
-EPISODE_TASKS = ("token_reversal", "graph_colouring", "gsm8k", "knights_knaves")  # a training step is an episode
-ERROR_LABEL = {"tabular_single": "Error", "tabular_multi": "Error", "mnist_bandit": "Test error",
-               "token_reversal": "Exact-match error"}
-REWARD_ERROR_LABEL = {"bag_of_tokens": "Token error", "sequential": "Error (sequential reward)"}
+TASK_LABEL = {name: entry.label for name, entry in TASKS.items()}  # from the registry
 PRESET_TITLE = {"demo_tabular": "Demo", "demo_mnist": "Demo", "demo_sparse": "Demo", "demo_llm": "LLM demo",
                 "beyond_amplification_scale": "Beyond the paper — GRPO, σ with the scale guard",
                 "beyond_amplification_floor_scale": "Beyond the paper — GRPO, σ floor with the scale guard"}
@@ -177,12 +172,13 @@ def algorithm_rank(name) -> tuple[int, str]:
 
 
 def axis_labels(task: str | None, reward: str | None = None) -> tuple[str, str]:
-    """(x, y) labels of an error curve of ``task``: sequence tasks count episodes, bandits training steps; the
-    token task's error is the exact-match error under terminal reward, the token error under bag-of-tokens."""
-    x = "Episode" if task in EPISODE_TASKS else "Step"
-    y = REWARD_ERROR_LABEL.get(reward, ERROR_LABEL.get(task, "Error")) if task == "token_reversal" else \
-        ERROR_LABEL.get(task, "Error")
-    return x, y
+    """(x, y) labels of an error curve of ``task``, as its registry entry (``tasks.TASKS``) names them: sequence tasks
+    count episodes, bandits training steps; the token task's error is the exact-match error under terminal reward,
+    the token error under bag-of-tokens."""
+    entry = TASKS.get(task)
+    if entry is None:
+        return "Step", "Error"
+    return entry.step, entry.error_by_reward.get(reward, entry.error)
 
 
 def preset_title(preset: str, task: str | None = None) -> str:
