@@ -4,6 +4,7 @@ process-wide settings a run applies once at its start. Every trainer (``harness/
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -127,6 +128,58 @@ def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig
         return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run of any task reads from its config besides its task's and its algorithm's settings (the algorithm's
+    are typed by ``algorithms/hyperparameters.py``), typed and checked once (``run_settings``). Trainers, the session
+    and summary.json read these, never the config again: ``steps`` is the run's budget (``trainer.steps`` in the
+    config, which the task's ``task.steps`` sets by default), ``seeds`` its seed count. The config stays the record
+    of what ran (``identity.json``); the launch options (``trainer.resume``, ``trainer.overwrite``) and the
+    experiment's name, which a resumed run keeps from its folder, are the run folder's (``harness.rundir.plan_run``).
+    """
+
+    seeds: int  # trained together as one batched computation (an LLM run: 1)
+    seed_offset: int  # the seed ids are seed_offset .. seed_offset + seeds - 1
+    steps: int  # updates (bandits) or episodes (sequence tasks)
+    checkpoint_every: int  # steps between checkpoints; 0 = only at the end
+    steps_to: tuple[float, ...]  # the error thresholds summary.json reports the first step below
+    solved_below: float  # summary.json's events: a seed solves when its error falls below this
+    relapse_above: float  # ... and relapses when, solved, its error rises above this
+    progress: bool | str  # auto | bar | lines | true | false
+    device: str  # cpu | cuda[:n]
+    flush_denormal: bool
+
+    @property
+    def seed_ids(self) -> range:
+        return range(self.seed_offset, self.seed_offset + self.seeds)
+
+
+def run_settings(cfg: DictConfig) -> RunSettings:
+    """The run settings of a composed config, each key checked once (ConfigError, one line naming the key)."""
+    trainer = cfg.trainer
+    check_positive_int("seeds", cfg.seeds)
+    if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
+        raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
+    check_seed_ids(cfg.seeds, cfg.seed_offset, llm=cfg.task.get("kind") == "llm")
+    thresholds = cfg.task.get("steps_to")
+    if not OmegaConf.is_list(thresholds):
+        raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")
+    solved_below = check_number("trainer.solved_below", trainer.solved_below, low=0, high=1)
+    check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
+    check_experiment_name(cfg.experiment_name)
+    return RunSettings(
+        seeds=int(cfg.seeds),
+        seed_offset=int(cfg.seed_offset),
+        steps=check_positive_int("trainer.steps", trainer.steps),
+        checkpoint_every=int(check_non_negative("trainer.checkpoint_every", trainer.checkpoint_every, integer=True)),
+        steps_to=tuple(check_number("task.steps_to", value, low=0, high=1) for value in thresholds),
+        solved_below=float(solved_below),
+        relapse_above=float(check_number("trainer.relapse_above", trainer.relapse_above, low=solved_below, high=1)),
+        progress=check_choice("trainer.progress", trainer.progress, ("auto", "bar", "lines", True, False)),
+        device=str(cfg.device),
+        flush_denormal=check_bool("flush_denormal", cfg.flush_denormal))
+
+
 def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     """Validate the composition and construct the task; every error here comes before any training work.
 
@@ -144,32 +197,16 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
                           f"shape {needs}); valid algorithms for {task_cls.name}: "
                           f"{', '.join(task_cls.supported_algorithms())}")
     algorithm.check(rollout)
-    check_positive_int("seeds", cfg.seeds)
-    check_positive_int("trainer.steps", cfg.trainer.steps)
-    check_non_negative("trainer.checkpoint_every", cfg.trainer.checkpoint_every, integer=True)  # 0 = at the end
-    if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
-        raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
-    check_seed_ids(cfg.seeds, cfg.seed_offset, llm=cfg.task.get("kind") == "llm")
-    thresholds = cfg.task.get("steps_to")
-    if not OmegaConf.is_list(thresholds):
-        raise ConfigError(f"task.steps_to={thresholds!r} is not valid; expected a list of error thresholds in [0, 1]")
-    for threshold in thresholds:
-        check_number("task.steps_to", threshold, low=0, high=1)
+    settings = run_settings(cfg)
     check_logger_config(cfg.logger)
-    check_bool("flush_denormal", cfg.flush_denormal)
-    check_choice("trainer.progress", cfg.trainer.progress, ("auto", "bar", "lines", True, False))
-    check_number("trainer.solved_below", cfg.trainer.solved_below, low=0, high=1)
-    check_number("trainer.relapse_above", cfg.trainer.relapse_above, low=cfg.trainer.solved_below, high=1)
-    check_experiment_name(cfg.experiment_name)
-    task_cls.check_steps(cfg.task, int(cfg.trainer.steps))
-    check_choice("device", str(cfg.device).split(":")[0], ("cpu", "cuda"))
+    task_cls.check_steps(cfg.task, settings.steps)
     check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS)
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
     device = torch.device(cfg.device) if device is None else device
     if device.type != "meta":
         check_memory(cfg)
-    seeds = torch.arange(cfg.seed_offset, cfg.seed_offset + cfg.seeds, dtype=torch.int64, device=device)
+    seeds = torch.arange(settings.seed_offset, settings.seed_offset + settings.seeds, dtype=torch.int64, device=device)
     return task_cls(cfg.task, algorithm, rollout, seeds, device, model=cfg.get("model"), optim=cfg.get("optim"))
 
 

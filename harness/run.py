@@ -39,7 +39,7 @@ def train(cfg: DictConfig, run_dir: Path,
         start = trainer.resume(run_dir, plan.fingerprint) if plan.resume else None
         trainer.prepare(run_dir)
         trainer.apply(plan, run_dir)
-        session = Session(cfg, run_dir, trainer.metric_names, trainer.seeds, started,
+        session = Session(cfg, trainer.settings, run_dir, trainer.metric_names, trainer.seeds, started,
                           start.cpu_seconds if start else 0.0, start.resumes if start else [], main=trainer.is_main,
                           fingerprint=plan.fingerprint, commit=commit)
         if start is not None:

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import process
+from harness.config import RunSettings
 from harness.rundir import outputs
 from harness.rundir.summary import run_summary
 from harness.tracking import NullTracker, make_tracker
@@ -38,6 +39,7 @@ class Session:
     """One launch of a run: its writer and tracker (main process only), the CPU clock and the outcome."""
 
     cfg: DictConfig
+    settings: RunSettings
     run_dir: Path
     metric_names: tuple[str, ...]
     seeds: list[int]
@@ -71,7 +73,7 @@ class Session:
         last checkpoint resumes it); denormals are flushed on CPU; the writer is closed whatever happens."""
         in_main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, process.stop_by_interrupt) if in_main_thread else None
-        flushing = flush_denormals(bool(self.cfg.flush_denormal) and device.type == "cpu")
+        flushing = flush_denormals(self.settings.flush_denormal and device.type == "cpu")
         try:
             yield
         except KeyboardInterrupt:
@@ -89,10 +91,10 @@ class Session:
         """Write summary.json (main process), close the tracker, and return the summary; re-raise an interruption
         once everything is written."""
         status = "diverged" if self.status == "completed" and diverged else self.status
-        summary = run_summary(self.cfg, self.run_dir, self.metric_names, status=status, seeds=self.seeds,
-                                      seed_status=seed_status, diverged=diverged, started=self.started,
-                                      hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds(),
-                                      commit=self.commit)
+        summary = run_summary(self.cfg, self.settings, self.run_dir, self.metric_names, status=status,
+                              seeds=self.seeds, seed_status=seed_status, diverged=diverged, started=self.started,
+                              hardware=hardware, resumed_from=self.resumes, cpu_seconds=self.cpu_seconds(),
+                              commit=self.commit)
         if self.main:
             outputs.write_json(self.run_dir / outputs.SUMMARY_FILE, summary)
             self.tracker.finish(summary)

@@ -90,3 +90,41 @@ def test_an_autograd_update_takes_another_aggregation():
     """tabular_single differentiates the loss itself, so it takes any aggregation (here GRPO with a token mean)."""
     task = build_task(compose_config(["task=tabular_single", "algorithm=grpo", "algorithm.aggregation=tokens"]))
     assert torch.isfinite(episode(task, 0).metrics["misalignment"]).all()
+
+
+def test_a_trainer_reads_its_typed_settings_not_the_config_again(tmp_path, monkeypatch):
+    """The run's settings are built and checked once, when the trainer is made (``harness.config.run_settings``);
+    the loop, the checkpoints and summary.json read them. A config changed after that (here: trainer.steps 4 → 7,
+    which no check saw) changes nothing. Bugs caught: the loop or summary.json re-reading ``cfg.trainer.steps``."""
+    from omegaconf import open_dict
+
+    from common.checks import ConfigError
+    from harness import run
+    from harness.config import run_settings
+
+    built = []
+
+    def changed_after_the_checks(task_cls):
+        def make(cfg):
+            trainer = trainer_class(task_cls)(cfg)
+            with open_dict(cfg):
+                cfg.trainer.steps = 7
+            built.append(trainer)
+            return trainer
+        return make
+
+    monkeypatch.setattr(run, "trainer_class", changed_after_the_checks)
+    cfg = compose_config(["task=tabular_single", "algorithm=tpo", "trainer.steps=4", "seeds=2", "seed_offset=3",
+                          "trainer.solved_below=0.5", "trainer.relapse_above=0.6", "logger=none"])
+    (tmp_path / "run").mkdir()
+    summary = run.train(cfg, tmp_path / "run")
+    settings = built[0].settings
+    assert (settings.steps, settings.seeds, list(settings.seed_ids)) == (4, 2, [3, 4])
+    assert (settings.solved_below, settings.relapse_above, settings.checkpoint_every) == (0.5, 0.6, 0)
+    assert summary["steps"] == 4 and summary["seeds"] == [3, 4]
+    assert pd.read_csv(tmp_path / "run" / "metrics.csv").step.max() <= 4
+    with pytest.raises(AttributeError):
+        settings.steps = 5  # frozen: what was checked is what runs
+    bad = compose_config(["task=tabular_single", "trainer.solved_below=0.5", "trainer.relapse_above=0.4"])
+    with pytest.raises(ConfigError, match=r"^trainer.relapse_above=0.4 is not valid"):
+        run_settings(bad)

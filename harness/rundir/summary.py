@@ -86,8 +86,8 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
     return summary
 
 
-def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[int], seed_status: dict[str, str],
-                diverged: dict[str, int], started: float, hardware: dict[str, Any],
+def run_summary(cfg, settings, run_dir: Path, metric_names, *, status: str, seeds: list[int],
+                seed_status: dict[str, str], diverged: dict[str, int], started: float, hardware: dict[str, Any],
                 resumed_from: list[int], cpu_seconds: float, commit: str | None) -> dict[str, Any]:
     """``summary.json`` of a finished run: what ran, how it ended, its final values and steps-to (read back from
     ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count; ``resumed_from``
@@ -100,12 +100,11 @@ def run_summary(cfg, run_dir: Path, metric_names, *, status: str, seeds: list[in
         "task": cfg.task.name,
         "algorithm": cfg.algorithm.name,
         "seeds": seeds,
-        "steps": int(cfg.trainer.steps),
+        "steps": settings.steps,
         "seed_status": seed_status,
         "diverged_at_step": diverged,
         "resumed_from": resumed_from,
-        **summarize(run_dir, metric_names, list(cfg.task.steps_to), float(cfg.trainer.solved_below),
-                    float(cfg.trainer.relapse_above)),
+        **summarize(run_dir, metric_names, list(settings.steps_to), settings.solved_below, settings.relapse_above),
         "wall_seconds": round(time.time() - started, 3),
         "cpu_seconds": round(cpu_seconds, 3),
         "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},

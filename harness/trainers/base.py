@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig
 
 from harness import rundir
+from harness.config import run_settings
 from harness.session import Session
 
 
@@ -36,6 +37,7 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
+        self.settings = run_settings(cfg)  # typed and checked once; what the loop reads
         self.task: Any = None
         self.seeds: list[int] = []
         self.device = torch.device("cpu")
@@ -67,7 +69,7 @@ class Trainer:
         plan.apply(run_dir)
 
     def fit(self, session: Session, start: Resume | None) -> None:
-        """Train from ``start`` (None: from scratch) to ``trainer.steps``, writing rows through ``session``."""
+        """Train from ``start`` (None: from scratch) to ``settings.steps``, writing rows through ``session``."""
         raise NotImplementedError
 
     def resume_hint(self, run_dir: Path) -> str:

@@ -54,7 +54,7 @@ class BatchedTrainer(Trainer):
         checkpoint = outputs.load_checkpoint(run_dir, fingerprint)
         if checkpoint is None:
             return None
-        steps = int(self.cfg.trainer.steps)
+        steps = self.settings.steps
         if checkpoint["step"] > steps:
             raise outputs.CheckpointError(f"{run_dir / outputs.CHECKPOINT_FILE} is at step {checkpoint['step']}, "
                                           f"past trainer.steps={steps}; {outputs.CHECKPOINT_HELP}")
@@ -71,7 +71,7 @@ class BatchedTrainer(Trainer):
     def fit(self, session: Session, start: Resume | None) -> None:
         task, seeds, diverged = self.task, self.seeds, self.diverged
         writer, tracker, fingerprint = session.writer, session.tracker, session.fingerprint
-        steps, first = int(self.cfg.trainer.steps), start.step if start else 0
+        steps, first = self.settings.steps, start.step if start else 0
         # first step with a non-finite loss per seed: the steps' losses are kept on the device and checked only when
         # metrics are recorded or saved, so that no step waits for the device, or pays ~5 ops, to check for divergence
         losses: list[tuple[int, torch.Tensor]] = []  # (step, its per-seed loss) since the last check
@@ -104,8 +104,8 @@ class BatchedTrainer(Trainer):
                 "resumes": session.resumes, "fingerprint": fingerprint, "cpu_seconds": session.cpu_seconds()})
             tracker.flush()
 
-        checkpoint_every = int(self.cfg.trainer.checkpoint_every)  # read once: an interpolated lookup costs ~0.4 ms
-        progress = Progress(f"{self.cfg.task.name}/{self.cfg.algorithm.name}", steps, first, self.cfg.trainer.progress)
+        checkpoint_every = self.settings.checkpoint_every
+        progress = Progress(f"{self.cfg.task.name}/{self.cfg.algorithm.name}", steps, first, self.settings.progress)
         try:
             if first == 0 and (initial := task.initial_metrics()) is not None:
                 record(*initial)
