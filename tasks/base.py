@@ -70,6 +70,12 @@ class Task:
             self.require_single_update()
 
     @classmethod
+    def memory_estimate(cls, cfg: DictConfig, seeds: int) -> tuple[float, str] | None:
+        """(bytes, the sizes it grows with) of a run of ``seeds`` seeds: a coarse upper bound (``tasks/memory.py``
+        checks it against the cap before anything is allocated); None where the task gives none."""
+        return None
+
+    @classmethod
     def check_steps(cls, cfg: DictConfig, steps: int) -> None:
         """Refuse a step budget the task's configuration cannot use (before any work); most tasks accept any."""
 

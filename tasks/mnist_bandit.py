@@ -17,6 +17,7 @@ from tasks import rng
 from tasks.models.optim import FusedAdam
 from common.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
+from tasks.memory import FLOAT, INDEX, size
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
 from tasks.mnist_data import load_mnist
 from tasks.models.mlp import init_mlp, mlp_backward, mlp_forward, mlp_logits
@@ -42,6 +43,18 @@ class Batch(RolloutBatch):
 class MnistBandit(Task):
     name = "mnist_bandit"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET, Rollout.SUPERVISED})
+
+    @classmethod
+    def memory_estimate(cls, cfg, seeds):
+        train, test, pixels, widths = 60_000, 10_000, 784, (50, 50, 10)  # MNIST and the policy MLP's layers
+        batch = size(cfg.task.get("batch_size"))
+        params = sum(a * b + b for a, b in zip((pixels, *widths[:-1]), widths))
+        data = train * pixels + test * pixels * FLOAT + (train + test) * INDEX  # uint8 train, float test images
+        per_seed = (6 * FLOAT * params  # parameters, gradients, Adam's moments and a copy
+                    + 4 * FLOAT * batch * (pixels + sum(widths))  # a batch's images and activations, forward and back
+                    + 3 * FLOAT * test * sum(widths)  # the test set's activations and probabilities
+                    + 6 * INDEX * RNG_BLOCK * batch)  # a block of steps' draws (indices, uniforms, the hash's)
+        return data + seeds * per_seed, f"seeds={seeds} × task.batch_size={batch}"
 
     @classmethod
     def check_steps(cls, cfg, steps: int) -> None:

@@ -16,6 +16,7 @@ from common.kernels import log_softmax, softmax
 from tasks import rng
 from common.checks import check_number, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
+from tasks.memory import FLOAT, INDEX, size
 
 
 def normalised_step(logits: torch.Tensor, direction: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -61,6 +62,14 @@ class TabularSingle(Task):
     name = "tabular_single"
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET})
     metric_names = ("error", "misalignment")
+
+    @classmethod
+    def memory_estimate(cls, cfg, seeds):
+        arms, batch = size(cfg.task.get("arms")), size(cfg.task.get("batch_size"))
+        # the logit table and ~16 temporaries of its size (probabilities, gradients, the full action set's group);
+        # the inverse-CDF sampling compares a (seeds, batch, arms) bool table; the batch's draws and actions
+        per_seed = 16 * FLOAT * arms + batch * arms + 8 * INDEX * batch
+        return seeds * per_seed, f"seeds={seeds} × task.arms={arms} × task.batch_size={batch}"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -121,6 +130,11 @@ class TabularMulti(Task):
     rollouts = frozenset({Rollout.EXACT})
     trainer = "closed_form"
     metric_names = ("error", "misalignment")
+
+    @classmethod
+    def memory_estimate(cls, cfg, seeds):
+        contexts, arms = size(cfg.task.get("contexts")), size(cfg.task.get("arms"))
+        return seeds * 16 * FLOAT * contexts * arms, f"seeds={seeds} × task.contexts={contexts} × task.arms={arms}"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -37,6 +37,7 @@ from tasks import rng
 from tasks.models.optim import GUARDS, MUON_SPLITS, Guard, transformer_optimizer
 from common.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
 from tasks.base import RolloutBatch, StepOutput, Task
+from tasks.memory import FLOAT, INDEX, size
 from tasks.models import transformer
 
 TARGETS = ("copy", "flip", "reverse_copy", "reverse_flip")
@@ -254,11 +255,41 @@ class Batch(RolloutBatch):
     step: int = 0
 
 
+def seed_chunk(chunk, on_cpu: bool, grouped: bool, seeds: int):
+    """``task.seed_chunk``, ``auto`` resolved: measured (bench/README.md), on CPU one seed at a time keeps a seed's
+    800-row groups in cache, while single-sample batches are small enough to batch; a GPU always runs one batched
+    program. Any other value is returned as given (the task checks it)."""
+    if chunk != "auto":
+        return chunk
+    return 1 if on_cpu and grouped else seeds
+
+
 class TokenReversal(Task):
     name = "token_reversal"
     rollouts = frozenset({Rollout.SINGLE, Rollout.GROUP, Rollout.TOKEN_CANDIDATES})
     metric_names = METRICS
     multi_epoch = True
+
+    @classmethod
+    def memory_estimate(cls, cfg, seeds):
+        from algorithms import ALGORITHMS
+
+        task, model = cfg.task, cfg.get("model") or {}
+        H, V, K, B = (size(task.get(key)) for key in ("H", "V", "K", "batch_size"))
+        d, heads, layers, ffn = (size(model.get(key)) for key in ("d_model", "heads", "layers", "ffn"))
+        algorithm = ALGORITHMS.get(cfg.algorithm.get("name"))
+        grouped = algorithm is None or algorithm.rollout_for(cls.rollouts) is not Rollout.SINGLE
+        chunk = seed_chunk(task.get("seed_chunk"), str(cfg.get("device", "cpu")).startswith("cpu"), grouped, seeds)
+        together = min(size(chunk) or seeds, seeds)  # seeds computed together
+        sequences, length = B * K, 2 * H  # an upper bound for every rollout shape (interactions: B·K prompts of one)
+        per_token = layers * (12 * d + 3 * ffn + 2 * heads * length) + 4 * V  # activations (attention: heads × T)
+        forward = FLOAT * together * sequences * length * per_token  # kept for the backward (measured: ~0.6 of this)
+        params = 2 * V * d + length * d + layers * (4 * d * d + 2 * d * ffn + 10 * d)
+        state = 6 * FLOAT * seeds * params  # parameters, gradients, the optimiser's moments
+        rollouts = seeds * sequences * H * (2 * INDEX + 6 * FLOAT)  # every chunk's batch: tokens, log-probs, scores
+        return (forward + state + rollouts,
+                f"seeds computed together={together} × task.batch_size={B} × task.K={K} × task.H={H} × task.V={V} × "
+                f"model.d_model={d}")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -314,11 +345,8 @@ class TokenReversal(Task):
         dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))
         # auto: on for CPU; off on a GPU, where one padded batch beats a host sync per decoding step
         self.dedup = self.device.type == "cpu" if dedup == "auto" else dedup
-        chunk = cfg.seed_chunk
-        if chunk == "auto":  # measured (bench/README.md): on CPU one seed at a time keeps a seed's 800-row groups
-            # in cache, while single-sample batches are small enough to batch; a GPU always runs one batched program
-            grouped = self.rollout is not Rollout.SINGLE
-            chunk = 1 if self.device.type == "cpu" and grouped else len(self.seeds)
+        chunk = seed_chunk(cfg.seed_chunk, self.device.type == "cpu", self.rollout is not Rollout.SINGLE,
+                           len(self.seeds))
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
             raise ConfigError(f"task.seed_chunk={chunk!r} is not valid; expected auto or a positive integer")
         S = len(self.seeds)

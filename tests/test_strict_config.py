@@ -263,8 +263,8 @@ def test_every_preset_fits_a_24_gb_machine(preset):
 
 def test_the_largest_preset_jobs_are_estimated_under_24_gb():
     """The sweeps' largest values, explicitly: fig12's K = 64 at B = 256, 30 seeds; fig6's interaction matching.
-    Bug caught: tasks/memory.py:_token_reversal — `together = min(_size(chunk) or seeds, seeds)` → `together = seeds`
-    (fig12 at K = 64: 101 GB)."""
+    Bug caught: tasks/token_reversal.py:TokenReversal.memory_estimate — `together = min(size(chunk) or seeds,
+    seeds)` → `together = seeds` (fig12 at K = 64: 101 GB)."""
     for overrides in (["experiment=fig12_k_sweep", "task.K=64", "algorithm=tpo"],
                       ["experiment=table3_terminal", "task.H=10", "task.match=interactions", "algorithm=ppo"],
                       ["experiment=fig6_variations", "task.match=interactions", "algorithm=ppo"],
@@ -279,7 +279,7 @@ def test_the_largest_preset_jobs_are_estimated_under_24_gb():
 
 def test_the_estimate_bounds_a_measured_step():
     """An upper bound: a tabular step at a size where the (seeds, batch, arms) sampling table dominates.
-    Bug caught: tasks/memory.py:_tabular_single — `16 * FLOAT * arms + batch * arms + ...` →
+    Bug caught: tasks/tabular.py:TabularSingle.memory_estimate — `16 * FLOAT * arms + batch * arms + ...` →
     `16 * FLOAT * arms + ...` (the sampling table left out)."""
     cfg = compose_config([SINGLE, "task.arms=20000", "task.batch_size=500", "seeds=2"])
     need, _ = estimate_memory(cfg)
