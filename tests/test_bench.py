@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,23 @@ def test_phase_profile_of_a_token_episode_adds_up():
     assert sum(cpu for cpu, _ in phases.values()) == pytest.approx(result["cpu"], rel=1e-6)
     assert all(cpu >= 0 for name, (cpu, _) in phases.items() if name != "rest")
     assert result["flops"] > 0
+
+
+def test_llm_step_profile_takes_an_inner_phase_out_of_the_outer_one():
+    """Generation runs inside TRL's rollout, the loss forward with and without gradients: each phase keeps its own
+    seconds. Bug caught: an inner phase counted in the outer one as well (a step's phases adding up to more than the
+    step), or a phase named by the grad mode attributed to the wrong one."""
+    import llm_step_profile
+
+    clock = llm_step_profile.PhaseClock()
+    generation = clock.timed("generation", lambda: time.sleep(0.2))
+    rollout = clock.timed("rollout rest", lambda: (generation(), time.sleep(0.01)))
+    rollout()
+    assert clock.wall["generation"] >= 0.2 and clock.wall["rollout rest"] < 0.15
+    logps = clock.timed(lambda: "loss forward" if torch.is_grad_enabled() else "no-grad logps", lambda: None)
+    with torch.no_grad():
+        logps()
+    assert "no-grad logps" in clock.wall and "loss forward" not in clock.wall
 
 
 def test_logging_cost_times_each_logging_call_and_the_wandb_starts(tmp_path, monkeypatch):

@@ -845,3 +845,28 @@ def test_an_llm_cell_whose_model_the_nodes_cannot_get_is_refused_in_one_line_and
     why = campaign.node_refusal("fig9_gsm8k", ("model.path=nobody-here/no-model", "algorithm=tpo"))
     assert why and "model.path='nobody-here/no-model'" in why and "\n" not in why
     assert campaign.node_refusal("fig3_tabular_multi", ("algorithm=tpo",)) is None
+
+
+def test_a_report_that_raises_is_said_in_one_line_and_the_next_preset_is_still_reported(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """The reporter's thread outlives a report that raises (here as when a campaign's checkout is edited under it
+    and the report's code no longer imports): the failure is one line and counted, and later exports still get
+    their reports. Bug caught: ``Reporter._work`` calling ``report`` unguarded (the thread dies at the first
+    error; every later export goes unreported and ``finish`` counts nothing)."""
+    done = []
+
+    def report(preset, results):
+        if preset == "broken":
+            raise ImportError("cannot import name 'x' from 'harness.config'")
+        done.append(preset)
+        return []
+
+    monkeypatch.setattr(campaign_reports, "report", report)
+    reporter = campaign_reports.Reporter(tmp_path)
+    for preset in ("broken", "table3_terminal"):
+        reporter.submit(preset)
+    assert reporter.finish() == 1 and done == ["table3_terminal"]
+    failed = [line for line in capsys.readouterr().out.splitlines() if "REPORT FAILED" in line]
+    assert len(failed) == 1 and failed[0].endswith(
+        "REPORT FAILED broken: ImportError: cannot import name 'x' from 'harness.config'; its exported runs stay noted "
+        "for the next campaign's reports")

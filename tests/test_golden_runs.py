@@ -165,7 +165,7 @@ def llm_group_losses() -> dict[str, dict[str, list[str]]]:
     """Each LLM algorithm's group loss and its gradient on ℓ for seeded (1, groups, K) tensors, as float.hex."""
     import algorithms
     from conftest import compose_config
-    from harness.llm.trainer import group_policy_loss
+    from harness.llm.tpo_trl import group_policy_loss
 
     generator = torch.Generator().manual_seed(0)
     logp_old = -torch.rand(1, 3, 4, generator=generator, dtype=torch.float64) * 5

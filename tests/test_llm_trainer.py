@@ -149,7 +149,7 @@ def test_trainer_loss_equals_the_algorithms_loss(tiny_llm, gsm8k_dir, tmp_path, 
     torch.testing.assert_close(actual, expected.squeeze(0), rtol=1e-5, atol=1e-6)
 
 
-def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_path):
+def test_group_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_path):
     trainer, cfg = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "task.K=4", "task.sequence_logprob=mean",
                                 "algorithm.eta=3")
     generator = torch.Generator().manual_seed(0)
@@ -157,7 +157,7 @@ def test_rlvr_loss_is_the_tpo_loss_on_the_same_tensors(tiny_llm, gsm8k_dir, tmp_
     token_logp_old = -torch.rand(8, 5, generator=generator)
     mask = (torch.rand(8, 5, generator=generator) > 0.3).long()
     scores = torch.rand(8, generator=generator)
-    loss, kl = trainer.rlvr_loss(token_logp, token_logp_old, None, mask, scores)
+    loss, kl = trainer.group_loss(token_logp, token_logp_old, None, mask, scores)
     shape = (1, 2, 4)
     expected = loss_calls.tpo_loss(losses.sequence_logprob(token_logp, mask, True).view(shape),
                                losses.sequence_logprob(token_logp_old, mask, True).view(shape), scores.view(shape),
@@ -186,13 +186,13 @@ def test_extra_epochs_keep_the_rollout_time_anchor(tiny_llm, gsm8k_dir, tmp_path
     trainer, _ = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "algorithm.epochs=2", "task.K=4", "optim.lr=0.05",
                               "trainer.steps=1", score=alternating_score())
     calls = []
-    rlvr_loss = trainer.rlvr_loss
+    group_loss = trainer.group_loss
 
     def recording(token_logp, token_logp_old, *args):
         calls.append((token_logp.detach().clone(), token_logp_old.clone()))
-        return rlvr_loss(token_logp, token_logp_old, *args)
+        return group_loss(token_logp, token_logp_old, *args)
 
-    trainer.rlvr_loss = recording
+    trainer.group_loss = recording
     trainer.train()
     assert len(calls) == 4  # 2 micro-batches × 2 epochs
     (first_new, first_old), (second_new, second_old) = calls[0], calls[2]  # micro-batch 0 in epochs 1 and 2

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from harness.campaign.locks import results_lock
-from harness.campaign.text import ROOT, shown
+from harness.campaign.text import ROOT, one_line, shown
 from harness.process import die_with_parent
 
 SCORECARD_PRESETS = "scorecard_"  # presets of the scorecard's suites (harness.scorecard): no report of the campaign's
@@ -124,12 +124,20 @@ class Reporter:
         self.queue.put(preset)
 
     def _work(self) -> None:
+        """Report each queued preset; one that raises (the report's own code unreadable, say, after an edit to the
+        checkout under a running campaign) is said in one line and counted, and the next is reported: a dead thread
+        would leave every later export without its report until the next campaign."""
         while (preset := self.queue.get()) is not None:
             with self.guard:
                 self.waiting.discard(preset)
-            failed = report(preset, self.results) or ()
+            try:
+                failed = len(report(preset, self.results) or ())
+            except Exception as error:  # noqa: BLE001 - whatever stopped it, the runner goes on; the note stays
+                print(f"{time.strftime('%H:%M:%S')} REPORT FAILED {preset}: {type(error).__name__}: "
+                      f"{one_line(error)}; its exported runs stay noted for the next campaign's reports", flush=True)
+                failed = 1
             with self.guard:
-                self.failures += len(failed)
+                self.failures += failed
 
     def finish(self) -> int:
         self.queue.put(None)
