@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import rundir
 from harness.campaign import cells as composed
 from harness.campaign.jobs import Job
 from harness.campaign.locks import results_lock
@@ -21,8 +22,8 @@ from harness.identity import BUDGET, IGNORED
 from harness.campaign.text import shown
 
 EXPORT_TMP = re.compile(r"^seeds\d+(?:-\d+)?(?:\.\d+-[0-9a-f]+)?(?:\.old)?\.tmp$")  # export's temporaries only
-CHECKED_FILES = ("summary.json", "metrics.csv.gz", "metrics.csv", "config.yaml", ".hydra/config.yaml",
-                 "identity.json")  # every file ``finished_run_problem`` reads
+CHECKED_FILES = tuple(dict.fromkeys((*rundir.EXPORTED_FILES, rundir.outputs.METRICS_FILE, *rundir.CONFIG_FILES)))
+# (every file a check of an exported run reads)
 RENAME_TRIES = 10  # an export renamed into place while other exporters of the same run replace it, at most
 
 
@@ -70,7 +71,7 @@ def _read_run(summary: Path) -> dict | None:
     record = _read_summary(summary)
     if record is None or record.get("status") not in DONE:
         return record
-    metrics = next((summary.parent / name for name in ("metrics.csv.gz", "metrics.csv")
+    metrics = next((summary.parent / name for name in (rundir.EXPORTED_METRICS, rundir.outputs.METRICS_FILE)
                     if (summary.parent / name).exists()), None)
     if metrics is None:
         _warn(summary.parent, "a finished run without metrics.csv.gz")
@@ -204,11 +205,7 @@ def _export(job: Job, work: Path, results: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp.mkdir()
     try:
-        for name in ("summary.json", "identity.json"):
-            shutil.copy2(source / name, tmp / name)
-        shutil.copy2(source / ".hydra" / "config.yaml", tmp / "config.yaml")
-        with open(source / "metrics.csv", "rb") as raw, gzip.GzipFile(tmp / "metrics.csv.gz", "wb", mtime=0) as packed:
-            shutil.copyfileobj(raw, packed)
+        rundir.write_export(source, tmp)
         _rename_into_place(tmp, target, old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing left where the rename happened

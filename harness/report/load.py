@@ -25,10 +25,10 @@ import yaml
 from algorithms.registry import neutral_hyperparameters
 from harness import cli
 from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS
+from harness.rundir import CONFIG_FILES, EXPORTED_METRICS
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
 
-CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 ID_COLUMNS = ["run", "experiment", "task", "algorithm"]
 Metrics = Iterable[str] | Callable[[str], Iterable[str]] | None  # all; these; or these per experiment name
 
@@ -152,7 +152,7 @@ def _natural(path: Path) -> tuple[list, str]:
 
 
 def _metrics_path(run_dir: Path) -> Path | None:
-    return next((p for p in (run_dir / METRICS_FILE, run_dir / f"{METRICS_FILE}.gz") if p.exists()), None)
+    return next((p for p in (run_dir / METRICS_FILE, run_dir / EXPORTED_METRICS) if p.exists()), None)
 
 
 def _describe(error: BaseException) -> str:

@@ -78,6 +78,10 @@ TENSORBOARD_DIR = "tensorboard"  # logger=tensorboard's event files, one folder 
 RESULT_FILES = (*RUN_FILES, outputs.SUMMARY_FILE, outputs.ERROR_FILE, WANDB_DIR, TENSORBOARD_DIR,
                 HYDRA_DIR)  # cleared by a fresh start
 HYDRA_FILES = (f"{HYDRA_DIR}/config.yaml", f"{HYDRA_DIR}/overrides.yaml")  # what a fresh start writes there
+# An exported run (results/runs/...): what is committed of a finished run, read back by the report like a run folder
+EXPORTED_CONFIG, EXPORTED_METRICS = "config.yaml", f"{outputs.METRICS_FILE}.gz"
+EXPORTED_FILES = (outputs.SUMMARY_FILE, IDENTITY_FILE, EXPORTED_CONFIG, EXPORTED_METRICS)
+CONFIG_FILES = (HYDRA_FILES[0], EXPORTED_CONFIG)  # a run's config: its run folder's, else its export's
 WANDB_FILES = ("latest-run", "debug.log", "debug-internal.log")  # W&B's own files of a folder its runs write into
 SHARED_DIRS = (HYDRA_DIR, WANDB_DIR, TRL_DIR)  # folders a run writes into: their entries are looked at one by one
 # the files tpo-bench writes whole (outputs.atomic_write_text), whose temporaries it recognises by name
@@ -89,6 +93,20 @@ log = logging.getLogger(__name__)
 FINISHED = ("completed", "diverged")
 _started: set[Path] = set()  # run directories this process has started writing into (see ``started``)
 
+
+
+def write_export(run_dir: Path, target: Path) -> None:
+    """Write ``EXPORTED_FILES`` of the finished run in ``run_dir`` into the folder ``target``: its summary and
+    identity as they are, its launch's config at the top, its metrics gzipped with no timestamp (the same rows give
+    the same bytes, so a re-export changes nothing under git)."""
+    import gzip
+
+    for name in (outputs.SUMMARY_FILE, IDENTITY_FILE):
+        shutil.copy2(run_dir / name, target / name)
+    shutil.copy2(run_dir / HYDRA_FILES[0], target / EXPORTED_CONFIG)
+    with open(run_dir / outputs.METRICS_FILE, "rb") as raw, gzip.GzipFile(target / EXPORTED_METRICS, "wb",
+                                                                          mtime=0) as packed:
+        shutil.copyfileobj(raw, packed)
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
     """The resolved configuration less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS at their value."""
