@@ -15,7 +15,7 @@ from tasks import TASKS, get_task
 from common.checks import ConfigError
 
 # LLM tasks and their presets need a language model: tests/test_llm_*.py cover them.
-LLM_TASKS = {name for name, target in TASKS.items() if target.startswith("tasks.llm.")}
+LLM_TASKS = {name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm.")}
 TOY_TASKS = sorted(set(TASKS) - LLM_TASKS)
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
                      if not any(d == {"override /task": t} for t in LLM_TASKS

@@ -336,7 +336,7 @@ class _HostTensors(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-NON_LLM_TASKS = [name for name, target in TASKS.items() if not target.startswith("tasks.llm.")]
+NON_LLM_TASKS = [name for name, entry in TASKS.items() if not entry.path.startswith("tasks.llm.")]
 
 
 @pytest.mark.parametrize("task_name, algorithm", [

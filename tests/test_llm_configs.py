@@ -16,7 +16,7 @@ from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task
 from common.checks import ConfigError
 
-LLM_TASKS = sorted(name for name, target in TASKS.items() if target.startswith("tasks.llm."))
+LLM_TASKS = sorted(name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm."))
 LLM_PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
                      if any(d == {"override /task": t} for t in LLM_TASKS
                             for d in yaml.safe_load(p.read_text()).get("defaults", [])))

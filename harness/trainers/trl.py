@@ -25,6 +25,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from algorithms import ALGORITHMS
 from harness import rundir
+from harness.config import run_settings
 from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
@@ -94,15 +95,15 @@ def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, al
     setting that differs from TRL's); TRL's clip ε is the algorithm's, where it has one."""
     from trl import GRPOConfig
 
-    task, optim, model = cfg.task, cfg.optim, cfg.model
-    cuda = str(cfg.device).startswith("cuda")
-    checkpoint_every = int(cfg.trainer.checkpoint_every)
+    task, optim, model, settings = cfg.task, cfg.optim, cfg.model, run_settings(cfg)
+    cuda = settings.device.startswith("cuda")
+    checkpoint_every = settings.checkpoint_every
     return GRPOConfig(
-        output_dir=str(run_dir / "trl"), seed=int(cfg.seed_offset), use_cpu=not cuda,
+        output_dir=str(run_dir / "trl"), seed=settings.seed_offset, use_cpu=not cuda,
         bf16=model_dtype(model, str(cfg.device)) == torch.bfloat16,
         per_device_train_batch_size=task.micro_batch_groups * task.K,
         gradient_accumulation_steps=task.batch_size // (world_size * task.micro_batch_groups),
-        num_generations=task.K, num_iterations=epochs, max_steps=int(cfg.trainer.steps) * epochs,
+        num_generations=task.K, num_iterations=epochs, max_steps=settings.steps * epochs,
         max_completion_length=task.max_completion_length, temperature=float(task.temperature), top_p=1.0, top_k=0,
         learning_rate=float(optim.lr), adam_beta1=float(optim.betas[0]), adam_beta2=float(optim.betas[1]),
         adam_epsilon=float(optim.eps), weight_decay=float(optim.weight_decay),
@@ -239,7 +240,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
 
     task, epochs, world_size = validated or validate_llm(cfg)
     model, tokenizer = load_policy(cfg.model, str(cfg.device))
-    rows = task.train_rows(int(cfg.seed_offset), int(cfg.trainer.steps) * int(cfg.task.batch_size))
+    settings = run_settings(cfg)
+    rows = task.train_rows(settings.seed_offset, settings.steps * int(cfg.task.batch_size))
     trainer = RLVRTrainer(
         model=model, reward_funcs=make_reward_function(task),
         args=grpo_config(cfg, run_dir, epochs, world_size, task.algorithm),
@@ -259,7 +261,7 @@ class TRLTrainer(Trainer):
         super().__init__(cfg)
         self.validated = validate_llm(cfg)
         self.task = self.validated[0]
-        self.seeds = [int(cfg.seed_offset)]
+        self.seeds = list(self.settings.seed_ids)  # one: check_llm_config refuses more
         self.state = PartialState()
         self.is_main = self.state.is_main_process
         self.checkpoint: str | None = None
@@ -295,7 +297,7 @@ class TRLTrainer(Trainer):
         cfg, task, trainer = self.cfg, self.task, self.trl_trainer
         eval_rows = task.eval_rows() if cfg.task.eval_every else []
         pending = self.saved.get("pending_test")
-        logger = StepLogger(trainer, task, eval_rows, self.epochs, int(cfg.trainer.steps), session.writer,
+        logger = StepLogger(trainer, task, eval_rows, self.epochs, self.settings.steps, session.writer,
                             session.tracker, math.nan if pending is None else pending,
                             fingerprint=session.fingerprint, resumes=session.resumes,
                             cpu_seconds=session.cpu_seconds)
