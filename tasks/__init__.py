@@ -30,6 +30,7 @@ TASKS: dict[str, TaskEntry] = {
     "gsm8k": TaskEntry("tasks.llm.gsm8k:Gsm8k", "GSM8K", step="Episode"),
     "graph_colouring": TaskEntry("tasks.llm.gym_tasks:GraphColouring", "graph colouring", step="Episode"),
     "knights_knaves": TaskEntry("tasks.llm.gym_tasks:KnightsKnaves", "Knights & Knaves", step="Episode"),
+    "reasoning_gym": TaskEntry("tasks.llm.gym_tasks:ReasoningGym", "Reasoning Gym", step="Episode"),
 }
 
 

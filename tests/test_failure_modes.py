@@ -407,7 +407,7 @@ def test_a_metric_some_seeds_lack_shows_how_many_seeds_its_value_and_its_pairing
     from harness.report.specs import Table
     from harness.report.synthetic import make_config, write_run
 
-    monkeypatch.setattr(tables, "preset_budget", lambda preset: None)
+    monkeypatch.setattr(tables, "preset_budget", lambda preset: (4, 100))  # the runs below: 4 seeds × 100 steps
     steps = np.arange(0, 100, 10)
     norms = np.full((2, len(steps)), 0.02)
     runs = (("beyond_amplification", 0, {}), ("beyond_amplification", 2, {"update_muon": norms}),
@@ -423,7 +423,7 @@ def test_a_metric_some_seeds_lack_shows_how_many_seeds_its_value_and_its_pairing
                   rows=({"algorithm.name": "tpo", "experiment": "beyond_amplification"},
                         {"algorithm.name": "tpo", "experiment": "beyond_amplification_floor"}),
                   stats=(Stat("mean", metric="update_muon", percent=False),), where={"task.reward_noise": 0.0},
-                  reference={"experiment": "beyond_amplification"}, seeds=4, steps=100)
+                  reference={"experiment": "beyond_amplification"})
     cells = tables.Report(*load_runs([tmp_path])).evaluate(table).set_index("row")
     sigma, floor = cells.iloc[0], cells.iloc[1]
     assert (sigma.seeds, sigma.seeds_run, floor.seeds, floor.seeds_run, floor.paired_seeds) == (2, 4, 3, 4, 1)

@@ -28,8 +28,8 @@ def validate(overrides: list[str]) -> int:
 
 
 def test_llm_tasks_and_presets_exist():
-    assert LLM_TASKS == ["graph_colouring", "gsm8k", "knights_knaves"]
-    assert LLM_PRESETS == ["demo_llm", "fig9_graph_colouring", "fig9_gsm8k", "fig9_knights_knaves"]
+    assert LLM_TASKS == ["graph_colouring", "gsm8k", "knights_knaves", "reasoning_gym"]
+    assert LLM_PRESETS == ["demo_llm", "fig9_graph_colouring", "fig9_gsm8k", "fig9_knights_knaves", "llm_cpu_learn"]
 
 
 @pytest.mark.parametrize("preset", LLM_PRESETS)

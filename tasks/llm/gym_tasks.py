@@ -7,13 +7,14 @@ held-out puzzles with ``task.eval_seed``; ``task.generator`` holds the dataset's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from common.checks import ConfigError, check_choice, check_number
-from tasks.llm.answers import last_json_object, tagged_answer
+from tasks.llm.answers import final_number, last_json_object, tagged_answer
 from tasks.llm.base import LLMTask, chat
 
 
@@ -76,3 +77,47 @@ class KnightsKnaves(ReasoningGymTask):
 
     name = "knights_knaves"
     dataset_name = "knights_knaves"
+
+
+ANSWER_RULES = ("tagged", "tagged_or_last_number")  # task.answer
+
+
+def tagged_or_last_number(completion: str) -> str | None:
+    """The <answer> block, else the completion's last number: SmolLM2-135M answers "1 + 5 = 6" and ignores the
+    tags, so with the tags alone it never succeeds and RL has nothing to learn from."""
+    tagged = tagged_answer(completion)
+    if tagged is not None:
+        return tagged
+    number = final_number(completion)
+    return None if number is None else str(number)
+
+
+class ReasoningGym(ReasoningGymTask):
+    """Any Reasoning Gym dataset (``task.dataset``) with its own scorer: easy settings give a small model the
+    non-zero success rate RL needs to learn at all. ``task.answer`` picks what the scorer reads (``ANSWER_RULES``)."""
+
+    name = "reasoning_gym"
+
+    def __init__(self, cfg, *args, **kwargs):
+        from reasoning_gym.factory import DATASETS
+
+        self.dataset_name = check_choice("task.dataset", cfg.dataset, sorted(DATASETS))
+        super().__init__(cfg, *args, **kwargs)
+        check_choice("task.answer", cfg.answer, ANSWER_RULES)
+        check_choice("task.exact", cfg.exact, (True, False))
+        config_class = DATASETS[self.dataset_name][1]
+        fields = [f.name for f in dataclasses.fields(config_class) if f.name not in ("seed", "size")]  # set per split
+        unknown = [key for key in cfg.generator if key not in fields]
+        if unknown:
+            raise ConfigError(f"task.generator.{unknown[0]} is not a field of reasoning-gym {self.dataset_name}; "
+                              f"valid choices: {', '.join(fields)}")
+
+    def score(self, completion: str, row: dict[str, Any]) -> float:
+        """The dataset's score, or with ``task.exact`` 1 for a right answer and 0 otherwise: many scorers give partial
+        credit to a wrong answer that contains the right one ("36" for 6 scores 0.5)."""
+        score = super().score(completion, row)
+        return float(score == 1.0) if self.cfg.exact else score
+
+    def answer(self, completion: str) -> str | None:
+        return tagged_or_last_number(completion) if self.cfg.answer == "tagged_or_last_number" else \
+            tagged_answer(completion)
