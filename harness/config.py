@@ -76,6 +76,18 @@ def preset_sweep(preset: str) -> dict[str, list[str]]:
     return sweep
 
 
+def sweep_value(value):
+    """A sweep value as a run's config holds it: ``"8"`` → 8, ``"1.0"`` → 1.0, other text as it is (a YAML bool as
+    Hydra spells it), so that a queue's 1.0 is the preset's ``1.0`` and a table's 7 a run's ``7``."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def check_experiment_overrides(overrides: list[str]) -> None:
     """Raise a ConfigError naming the preset and listing the valid ones if an ``experiment=`` override names no
     ``conf/experiment/*.yaml``: every value of a sweep (``experiment=a,b``, ``choice(...)``, ``glob(...)``) is

@@ -104,6 +104,8 @@ def expand(entry: dict, where: str) -> list[dict]:
 
 def _grid_axes(grid, sweep: dict[str, list[str]], where: str) -> dict[str, list[str]]:
     """Each axis of the sweep with the values the grid picks (its order), as the preset spells them."""
+    from harness.config import sweep_value  # (harness.config imports torch: only when a queue has grids)
+
     if not isinstance(grid, dict):
         raise cli.Refusal(f"Error: {where}.grid={grid!r} is not valid; expected a mapping of the preset's sweep axes "
                           f"({', '.join(sweep)}) to a value or a list of values")
@@ -115,38 +117,33 @@ def _grid_axes(grid, sweep: dict[str, list[str]], where: str) -> dict[str, list[
     for axis, values in sweep.items():
         picked = grid.get(axis, values)
         picked = picked if isinstance(picked, list) else [picked]
-        spelled = {_same_value(value): value for value in values}
-        outside = [value for value in picked if _same_value(value) not in spelled]
+        spelled = {sweep_value(value): value for value in values}
+        outside = [value for value in picked if sweep_value(value) not in spelled]
         if outside:
             raise cli.Refusal(f"Error: {where}.grid.{axis}={outside[0]!r} is not a value of the preset's sweep; "
                               f"valid values: {', '.join(values)}")
-        axes[axis] = [spelled[_same_value(value)] for value in picked]
+        axes[axis] = [spelled[sweep_value(value)] for value in picked]
     return axes
 
 
-def _same_value(value):
-    """A sweep value compared as the run sees it: 1.0 in a queue is the preset's ``1.0``, 8 its ``8``."""
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def _name_part(axis: str, value: str) -> str:
-    number = _same_value(value)
-    if axis in NAME_PREFIX and isinstance(number, float):
+    from harness.config import sweep_value
+
+    number = sweep_value(value)
+    if axis in NAME_PREFIX and isinstance(number, (int, float)):
         return f"{NAME_PREFIX[axis]}{number:g}"
     return NAME_VALUE.get(value, value)
 
 
 def _per_point(given: dict, point: dict[str, str], where: str):
     """The value of a per-axis key (``{axis: {value: x}}``) at a grid point."""
+    from harness.config import sweep_value
+
     if len(given) != 1 or next(iter(given)) not in point or not isinstance(next(iter(given.values())), dict):
         raise cli.Refusal(f"Error: {where}={given!r} is not valid; expected a value, or one axis of the grid mapped "
                           f"to a value per point ({{axis: {{value: x}}}}; axes: {', '.join(point)})")
     axis, values = next(iter(given.items()))
-    chosen = {_same_value(value): x for value, x in values.items()}.get(_same_value(point[axis]))
+    chosen = {sweep_value(value): x for value, x in values.items()}.get(sweep_value(point[axis]))
     if chosen is None:
         raise cli.Refusal(f"Error: {where} has no value for {axis}={point[axis]}; it needs one per value of {axis} "
                           "the grid picks")

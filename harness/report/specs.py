@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from algorithms import ALGORITHMS
-from harness.config import preset_sweep
+from harness.config import preset_sweep, sweep_value
 from tasks import TASKS
 
 
@@ -275,22 +275,13 @@ def swept(preset: str, *axes: str) -> tuple[dict, ...]:
     """The grid of some axes of a preset's sweep, with the preset's values in its order (``algorithm`` as the runs'
     ``algorithm.name``): ``swept("table3_terminal", "task.match", "task.H")``."""
     sweep = preset_sweep(preset)
-    return grid(**{"algorithm.name" if axis == "algorithm" else axis: [_typed(value) for value in sweep[axis]]
+    return grid(**{"algorithm.name" if axis == "algorithm" else axis: [sweep_value(value) for value in sweep[axis]]
                    for axis in axes})
 
 
 def values_of(preset: str, axis: str) -> tuple:
     """One axis of a preset's sweep: its values, typed as a run's config holds them."""
-    return tuple(_typed(value) for value in preset_sweep(preset)[axis])
-
-
-def _typed(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return tuple(sweep_value(value) for value in preset_sweep(preset)[axis])
 
 
 def by_algorithm(*names: str) -> tuple[Series, ...]:

@@ -25,7 +25,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from algorithms import ALGORITHMS
 from harness import rundir
-from harness.config import run_settings
+from harness.config import RunSettings, run_settings
 from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
@@ -90,12 +90,12 @@ def check_llm_optim(optim: DictConfig) -> None:
     check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
 
 
-def grpo_config(cfg: DictConfig, run_dir: Path, epochs: int, world_size: int, algorithm):
+def grpo_config(cfg: DictConfig, settings: RunSettings, run_dir: Path, epochs: int, world_size: int, algorithm):
     """TRL's GRPOConfig for this run (see docs/llm.md, "How TRL's GRPO defaults differ from the paper's", for every
     setting that differs from TRL's); TRL's clip ε is the algorithm's, where it has one."""
     from trl import GRPOConfig
 
-    task, optim, model, settings = cfg.task, cfg.optim, cfg.model, run_settings(cfg)
+    task, optim, model = cfg.task, cfg.optim, cfg.model
     cuda = settings.device.startswith("cuda")
     checkpoint_every = settings.checkpoint_every
     return GRPOConfig(
@@ -244,7 +244,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     rows = task.train_rows(settings.seed_offset, settings.steps * int(cfg.task.batch_size))
     trainer = RLVRTrainer(
         model=model, reward_funcs=make_reward_function(task),
-        args=grpo_config(cfg, run_dir, epochs, world_size, task.algorithm),
+        args=grpo_config(cfg, settings, run_dir, epochs, world_size, task.algorithm),
         train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
         algorithm=task.algorithm, task_cfg=cfg.task)
     trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
