@@ -43,3 +43,21 @@ def test_scores_with_the_datasets_scorer(rule, untagged_right):
     assert task.score(f"{entry['question'][-12:]} = {right}", row) == untagged_right  # the model's usual form
     assert task.score(f"It is {wrong}.", row) == 0.0
     assert task.score("no number", row) == 0.0
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_exact_scoring_gives_no_partial_credit_to_a_wrong_answer_holding_the_right_one(exact):
+    """basic_arithmetic's own scorer gives partial credit to a wrong answer that contains the right one (a model that
+    writes "36" for 6); ``task.exact`` scores it 0 and the right answer 1. Bug caught: the ``task.exact`` branch of
+    ``ReasoningGym.score`` inverted (``if not self.cfg.exact``)."""
+    cfg = compose_config(["task=reasoning_gym", "task.dataset=basic_arithmetic", "+task.generator.min_terms=2",
+                          "+task.generator.max_terms=2", "+task.generator.min_digits=1", "+task.generator.max_digits=1",
+                          "+task.generator.operators=[*]", f"task.exact={str(exact).lower()}"])
+    task = build_task(cfg)
+    task.train_rows(0, 8)
+    item = next(i for i, entry in enumerate(task.entries["train"]) if int(entry["answer"]) >= 0)
+    right, row = task.entries["train"][item]["answer"], {"split": "train", "item": item}
+    holding = f"3{right}"  # wrong, with the right digits in it
+    assert task.score(f"<answer>{right}</answer>", row) == 1.0
+    partial = task.score(f"<answer>{holding}</answer>", row)
+    assert partial == 0.0 if exact else 0.0 < partial < 1.0
