@@ -134,8 +134,8 @@ def test_an_unknown_queue_lists_the_valid_ones(capsys):
     try:
         campaign.main(["nosuch", "--dry-run"])
     except SystemExit as error:
-        assert ("campaign queue 'nosuch' not found; valid choices: beyond, failure_modes, paper, section4_gpu"
-                in str(error))
+        assert ("campaign queue 'nosuch' not found; valid choices: beyond, failure_modes, llm_cpu, llm_gpu, paper, "
+                "section4_gpu" in str(error))
     else:
         raise AssertionError("an unknown queue was accepted")
 

@@ -17,9 +17,19 @@ from tasks import TASKS, get_task
 from common.checks import ConfigError
 
 LLM_TASKS = sorted(name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm."))
-LLM_PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
-                     if any(d == {"override /task": t} for t in LLM_TASKS
-                            for d in yaml.safe_load(p.read_text()).get("defaults", [])))
+
+def _llm_presets() -> list[str]:
+    """The presets that compose an LLM task: directly (``override /task``) or through another such preset."""
+    defaults = {p.stem: yaml.safe_load(p.read_text()).get("defaults", []) for p in (CONF / "experiment").glob("*.yaml")}
+    found = {name for name, entries in defaults.items()
+             if any(entry == {"override /task": task} for task in LLM_TASKS for entry in entries)}
+    while extended := {name for name, entries in defaults.items()
+                       if name not in found and any(entry in found for entry in entries if isinstance(entry, str))}:
+        found |= extended
+    return sorted(found)
+
+
+LLM_PRESETS = _llm_presets()
 
 
 def validate(overrides: list[str]) -> int:
@@ -29,7 +39,8 @@ def validate(overrides: list[str]) -> int:
 
 def test_llm_tasks_and_presets_exist():
     assert LLM_TASKS == ["graph_colouring", "gsm8k", "knights_knaves", "reasoning_gym"]
-    assert LLM_PRESETS == ["demo_llm", "fig9_graph_colouring", "fig9_gsm8k", "fig9_knights_knaves", "llm_cpu_learn"]
+    assert LLM_PRESETS == ["demo_llm", "fig9_graph_colouring", "fig9_gsm8k", "fig9_knights_knaves", "llm_cpu_learn",
+                           "llm_gpu_learn"]
 
 
 @pytest.mark.parametrize("preset", LLM_PRESETS)

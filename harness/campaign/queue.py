@@ -20,6 +20,7 @@ PER_POINT = ("cost", "like", "scale")  # keys a grid entry may give per value of
 NAME_PREFIX = {"task.H": "h", "task.V": "v", "task.K": "k", "algorithm.epochs": "e", "algorithm.eta": "eta"}
 NAME_VALUE = {"bag_of_tokens": "bag", "sequential": "seq"}  # the reward's short names in a cell's name
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
+SEED_AXIS = "seed_offset"  # a sweep over it is a sweep over seeds, which the campaign's jobs set
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 
 
@@ -75,7 +76,9 @@ def expand(entry: dict, where: str) -> list[dict]:
     of the axes the preset sweeps over (``prompts_h8_tpo``; ``name`` renames an entry of one point). ``cost``,
     ``like`` and ``scale`` may be given per value of one axis (``{algorithm: {tpo: 0.45, dg: 0.1}}``). So a queue
     picks what to run, in which order and at which estimate, and never restates a preset's values: a value outside
-    the sweep is refused in one line. An entry without ``grid`` is one cell as written."""
+    the sweep is refused in one line. A preset that sweeps ``seed_offset`` (an LLM preset: one seed per run) is
+    a cell per point of its other axes whose jobs are one seed each (``chunk: 1``): the campaign sets the offsets.
+    An entry without ``grid`` is one cell as written."""
     if not isinstance(entry, dict) or "grid" not in entry:
         return [entry]
     from common.checks import ConfigError
@@ -85,6 +88,7 @@ def expand(entry: dict, where: str) -> list[dict]:
         sweep = preset_sweep(str(entry.get("preset")))
     except ConfigError as error:
         raise cli.Refusal(f"Error: {where}: {error}") from None
+    one_seed_runs = sweep.pop(SEED_AXIS, None) is not None
     axes = _grid_axes(entry.get("grid"), sweep, where)
     points = [dict(zip(axes, values)) for values in product(*axes.values())]
     if "name" in entry and len(points) != 1:
@@ -93,6 +97,8 @@ def expand(entry: dict, where: str) -> list[dict]:
     cells = []
     for point in points:
         cell = {key: value for key, value in entry.items() if key != "grid"}
+        if one_seed_runs:
+            cell.setdefault("chunk", 1)
         cell["name"] = entry.get("name") or "_".join(_name_part(axis, point[axis]) for axis in swept)
         cell["overrides"] = [f"{axis}={value}" for axis, value in point.items()] + list(entry.get("overrides") or ())
         for key in PER_POINT:

@@ -319,6 +319,32 @@ GUARDED_SPREAD = ("beyond_amplification", "beyond_amplification_scale", "beyond_
                   "beyond_amplification_floor_scale")
 ZERO_VARIANCE_EPISODES = ("frac_zero_var", 1.0)  # every group of the episode has zero variance: the gradient is 0
 
+LLM_LEARN = (("llm_cpu_learn", "CPU, 4 prompts × K = 8, 50 steps, 64 held-out puzzles"),
+             ("llm_gpu_learn", "GPU, 16 prompts × K = 16, 100 steps, 256 held-out puzzles"))
+HELD_OUT = Stat("at_step", step=0, metric="test_accuracy", higher_is_better=True)  # the base model: step 0 is
+# evaluated before the first update
+
+
+def _llm_learn_table(preset: str, size: str) -> Table:
+    """Held-out greedy success of the base model and after training, and the training rollouts' mean score."""
+    return Table(preset, f"SmolLM2-135M on one-digit products ({size}): held-out greedy success (%)", preset,
+                 rows=swept(preset, "algorithm"), reference={"algorithm.name": "tpo"},
+                 stats=(HELD_OUT, Stat("final", metric="test_accuracy", higher_is_better=True),
+                        Stat("mean", metric="reward_mean", higher_is_better=True)),
+                 note="test_accuracy at step 0 is the base model's (greedy, so one value for every seed); final: "
+                      "after the last step. The interval is over seeds: it leaves out the sampling error of the "
+                      "held-out puzzles, which every run shares.")
+
+
+def _llm_learn_figure(preset: str, size: str) -> Figure:
+    return Figure(preset, f"SmolLM2-135M on one-digit products ({size})", (
+        Panel(preset, by_swept(preset, "algorithm"), title="(a) Held-out greedy success", metrics=("test_accuracy",),
+              ylabel="Success rate", ylim=(0.0, 1.0), smooth=1),
+        Panel(preset, by_swept(preset, "algorithm"), title="(b) Training rollouts' mean score",
+              metrics=("reward_mean",), ylabel="Mean score", ylim=(0.0, 1.0), smooth=5)),
+        caption="Seed mean of each method's runs; (b) smoothed by a 5-step causal moving average.")
+
+
 TABLES: dict[str, Table] = {t.name: t for t in (
     Table("table1", "Table 1 — steps to 1% error, token reversal, bag-of-tokens, V sweep", "table1_vocab_sweep",
           rows=swept("table1_vocab_sweep", "algorithm"), cols=swept("table1_vocab_sweep", "task.V"),
@@ -382,6 +408,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1},
           note="The paper does not state H/B; the preset's H=5, B=256 is one candidate "
                "(docs/reproduction.md §6.12)."),
+    *(_llm_learn_table(preset, size) for preset, size in LLM_LEARN),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
           "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
           rows=algorithms(*BASELINES) + tuple({"algorithm.name": name, "experiment": "beyond_terminal_baselines_kl"}
@@ -577,6 +604,7 @@ FIGURES: dict[str, Figure] = {f.name: f for f in (
         for model, model_label in FIG9_MODELS for preset, task, metric, ylabel in FIG9_TASKS), ncols=3,
            caption="GSM8K: greedy held-out test accuracy every 5 steps; graph colouring and Knights & Knaves: mean "
                    "score of the step's training rollouts (docs/reproduction.md §6.13)."),
+    *(_llm_learn_figure(preset, size) for preset, size in LLM_LEARN),
     Figure("demo_llm", "LLM CPU demo — SmolLM2-135M, graph colouring (4 vertices), K=4", (
         Panel("demo_llm", by_algorithm("tpo", "grpo"), title="(a) Mean score", metrics=("reward_mean",),
               ylabel="Mean score"),

@@ -51,7 +51,14 @@ def preset_config(preset: str, conf: Path = CONF, task: str | None = None):
 def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
     """(seeds, steps) the preset asks for, or None when conf/experiment/<preset>.yaml is absent or does not compose."""
     cfg = preset_config(preset, conf)
-    return None if cfg is None else (int(cfg.seeds), int(cfg.trainer.steps))
+    return None if cfg is None else _budget(cfg)
+
+
+def _budget(cfg) -> tuple[int, int]:
+    """(seeds, steps) of a composed preset: an LLM preset trains one seed a run and sweeps ``seed_offset``, so its
+    seeds are its runs' times the offsets it sweeps."""
+    offsets = cfg.hydra.sweeper.params.get("seed_offset")
+    return int(cfg.seeds) * (len(str(offsets).split(",")) if offsets is not None else 1), int(cfg.trainer.steps)
 
 
 def task_budget(preset: str, task: str | None, conf: Path = CONF) -> tuple[int, int] | None:
@@ -63,7 +70,7 @@ def task_budget(preset: str, task: str | None, conf: Path = CONF) -> tuple[int, 
     if task not in [value.strip() for value in str(cfg.hydra.sweeper.params["task"]).split(",")]:
         return None
     cfg = preset_config(preset, conf, task)
-    return None if cfg is None else (int(cfg.seeds), int(cfg.trainer.steps))
+    return None if cfg is None else _budget(cfg)
 
 
 def outside_grid(preset: str, key: dict) -> list[str] | None:
