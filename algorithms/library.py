@@ -22,6 +22,7 @@ import torch
 from algorithms import exact, losses
 from algorithms.hyperparameters import hyperparameter
 from common.checks import ConfigError
+from common.palette import BLACK, BLUE, GREEN, ORANGE, PURPLE, SKY_BLUE, VERMILLION
 from algorithms.registry import AGGREGATION, Aggregation, Algorithm, Groups, Rollout, register, token_count
 from algorithms.scores import ZERO_VARIANCE_MODES, Spread, standardize, zscore_advantages
 
@@ -54,7 +55,8 @@ class TPO(Algorithm):
     """Target Policy Optimization (Eq. 1–3): q ∝ p_old · exp(u/η) over the group, fit by cross-entropy, whose
     gradient on the group logits is p_θ − q."""
 
-    id, label, style = "tpo", "TPO", ("#d62728", "-")
+    id, label = "tpo", "TPO"
+    look = (VERMILLION, "-", "o")
     rollouts = (Rollout.GROUP, Rollout.FULL_ACTION_SET, Rollout.EXACT)
     target = True
     anchor = True
@@ -90,7 +92,8 @@ class TPOToken(TPO):
 class TPONoAnchor(TPO):
     """Ablation (Fig 8): q = softmax(u/η), without the p_old factor."""
 
-    id, label, style = "tpo_no_anchor", "TPO-no-anchor", ("#ff9896", "--")
+    id, label = "tpo_no_anchor", "TPO-no-anchor"
+    look = (PURPLE, "--", "v")
     rollouts = (Rollout.GROUP,)
     anchor = False
 
@@ -100,7 +103,8 @@ class GroupPG(Algorithm):
     """Same-signal scalar ablation: −Σ_k (u_k/η) ℓ_k, TPO's standardized scores as policy-gradient weights; on a
     full-action-set group only the sampled members are weighted (docs/reproduction.md §2.16)."""
 
-    id, label, style = "group_pg", "Group PG", ("#9467bd", "--")
+    id, label = "group_pg", "Group PG"
+    look = (BLACK, ":", "X")
     rollouts = (Rollout.GROUP, Rollout.FULL_ACTION_SET)
 
     @dataclass(frozen=True)
@@ -165,7 +169,8 @@ class GRPO(_Clipped):
     """GRPO as in the paper (docs/reproduction.md §2.7): group z-scores, clipped surrogate on the sequence ratio
     (log-ratio clipped to ±20), k3 KL to the rollout snapshot, summed over the K candidates, averaged over groups."""
 
-    id, label, style = "grpo", "GRPO", ("#1f77b4", "-")
+    id, label = "grpo", "GRPO"
+    look = (BLUE, "-", "^")
     rollouts = (Rollout.GROUP, Rollout.SINGLE, Rollout.EXACT)
     trl_loss = True
 
@@ -203,7 +208,8 @@ class GRPOToken(GRPO):
 class GRPONoKL(GRPO):
     """Ablation: GRPO with β = 0 (no KL to the rollout snapshot), clipping kept."""
 
-    id, label, style = "grpo_no_kl", "GRPO (no KL)", ("#aec7e8", "--")
+    id, label = "grpo_no_kl", "GRPO (no KL)"
+    look = (ORANGE, "-.", "D")
     rollouts = (Rollout.GROUP,)
 
     @dataclass(frozen=True)
@@ -216,7 +222,8 @@ class GRPOMasked(GRPO):
     """GRPO with zero-variance groups masked out of the mean (docs/reproduction.md §2.10): GRPO whose aggregation
     defaults to the mean over informative groups."""
 
-    id, label, style = "grpo_masked", "GRPO (masked)", ("#17becf", ":")
+    id, label = "grpo_masked", "GRPO (masked)"
+    look = (SKY_BLUE, "--", "P")
     rollouts = (Rollout.GROUP,)
     trl_loss = False
 
@@ -230,7 +237,8 @@ class PPO(_Clipped):
     """PPO (docs/reproduction.md §2.13): per-token ratios clipped at 1 ± ε, no log-ratio clip, no KL, the task's
     baseline."""
 
-    id, label, style = "ppo", "PPO", ("#2ca02c", "-")
+    id, label = "ppo", "PPO"
+    look = (PURPLE, "-", ">")
     rollouts = (Rollout.SINGLE,)
 
     @dataclass(frozen=True)
@@ -252,7 +260,8 @@ class DG(_Advantages):
     """Delightful gradient (docs/reproduction.md §2.14): −Σ_t sg(σ(A·ℓ/η)·A) log π, surprisal ℓ = −log π at the current
     parameters, optionally clipped to [−c, c]."""
 
-    id, label, style = "dg", "DG", ("#ff7f0e", "-")
+    id, label = "dg", "DG"
+    look = (GREEN, "--", "s")
     rollouts = (Rollout.SINGLE, Rollout.EXACT)
     default_epochs = 1
 
@@ -279,7 +288,8 @@ class DG(_Advantages):
 class PG(_Advantages):
     """REINFORCE with the task's baseline: −Σ_t A_t log π(a_t)."""
 
-    id, label, style = "pg", "PG", ("#7f7f7f", "-")
+    id, label = "pg", "PG"
+    look = (ORANGE, ":", "<")
     rollouts = (Rollout.SINGLE, Rollout.EXACT)
 
     def signal(self, groups):
@@ -296,7 +306,8 @@ class PG(_Advantages):
 class CE(Algorithm):
     """Supervised cross-entropy oracle: −log π(y), the label given (full information, no sampling)."""
 
-    id, label, style = "ce", "CE", ("#000000", ":")
+    id, label = "ce", "CE"
+    look = (BLACK, "--", "*")
     rollouts = (Rollout.SUPERVISED, Rollout.EXACT)
     default_epochs = 1
 
@@ -320,7 +331,8 @@ class RLOO(_Clipped):
     """RLOO: leave-one-out baseline A_i = r_i − mean_{j≠i} r_j (= K/(K−1)·(r_i − μ)), PPO clip on the sequence
     ratio, mean over sequences; no KL by default (β > 0: the k3 KL to the rollout snapshot, as GRPO's)."""
 
-    id, label, style = "rloo", "RLOO", ("#8c564b", "-")
+    id, label = "rloo", "RLOO"
+    look = (GREEN, "-", "h")
     rollouts = (Rollout.GROUP, Rollout.SINGLE)
 
     @dataclass(frozen=True)
@@ -351,7 +363,8 @@ class DrGRPO(_Clipped):
     denominator (candidates · longest answer): no length or difficulty normalisation. No KL by default (β > 0: GRPO's
     k3 KL to the rollout snapshot, per token, in the same token sum)."""
 
-    id, label, style = "dr_grpo", "Dr. GRPO", ("#e377c2", "-")
+    id, label = "dr_grpo", "Dr. GRPO"
+    look = (SKY_BLUE, "-.", "d")
     rollouts = (Rollout.GROUP, Rollout.SINGLE)
     token_level = True
 
@@ -378,7 +391,8 @@ class DAPO(_Clipped):
     token mean); ``filter_groups`` drops zero-variance groups from the mean (dynamic sampling without the resampling),
     their KL included."""
 
-    id, label, style = "dapo", "DAPO", ("#bcbd22", "-")
+    id, label = "dapo", "DAPO"
+    look = (ORANGE, "--", "p")
     rollouts = (Rollout.GROUP, Rollout.SINGLE)
     token_level = True
 
@@ -425,7 +439,8 @@ class GSPO(_Clipped):
     ratio is (|ℓ_i − ℓ_i^old| ≤ c·L_i), in the same mean over sequences; with L = 1 it is GRPO's without the K
     factor."""
 
-    id, label, style = "gspo", "GSPO", ("#17a589", "-")
+    id, label = "gspo", "GSPO"
+    look = (PURPLE, ":", "8")
     rollouts = (Rollout.GROUP, Rollout.SINGLE)
     length_normalised = True
 
@@ -460,7 +475,8 @@ class CISPO(_Advantages):
     weight is clipped and stopped, so no token's gradient is ever dropped. No KL by default (β > 0: GRPO's k3 KL to
     the rollout snapshot, per token and not IS-weighted, in the same token mean)."""
 
-    id, label, style = "cispo", "CISPO", ("#5d6d7e", "-")
+    id, label = "cispo", "CISPO"
+    look = (BLACK, "-.", "H")
     rollouts = (Rollout.GROUP, Rollout.SINGLE)
     token_level = True
     metric_names = (*Algorithm.metric_names, "clip_fraction")

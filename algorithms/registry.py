@@ -33,6 +33,7 @@ import torch
 from algorithms import losses
 from algorithms.hyperparameters import check_hyperparameter, hyperparameter
 from common.checks import ConfigError
+from common.palette import GREY
 from common.kernels import log_softmax
 from algorithms.scores import ZERO_VARIANCE_THRESHOLD, Spread, population_std
 
@@ -145,7 +146,10 @@ class Algorithm:
 
     id: ClassVar[str]
     label: ClassVar[str]  # the report's name for it
-    style: ClassVar[tuple[str, str]] = ("#7f7f7f", "-")  # the report's colour and line style
+    look: ClassVar[tuple[str, str, str]] = (GREY, "-", "o")  # the report's colour, line style and marker, the same
+    # in every figure: the methods a figure draws together differ in colour, and colour and line style together tell
+    # every two apart (a line hidden under another is still told by its dashes and markers); a token-level variant
+    # inherits the look of the method it varies
     rollouts: ClassVar[tuple[Rollout, ...]]  # in order of preference: a task runs the first one it offers
     default_epochs: ClassVar[int] = 4  # updates per rollout batch when ``algorithm.epochs`` is null
     token_level: ClassVar[bool] = False  # group rollouts pass per-token log-probs (R, ..., K, T)

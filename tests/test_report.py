@@ -212,6 +212,27 @@ def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
                                                            "seeds10-14", "seeds15-19"]
 
 
+def test_every_algorithm_has_its_own_look_and_a_panels_methods_differ_in_colour():
+    """An algorithm's look is declared with its class: colour and line style tell every two methods apart (a
+    token-level variant looks like the method it varies), the methods a panel draws together differ in colour, and
+    the figures draw each with its class's marker. Bugs caught: two classes given one look, a variant not inheriting
+    its method's, the report's style or marker read from elsewhere than the class."""
+    from algorithms import ALGORITHMS
+    from harness.report import figures
+    from harness.report.specs import FIGURES, Series
+
+    methods = {name: cls.look for name, cls in ALGORITHMS.items() if not name.endswith("_token")}
+    assert len({look[:2] for look in methods.values()}) == len(methods)
+    assert all(ALGORITHMS[name].look == methods[name.removesuffix("_token")] for name in ALGORITHMS)
+    for name, cls in ALGORITHMS.items():
+        assert figures.series_style(Series({"algorithm.name": name}), 0, 1) == cls.look[:2]
+        assert figures.series_marker(Series({"algorithm.name": name}), 0) == cls.look[2]
+    for figure in FIGURES.values():
+        for panel in figure.panels:
+            drawn = [s.key["algorithm.name"] for s in panel.series if set(s.key) == {"algorithm.name"} and not s.style]
+            assert len({ALGORITHMS[name].look[0] for name in drawn}) == len(drawn), (figure.name, panel.title)
+
+
 def test_a_figures_variant_presets_are_told_apart_and_a_long_title_wraps_to_the_figure():
     """beyond_relapse and beyond_amplification draw one line per variant preset: each gets its own colour (they
     were all the same grey), and a title longer than the figure is wide wraps instead of being cut off."""

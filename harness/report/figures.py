@@ -23,14 +23,12 @@ from matplotlib.lines import Line2D
 from algorithms import ALGORITHMS
 from harness.rundir.outputs import git_commit
 from harness.report import paper, stats
-from harness.report.specs import ALGORITHM_LOOK, KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
+from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
 from harness.report.tables import Report, Resolved, fill_command, write_file
 
-# One fixed colour and line style per algorithm across every figure (``specs.ALGORITHM_LOOK``), and its marker; an
-# algorithm registered since (a scorecard's candidate) keeps the colour its registry entry gives it
-ALGORITHM_STYLE = {name: algorithm.style for name, algorithm in ALGORITHMS.items()} | {
-    name: (colour, line) for name, (colour, line, _) in ALGORITHM_LOOK.items()}
-ALGORITHM_MARKER = {name: marker for name, (_, _, marker) in ALGORITHM_LOOK.items()}
+# One fixed colour, line style and marker per algorithm across every figure: its class's ``look``
+ALGORITHM_STYLE = {name: algorithm.look[:2] for name, algorithm in ALGORITHMS.items()}
+ALGORITHM_MARKER = {name: algorithm.look[2] for name, algorithm in ALGORITHMS.items()}
 OTHER_STYLE = ("#666666", "-")  # an algorithm neither knows (a run's name no longer registered)
 VALUE_MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # lines that vary another key (K, η, a variant) by index
 MARKS_PER_LINE = 8  # markers on a curve, offset from one line to the next so that they do not coincide

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from algorithms import ALGORITHMS
+from common.palette import VERMILLION
 from harness.config import preset_sweep, sweep_value
 from tasks import TASKS
 
@@ -147,19 +148,6 @@ ALGORITHM_LABEL = {name: algorithm.label for name, algorithm in ALGORITHMS.items
 # The paper's order of methods, TPO (its highlighted method) first: legends, bars and the runs' listing follow it
 ALGORITHM_ORDER = ("tpo", "tpo_token", "tpo_no_anchor", "dg", "grpo", "grpo_token", "grpo_no_kl", "grpo_masked",
                    "group_pg", "pg", "ppo", "ce", "rloo", "dr_grpo", "dapo", "gspo", "cispo")
-# Okabe & Ito's colour-blind-safe palette, less its yellow (too pale on white)
-VERMILLION, ORANGE, SKY_BLUE, GREEN, BLUE, PURPLE, BLACK = (
-    "#D55E00", "#E69F00", "#56B4E9", "#009E73", "#0072B2", "#CC79A7", "#000000")
-# One (colour, line style, marker) per algorithm in every figure, in the paper's order: the methods a figure draws
-# together differ in colour, and colour and line style together tell every two apart, so that a line hidden under
-# another is still told by its dashes and markers; a token-level variant looks like the method it varies
-ALGORITHM_LOOK = {
-    "tpo": (VERMILLION, "-", "o"), "tpo_token": (VERMILLION, "-", "o"), "tpo_no_anchor": (PURPLE, "--", "v"),
-    "dg": (GREEN, "--", "s"), "grpo": (BLUE, "-", "^"), "grpo_token": (BLUE, "-", "^"),
-    "grpo_no_kl": (ORANGE, "-.", "D"), "grpo_masked": (SKY_BLUE, "--", "P"), "group_pg": (BLACK, ":", "X"),
-    "pg": (ORANGE, ":", "<"), "ppo": (PURPLE, "-", ">"), "ce": (BLACK, "--", "*"), "rloo": (GREEN, "-", "h"),
-    "dr_grpo": (SKY_BLUE, "-.", "d"), "dapo": (ORANGE, "--", "p"), "gspo": (PURPLE, ":", "8"),
-    "cispo": (BLACK, "-.", "H")}
 TASK_LABEL = {name: entry.label for name, entry in TASKS.items()}  # from the registry
 PRESET_TITLE = {"demo_tabular": "Demo", "demo_mnist": "Demo", "demo_sparse": "Demo", "demo_llm": "LLM demo",
                 "beyond_amplification_scale": "Beyond the paper — GRPO, σ with the scale guard",
@@ -408,7 +396,6 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1},
           note="The paper does not state H/B; the preset's H=5, B=256 is one candidate "
                "(docs/reproduction.md §6.12)."),
-    *(_llm_learn_table(preset, size) for preset, size in LLM_LEARN),
     Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
           "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
           rows=algorithms(*BASELINES) + tuple({"algorithm.name": name, "experiment": "beyond_terminal_baselines_kl"}
@@ -454,6 +441,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                "below τ in 76% of the episodes with at most 2% of groups holding a right answer, 8-20% of those "
                "with 10-99% (episodes whose gradient does not vanish; one that vanishes, a solved or a collapsed "
                "policy's, takes no step)."),
+    *(_llm_learn_table(preset, size) for preset, size in LLM_LEARN),
 )}
 
 def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
