@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,9 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT
 from harness import campaign
-from harness.config import compose_config
+from harness.config import build_task, compose_config
+from harness.report import tables
+from harness.trainers.trl import check_llm_config
 
 GPU_SIZE = {"device": "cuda", "model.dtype": "float32", "task.K": 16, "task.batch_size": 16,
             "task.micro_batch_groups": 16, "task.eval_size": 256, "task.eval_batch_size": 256, "task.steps": 100}
@@ -48,6 +51,41 @@ def test_a_preset_sweeping_seed_offset_is_a_cell_per_method_whose_jobs_are_one_s
             campaign.main([queue, "--dry-run", "--results", str(tmp_path / "results")])
         listed = [line.split()[2:4] for line in capsys.readouterr().out.splitlines() if line.startswith("L")]
         assert listed == [[method, f"seeds{seed}"] for seed in range(3) for method in ("tpo", "grpo")], queue
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"grid": {"seed_offset": 1}}, "cells[0].grid.seed_offset is the campaign's to set"),
+    ({"chunk": 3}, "cells[0].chunk=3 is not valid for preset llm_cpu_learn, whose runs train one seed each"),
+    ({"overrides": ["seed_offset=1"]}, "cells[0].overrides: 'seed_offset=1' is the campaign's to set"),
+    ({"overrides": ["seeds=2"]}, "cells[0].overrides: 'seeds=2' is the campaign's to set"),
+])
+def test_seeds_a_one_seed_presets_jobs_set_cannot_be_set_by_its_queue_entry(tmp_path, change, message):
+    """The campaign's jobs set each run's seeds and offset, last on the command line: an entry that sets them too
+    would be silently replaced (an override) or refused at every run's start (``chunk`` > 1 asks an LLM run for
+    several seeds), so it is refused before anything runs, in one line."""
+    queue = tmp_path / "queue.yaml"
+    queue.write_text(yaml.safe_dump({"chunk": 1, "cells": [
+        {"priority": "L1", "preset": "llm_cpu_learn", "grid": {}, "seeds": 3, "cost": 36, **change}]}))
+    with pytest.raises(SystemExit, match="^Error: queue.yaml: " + re.escape(message)):
+        campaign.main([str(queue), "--dry-run", "--results", str(tmp_path / "results")])
+
+
+def test_a_one_seed_presets_missing_seeds_are_one_sweep_over_their_offsets_that_the_launcher_accepts():
+    """An LLM preset's budget is its runs' one seed times the offsets it sweeps, and the command the report gives
+    for a cell short of seeds sweeps the missing offsets with one seed a run, merged across the cells that read the
+    same runs: the launcher refuses ``seeds=2`` for an LLM run. A preset without a sweep still has a budget."""
+    assert tables.preset_budget("llm_cpu_learn") == (3, 50) and tables.preset_budget("llm_gpu_learn") == (3, 100)
+    assert tables.preset_budget("scorecard_quick")[0] == compose_config(["experiment=scorecard_quick"]).seeds
+    base = "python -m harness -m experiment=llm_cpu_learn algorithm=grpo"
+    one = tables.command("llm_cpu_learn", {"algorithm.name": "grpo"}, have=[0], seeds=3)
+    assert one == f"{base} seeds=1 seed_offset=1,2"
+    assert tables.merge_commands([tables.command("llm_cpu_learn", {"algorithm.name": "grpo"}, have=[0, 2], seeds=3),
+                                  one]) == [one]
+    assert tables.command("table3_terminal", {"algorithm.name": "tpo", "task.H": 9, "task.match": "prompts"},
+                          have=range(5), seeds=20).endswith(" seeds=15 seed_offset=5")  # other presets: ranges
+    for offset in (1, 2):
+        cfg = compose_config(["experiment=llm_cpu_learn", "algorithm=grpo", "seeds=1", f"seed_offset={offset}"])
+        assert check_llm_config(cfg, build_task(cfg).algorithm, world_size=1) == 1
 
 
 def test_the_gpu_cell_is_the_cpu_comparison_at_the_papers_batch_size():

@@ -62,6 +62,7 @@ def load_queue(name: str) -> dict:
     for index, cell in enumerate(queue.get("cells") or ()):
         where = f"{path.name}: cells[{index}]"
         _check_required(cell, where)
+        _check_seed_overrides(cell, where)
         _check_repeat(cell, seen.get((cell["preset"], cell["name"])), where)
         seen[(cell["preset"], cell["name"])] = cell
         check_resources(cell, where)
@@ -89,6 +90,12 @@ def expand(entry: dict, where: str) -> list[dict]:
     except ConfigError as error:
         raise cli.Refusal(f"Error: {where}: {error}") from None
     one_seed_runs = sweep.pop(SEED_AXIS, None) is not None
+    if one_seed_runs and SEED_AXIS in (entry.get("grid") or {}):
+        raise cli.Refusal(f"Error: {where}.grid.{SEED_AXIS} is the campaign's to set: its jobs train seeds 0 .. "
+                          "seeds - 1, one a run; valid: the entry's seeds")
+    if one_seed_runs and entry.get("chunk", 1) != 1:
+        raise cli.Refusal(f"Error: {where}.chunk={entry['chunk']!r} is not valid for preset {entry['preset']}, whose "
+                          "runs train one seed each (it sweeps seed_offset); valid choices: 1")
     axes = _grid_axes(entry.get("grid"), sweep, where)
     points = [dict(zip(axes, values)) for values in product(*axes.values())]
     if "name" in entry and len(points) != 1:
@@ -164,6 +171,16 @@ def _check_required(cell: dict, where: str) -> None:
     if isinstance(cell["cost"], bool) or not isinstance(cell["cost"], (int, float)) or not cell["cost"] > 0:
         raise cli.Refusal(f"Error: {where}.cost={cell['cost']!r} is not valid; expected CPU-seconds per "
                          "seed-episode > 0")
+
+
+def _check_seed_overrides(cell: dict, where: str) -> None:
+    """SystemExit (one line) for overrides that set what the campaign's jobs set (their seeds and offsets), which
+    the job's own would silently replace."""
+    for override in cell.get("overrides") or ():
+        key = str(override).split("=", 1)[0].lstrip("+~")
+        if key in ("seeds", SEED_AXIS):
+            raise cli.Refusal(f"Error: {where}.overrides: {override!r} is the campaign's to set (each job runs a range "
+                              "of the cell's seeds); valid: the cell's seeds and chunk")
 
 
 def _check_repeat(cell: dict, earlier: dict | None, where: str) -> None:

@@ -319,9 +319,10 @@ def _llm_learn_table(preset: str, size: str) -> Table:
                  rows=swept(preset, "algorithm"), reference={"algorithm.name": "tpo"},
                  stats=(HELD_OUT, Stat("final", metric="test_accuracy", higher_is_better=True),
                         Stat("mean", metric="reward_mean", higher_is_better=True)),
-                 note="test_accuracy at step 0 is the base model's (greedy, so one value for every seed); final: "
-                      "after the last step. The interval is over seeds: it leaves out the sampling error of the "
-                      "held-out puzzles, which every run shares.")
+                 note="A step's test_accuracy is the policy that generates that step's rollouts: at step 0 the base "
+                      "model's (greedy, so one value for every seed), final: at the last step, after all updates but "
+                      "that step's own. The interval is over seeds: it leaves out the sampling error of the held-out "
+                      "puzzles, which every run shares.")
 
 
 def _llm_learn_figure(preset: str, size: str) -> Figure:

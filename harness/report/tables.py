@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.checks import ConfigError
 from harness import locations
 from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
@@ -57,8 +58,18 @@ def preset_budget(preset: str, conf: Path = CONF) -> tuple[int, int] | None:
 def _budget(cfg) -> tuple[int, int]:
     """(seeds, steps) of a composed preset: an LLM preset trains one seed a run and sweeps ``seed_offset``, so its
     seeds are its runs' times the offsets it sweeps."""
-    offsets = cfg.hydra.sweeper.params.get("seed_offset")
+    offsets = (cfg.hydra.sweeper.params or {}).get("seed_offset")
     return int(cfg.seeds) * (len(str(offsets).split(",")) if offsets is not None else 1), int(cfg.trainer.steps)
+
+
+def one_seed_runs(preset: str) -> bool:
+    """Whether the preset's runs are one seed each, its sweep over ``seed_offset`` (an LLM preset's)."""
+    from harness.config import preset_sweep
+
+    try:
+        return "seed_offset" in preset_sweep(preset)
+    except ConfigError:
+        return False
 
 
 def task_budget(preset: str, task: str | None, conf: Path = CONF) -> tuple[int, int] | None:
@@ -127,7 +138,17 @@ def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) ->
                      *(f"{GROUP_CHOICE.get(name, name)}={fmt_value(key[name])}" for name in names)])
     have = set(have)
     missing = [seed for seed in range(seeds) if seed not in have] if have else []  # none there: the plain sweep
-    return "; ".join(f"{base} seeds={stop - start} seed_offset={start}" for start, stop in _ranges(missing)) or base
+    return seeds_command(base, missing, one_seed_runs(own)) or base
+
+
+def seeds_command(base: str, seeds: Iterable[int], one_seed: bool) -> str:
+    """``base`` for these seed ids: one run per contiguous range (``seeds=n seed_offset=a``, joined by ``; ``), or,
+    for a preset whose runs are one seed each, one sweep over their offsets (``seeds=1 seed_offset=a,b``); "" for
+    none."""
+    seeds = sorted(set(seeds))
+    if one_seed:
+        return f"{base} seeds=1 seed_offset={','.join(map(str, seeds))}" if seeds else ""
+    return "; ".join(f"{base} seeds={stop - start} seed_offset={start}" for start, stop in _ranges(seeds))
 
 
 def _ranges(missing: Iterable[int]) -> list[tuple[int, int]]:
@@ -148,7 +169,7 @@ def fill_command(preset: str, key: dict, resolved: Resolved, budget: tuple[int, 
     return command(preset, key, resolved.finished_seeds if known else (), budget[0] if known else 0)
 
 
-_RANGE = re.compile(r"^(?P<base>.*) seeds=(?P<n>\d+) seed_offset=(?P<a>\d+)$")
+_RANGE = re.compile(r"^(?P<base>.*) seeds=(?P<n>\d+) seed_offset=(?P<a>\d+(?:,\d+)*)$")
 
 
 def merge_commands(commands: Iterable[str]) -> list[str]:
@@ -156,15 +177,24 @@ def merge_commands(commands: Iterable[str]) -> list[str]:
     (the union of what every cell over those runs misses: cells reading one preset's runs may want 10 or 20
     seeds), which replaces a plain sweep of that configuration, so no seed is listed twice."""
     missing: dict[str, set[int]] = {}
+    one_seed: set[str] = set()  # the bases written as a sweep over offsets (``seeds_command``)
     for text in commands:
         for part in text.split("; "):
             found = _RANGE.match(part)
             base = found["base"] if found else part
             missing.setdefault(base, set())
-            if found:
+            if found and one_seed_runs(_preset_of(base)):
+                one_seed.add(base)
+                missing[base].update(map(int, found["a"].split(",")))
+            elif found:
                 missing[base].update(range(int(found["a"]), int(found["a"]) + int(found["n"])))
-    return [f"{base} seeds={stop - start} seed_offset={start}" if ids else base
-            for base, ids in missing.items() for start, stop in (_ranges(ids) if ids else [(0, 0)])]
+    return [part for base, ids in missing.items()
+            for part in (seeds_command(base, ids, base in one_seed).split("; ") if ids else [base])]
+
+
+def _preset_of(command: str) -> str:
+    found = re.search(r"experiment=(\S+)", command)
+    return found[1] if found else ""
 
 
 def key_text(key: dict) -> str:
