@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -65,3 +69,15 @@ def tiny_overrides(model_dir: Path, task: str, data_dir: Path | None = None) -> 
         overrides += ["task.generator.min_num_vertices=3", "task.generator.max_num_vertices=3"] \
             if task == "graph_colouring" else []
     return overrides
+
+
+def llm_presets(llm_tasks) -> list[str]:
+    """The presets that compose an LLM task: directly (``override /task``) or through another such preset."""
+    defaults = {path.stem: yaml.safe_load(path.read_text()).get("defaults", [])
+                for path in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    found = {name for name, entries in defaults.items()
+             if any(entry == {"override /task": task} for task in llm_tasks for entry in entries)}
+    while extended := {name for name, entries in defaults.items()
+                       if name not in found and any(entry in found for entry in entries if isinstance(entry, str))}:
+        found |= extended
+    return sorted(found)

@@ -286,6 +286,18 @@ def wait_for(condition, process: subprocess.Popen, output: Path, what: str, time
     return found
 
 
+def test_a_stop_names_a_job_submitted_before_the_runner_took_it_in(tmp_path, capsys):
+    """A stop signal can land after sbatch answered and the job was said submitted, before the runner holds its
+    handle: the stop still names every job that goes on, once each. Bug caught: ``stop`` naming only the runner's
+    handles (a loaded machine's stop said nothing of the job it left running)."""
+    launcher = campaign.SlurmLauncher(tmp_path / "work", CELLS, active_jobs=lambda: {})
+    held = launcher._run("12")
+    launcher._run("9")  # submitted, not yet in the runner's list
+    launcher.stop([held])
+    assert capsys.readouterr().out.endswith(" stopped: 2 SLURM jobs go on (9, 12); the same command re-attaches to "
+                                            "them\n")
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_slurm_campaign_stopped_and_started_again_submits_each_job_once_to_the_numbers_of_a_local_one(
         slurm_cluster, tmp_path, stop):

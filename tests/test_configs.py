@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import yaml
 
 from algorithms import ALGORITHMS
 from conftest import CONF, compose_config, run_config
+from llm_helpers import llm_presets
 from harness.config import build_task
 from harness.config import compose_config as harness_compose
 from tasks import TASKS, get_task
@@ -17,9 +17,7 @@ from common.checks import ConfigError
 # LLM tasks and their presets need a language model: tests/test_llm_*.py cover them.
 LLM_TASKS = {name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm.")}
 TOY_TASKS = sorted(set(TASKS) - LLM_TASKS)
-EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
-                     if not any(d == {"override /task": t} for t in LLM_TASKS
-                                for d in yaml.safe_load(p.read_text()).get("defaults", [])))
+EXPERIMENTS = sorted({p.stem for p in (CONF / "experiment").glob("*.yaml")} - set(llm_presets(LLM_TASKS)))
 TINY = {"mnist_bandit": ["trainer.steps=4", "task.eval_every=2"], "tabular_single": ["trainer.steps=3"],
         "tabular_multi": ["trainer.steps=3"],
         "token_reversal": ["trainer.steps=2", "task.H=3", "task.batch_size=4", "task.K=2"]}

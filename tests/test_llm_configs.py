@@ -9,6 +9,7 @@ import yaml
 
 from algorithms import ALGORITHMS, Rollout
 from conftest import CONF, compose_config
+from llm_helpers import llm_presets
 from harness.llm.models import model_source
 from harness.trainers.trl import check_llm_config
 from harness.config import build_task
@@ -18,18 +19,7 @@ from common.checks import ConfigError
 
 LLM_TASKS = sorted(name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm."))
 
-def _llm_presets() -> list[str]:
-    """The presets that compose an LLM task: directly (``override /task``) or through another such preset."""
-    defaults = {p.stem: yaml.safe_load(p.read_text()).get("defaults", []) for p in (CONF / "experiment").glob("*.yaml")}
-    found = {name for name, entries in defaults.items()
-             if any(entry == {"override /task": task} for task in LLM_TASKS for entry in entries)}
-    while extended := {name for name, entries in defaults.items()
-                       if name not in found and any(entry in found for entry in entries if isinstance(entry, str))}:
-        found |= extended
-    return sorted(found)
-
-
-LLM_PRESETS = _llm_presets()
+LLM_PRESETS = llm_presets(LLM_TASKS)
 
 
 def validate(overrides: list[str]) -> int:

@@ -101,18 +101,20 @@ def expand(entry: dict, where: str) -> list[dict]:
     if "name" in entry and len(points) != 1:
         raise cli.Refusal(f"Error: {where}.name is for a grid of one point; this grid has {len(points)}")
     swept = [axis for axis, values in sweep.items() if len(values) > 1]
-    cells = []
-    for point in points:
-        cell = {key: value for key, value in entry.items() if key != "grid"}
-        if one_seed_runs:
-            cell.setdefault("chunk", 1)
-        cell["name"] = entry.get("name") or "_".join(_name_part(axis, point[axis]) for axis in swept)
-        cell["overrides"] = [f"{axis}={value}" for axis, value in point.items()] + list(entry.get("overrides") or ())
-        for key in PER_POINT:
-            if isinstance(entry.get(key), dict):
-                cell[key] = _per_point(entry[key], point, f"{where}.{key}")
-        cells.append(cell)
-    return cells
+    return [_cell(entry, point, swept, one_seed_runs, where) for point in points]
+
+
+def _cell(entry: dict, point: dict[str, str], swept: list[str], one_seed_runs: bool, where: str) -> dict:
+    """The cell of a grid entry at one point of its preset's sweep."""
+    cell = {key: value for key, value in entry.items() if key != "grid"}
+    if one_seed_runs:
+        cell.setdefault("chunk", 1)
+    cell["name"] = entry.get("name") or "_".join(_name_part(axis, point[axis]) for axis in swept)
+    cell["overrides"] = [f"{axis}={value}" for axis, value in point.items()] + list(entry.get("overrides") or ())
+    for key in PER_POINT:
+        if isinstance(entry.get(key), dict):
+            cell[key] = _per_point(entry[key], point, f"{where}.{key}")
+    return cell
 
 
 def _grid_axes(grid, sweep: dict[str, list[str]], where: str) -> dict[str, list[str]]:

@@ -262,6 +262,7 @@ class SlurmLauncher(Launcher):
         self._tested: dict[Resources, str | None] = {}  # --dry-run: sbatch --test-only's word per resources
         self._missing_since: dict[str, float] = {}  # ended job id → when its result was first looked for, missing
         self._pending_warned: set[str] = set()
+        self._live: set[str] = set()  # job ids submitted or attached here that have not ended: what goes on at a stop
 
     def resources(self, job: Job) -> Resources:
         """The cell's ``cpus``, ``mem_gb``, ``time_min`` and ``gpus``; the time from the job's cost when not given."""
@@ -369,6 +370,7 @@ class SlurmLauncher(Launcher):
         import submitit
 
         paths = submitit.SlurmJob(self.work / SUBMITIT / "%j", job_id).paths
+        self._live.add(job_id)
         return SlurmRun(job_id, paths.stdout, paths.result_pickle)
 
     def command(self, job: Job) -> list[str]:
@@ -463,7 +465,10 @@ class SlurmLauncher(Launcher):
     def poll(self, run: SlurmRun, job: Job) -> Ended | None:
         if self._listed(run, job):
             return None
-        return self._outcome(run)
+        ended = self._outcome(run)
+        if ended is not None:
+            self._live.discard(run.job_id)
+        return ended
 
     def _listed(self, run: SlurmRun, job: Job) -> bool:
         """Whether squeue lists the run's job (named once when it has pended too long), or cannot say (said once:
@@ -519,9 +524,12 @@ class SlurmLauncher(Launcher):
               f"waited {(time.time() - since) / 60:.0f} min: {reason}{advice}", flush=True)
 
     def stop(self, runs: list[SlurmRun]) -> None:
-        if runs:
-            print(f"{time.strftime('%H:%M:%S')} stopped: {len(runs)} SLURM jobs go on "
-                  f"({', '.join(run.job_id for run in runs)}); the same command re-attaches to them", flush=True)
+        """Say which jobs go on: the runner's, and any submitted or attached here that it has not yet taken into
+        its list (a stop signal may arrive between sbatch's answer and then)."""
+        live = sorted({run.job_id for run in runs} | self._live, key=lambda job_id: (len(job_id), job_id))
+        if live:
+            print(f"{time.strftime('%H:%M:%S')} stopped: {len(live)} SLURM jobs go on ({', '.join(live)}); the same "
+                  "command re-attaches to them", flush=True)
 
     def describe(self, job: Job) -> str:
         """``--dry-run``'s word on a job to run: its resources, and whether a recorded job is re-attached or claims
