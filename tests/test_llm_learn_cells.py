@@ -20,20 +20,11 @@ from conftest import ROOT
 from harness import campaign
 from harness.config import build_task, compose_config
 from harness.report import tables
+from harness.report.load import flatten
 from harness.trainers.trl import check_llm_config
 
 GPU_SIZE = {"device": "cuda", "model.dtype": "float32", "task.K": 16, "task.batch_size": 16,
             "task.micro_batch_groups": 16, "task.eval_size": 256, "task.eval_batch_size": 256, "task.steps": 100}
-
-
-def _flat(config: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def test_a_preset_sweeping_seed_offset_is_a_cell_per_method_whose_jobs_are_one_seed_in_paired_order(capsys,
@@ -93,7 +84,7 @@ def test_the_gpu_cell_is_the_cpu_comparison_at_the_papers_batch_size():
     set's size, the device and the precision pinned to the CPU runs' float32; every other key (model, puzzles,
     learning rate, completion length, loss) is the CPU preset's."""
     for algorithm in ("tpo", "grpo"):
-        cpu, gpu = (_flat(OmegaConf.to_container(compose_config([f"experiment={preset}", f"algorithm={algorithm}"]),
+        cpu, gpu = (flatten(OmegaConf.to_container(compose_config([f"experiment={preset}", f"algorithm={algorithm}"]),
                                                   resolve=True)) for preset in ("llm_cpu_learn", "llm_gpu_learn"))
         differing = {key for key in cpu.keys() | gpu.keys() if cpu.get(key) != gpu.get(key)}
         assert differing - {"experiment_name", "trainer.steps"} == set(GPU_SIZE), differing
