@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
-# change of host does); task.steps: trainer.steps runs.
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
+# change of host does); task.steps: trainer.steps runs; artefact: how a preset is reported and queued
+# (harness/artefacts.py), which a run drops.
+NOT_IDENTITY = ("experiment_name", "artefact", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
                 "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
                 "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
                 "trainer.relapse_above")

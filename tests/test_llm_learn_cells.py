@@ -17,7 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from harness import campaign
+from harness import artefacts, campaign
 from harness.config import build_task, compose_config
 from harness.report import tables
 from harness.report.load import flatten
@@ -98,7 +98,8 @@ def test_the_gpu_command_runs_on_cpu_at_tiny_size_and_writes_its_runs_and_table(
     """``python -m harness.campaign llm_gpu`` with its first entry's cells on CPU at tiny size (2 steps of 2 prompts
     × K = 2 from the tiny model): both methods' runs exported under one results folder with the held-out success
     at step 0 and at the last step, and the report's table regenerated beside them."""
-    entry = yaml.safe_load((ROOT / "conf" / "campaign" / "llm_gpu.yaml").read_text())["cells"][0]
+    preset, _, entry = artefacts.queue_entries("llm_gpu")[0]
+    entry = {"preset": preset, **entry}
     for key in ("gpus", "gpu_hours"):
         entry.pop(key)
     entry["overrides"] = ["device=cpu", "model=hf", f"model.path={tiny_llm}", "model.gradient_checkpointing=false",

@@ -21,6 +21,7 @@ NAME_PREFIX = {"task.H": "h", "task.V": "v", "task.K": "k", "algorithm.epochs": 
 NAME_VALUE = {"bag_of_tokens": "bag", "sequential": "seq"}  # the reward's short names in a cell's name
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
 SEED_AXIS = "seed_offset"  # a sweep over it is a sweep over seeds, which the campaign's jobs set
+DECLARED = "declared"  # a queue's ``cells: declared``: its entries are those its presets declare
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 
 
@@ -56,8 +57,10 @@ def load_queue(name: str) -> dict:
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
         raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
-    queue["cells"] = [cell for index, entry in enumerate(queue.get("cells") or ())
-                      for cell in expand(entry, f"{path.name}: cells[{index}]")]
+    entries = queue.get("cells") or ()
+    located = _declared_entries(path.stem) if entries == DECLARED else \
+        [(entry, f"{path.name}: cells[{index}]") for index, entry in enumerate(entries)]
+    queue["cells"] = [cell for entry, where in located for cell in expand(entry, where)]
     seen: dict[tuple[str, str], dict] = {}
     for index, cell in enumerate(queue.get("cells") or ()):
         where = f"{path.name}: cells[{index}]"
@@ -68,6 +71,20 @@ def load_queue(name: str) -> dict:
         check_resources(cell, where)
     _check_likes(queue, path.name)
     return queue
+
+
+def _declared_entries(queue: str) -> list[tuple[dict, str]]:
+    """(entry, where a refusal finds it) of every entry the presets declare for ``queue`` (``artefact.campaign.
+    <queue>``, harness/artefacts.py), in the queue's order; an entry's preset is the one that declares it."""
+    from harness import artefacts
+
+    located = []
+    for preset, index, entry in artefacts.queue_entries(queue):
+        where = f"{preset}.yaml: artefact.campaign.{queue}[{index}]"
+        if "preset" in entry:
+            raise cli.Refusal(f"Error: {where}.preset is not valid here: the entry's preset is the one declaring it")
+        located.append(({"preset": preset, **entry}, where))
+    return located
 
 
 def expand(entry: dict, where: str) -> list[dict]:
