@@ -65,7 +65,7 @@ class Aggregation(str, Enum):
 
 # the two hyperparameters of every algorithm (``Algorithm.Hyperparameters``)
 EPOCHS = functools.partial(hyperparameter, default=None, doc="updates per rollout batch; null = the algorithm's "
-                           "default_epochs (LLM runs: task.epochs)", low=1, integer=True, optional=True)
+                           "default_epochs (LLM runs: 1, the TRL trainer's)", low=1, integer=True, optional=True)
 AGGREGATION = functools.partial(hyperparameter, doc="how the loss terms become one loss per replica (Aggregation)",
                                 choices=Aggregation, added_later=True)
 

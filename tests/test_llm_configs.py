@@ -62,7 +62,7 @@ BAD_LLM_VALUES = [
     (["task.sequence_logprob=max"], "task.sequence_logprob='max' is not valid; valid choices: sum, mean"),
     (["task.vllm=true"], "task.vllm=true needs device=cuda"),
     (["task.K=1"], "task.K=1 is not valid"),
-    (["task.epochs=0"], "task.epochs=0 is not valid"),
+    (["+task.epochs=2"], "task.epochs is not a config key and nothing reads it"),
     (["algorithm.epochs=0"], "algorithm.epochs=0 is not valid"),
     (["task.source=hubb"], "task.source='hubb' is not valid; valid choices: auto, local, hub"),
     (["task.source=local", "task.data_dir=/nonexistent"], "task.data_dir='/nonexistent' has no train.jsonl"),

@@ -102,9 +102,10 @@ def test_the_group_names_the_identity_keys_the_launch_overrode():
     cfg = compose_config(overrides)
     assert wandb_group(cfg, overrides) == "table3_terminal/token_reversal/tpo/eta=2,optim=adam,H=7,match=prompts"
     assert wandb_group(cfg, None) == wandb_group(cfg, []) == "table3_terminal/token_reversal/tpo"
-    llm = ["task=gsm8k", "algorithm=grpo", "task.epochs=2", "algorithm.epochs=3", "task.lora_rank=0", "task.ref_kl=0"]
-    assert (wandb_group(compose_config(llm), llm)
-            == "default/gsm8k/grpo/algorithm.epochs=3,task.epochs=2,lora_rank=0,ref_kl=0")  # two "epochs": full keys
+    llm = ["task=gsm8k", "algorithm=grpo", "algorithm.epochs=3", "model.name=smollm2_135m", "optim.name=adamw",
+           "task.lora_rank=0", "task.ref_kl=0"]
+    assert (wandb_group(compose_config(llm), llm)  # two "name"s: full keys
+            == "default/gsm8k/grpo/epochs=3,model.name=smollm2_135m,optim.name=adamw,lora_rank=0,ref_kl=0")
 
 
 def test_a_run_keeps_the_group_of_the_launch_that_started_it(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from algorithms import ALGORITHMS
-from common.checks import ConfigError
+from common.checks import ConfigError, check_bool
 from common.palette import VERMILLION
 from harness import artefacts
 from harness.config import preset_sweep, sweep_value
@@ -97,6 +97,7 @@ class Table:
     where: dict = field(default_factory=dict)
     reference: dict = field(default_factory=dict)  # a cell's paired reference = the cell with these values
     note: str = ""
+    drawn_only: bool = False  # the paper draws it and prints no value: its budget is the paper's, no paper column
 
     def cells(self) -> list[tuple[dict, dict, dict]]:
         """(row, col, full key) for every cell, row-major."""
@@ -316,7 +317,7 @@ def _llm_learn_figure(preset: str, size: str) -> Figure:
 
 
 NAMED_STATS = {stat.name: stat for stat in (FINAL, MEAN, TO_1, TO_5, SOLVED, RELAPSED, RELAPSES)}
-TABLE_KEYS = ("name", "title", "rows", "cols", "stats", "where", "reference", "note")
+TABLE_KEYS = ("name", "title", "rows", "cols", "stats", "where", "reference", "note", "drawn_only")
 
 
 def _cells(preset: str, cells, where: str) -> tuple[dict, ...]:
@@ -353,7 +354,8 @@ def declared_table(preset: str, declared: dict) -> Table:
                  cols=_cells(preset, declared.get("cols") or [{}], f"{where}.cols"),
                  stats=tuple(_stat(stat, f"{where}.stats") for stat in declared.get("stats") or ["final"]),
                  where=dict(declared.get("where") or {}), reference=dict(declared.get("reference") or {}),
-                 note=declared.get("note", ""))
+                 note=declared.get("note", ""), drawn_only=check_bool(f"{where}.drawn_only",
+                                                                      declared.get("drawn_only", False)))
 
 
 TABLES: dict[str, Table] = {table.name: table for table in (

@@ -36,6 +36,9 @@ from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
 
 log = logging.getLogger(__name__)
+# Updates per rollout batch when algorithm.epochs is null: the trainer's, not the algorithm's default_epochs (the
+# paper does not say; verl's default), so an LLM run reads its epochs from one place
+DEFAULT_EPOCHS = 1
 STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
 
 
@@ -61,7 +64,7 @@ def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
     check_positive_int("task.lora_alpha", task.lora_alpha)
     check_bool("task.vllm", task.vllm)
     check_llm_optim(cfg.optim)
-    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else check_positive_int("task.epochs", task.epochs)
+    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else DEFAULT_EPOCHS
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
