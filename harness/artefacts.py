@@ -23,14 +23,39 @@ PARTS = {"tables": "the report's tables of the preset's runs (harness/report/spe
 PRESETS = locations.CONF / "experiment"
 
 
+QUEUES = locations.CONF / "campaign"
+
+
 @cache
 def declaration(preset: str) -> dict:
-    """The ``artefact:`` block of a preset (empty when it declares none); ConfigError for an unknown part."""
+    """The ``artefact:`` block of a preset (empty when it declares none); a one-line ConfigError for YAML that does
+    not parse, an unknown part, a part of the wrong shape or a queue that has no file."""
     path = PRESETS / f"{preset}.yaml"
-    block = (yaml.safe_load(path.read_text()) or {}).get(KEY) or {}
+    try:
+        block = (yaml.safe_load(path.read_text()) or {}).get(KEY) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path.name} is not valid YAML: {' '.join(str(error).split())}") from None
+    where = f"{path.name}: {KEY}"
+    if not isinstance(block, dict):
+        raise ConfigError(f"{where}={block!r} is not valid; expected a mapping of: {', '.join(PARTS)}")
     unknown = [part for part in block if part not in PARTS]
     if unknown:
-        raise ConfigError(f"{path.name}: {KEY}.{unknown[0]} is not valid; valid choices: {', '.join(PARTS)}")
+        raise ConfigError(f"{where}.{unknown[0]} is not valid; valid choices: {', '.join(PARTS)}")
+    tables, campaign = block.get("tables") or [], block.get("campaign") or {}
+    if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
+        raise ConfigError(f"{where}.tables is not valid; expected a list of tables (mappings)")
+    if not isinstance(campaign, dict):
+        raise ConfigError(f"{where}.campaign is not valid; expected a mapping of queue names to lists of entries")
+    queues = sorted(queue.stem for queue in QUEUES.glob("*.yaml"))
+    for queue, entries in campaign.items():
+        if queue not in queues:
+            raise ConfigError(f"{where}.campaign.{queue} is not a campaign queue; valid choices: {', '.join(queues)}")
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise ConfigError(f"{where}.campaign.{queue} is not valid; expected a list of entries (mappings)")
+        for index, entry in enumerate(entries):
+            if not isinstance(entry.get("order", 0), int):
+                raise ConfigError(f"{where}.campaign.{queue}[{index}].order={entry['order']!r} is not valid; "
+                                  "expected an integer (its place among its priority's entries)")
     return block
 
 

@@ -76,7 +76,8 @@ def test_a_one_seed_presets_missing_seeds_are_one_sweep_over_their_offsets_that_
                           have=range(5), seeds=20).endswith(" seeds=15 seed_offset=5")  # other presets: ranges
     for offset in (1, 2):
         cfg = compose_config(["experiment=llm_cpu_learn", "algorithm=grpo", "seeds=1", f"seed_offset={offset}"])
-        assert check_llm_config(cfg, build_task(cfg).algorithm, world_size=1) == 1
+        task = build_task(cfg)
+        assert check_llm_config(cfg, task.algorithm, task.settings, world_size=1) == 1
 
 
 def test_the_gpu_cell_is_the_cpu_comparison_at_the_papers_batch_size():

@@ -419,7 +419,7 @@ def test_trl_metrics_reach_the_seeds_run(tiny_llm, gsm8k_dir, tmp_path):
     rollout they train on, beside the metrics.csv rows."""
     from llm_helpers import tiny_overrides
 
-    summary = run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "task.epochs=2",
+    summary = run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "algorithm.epochs=2",
                           "task.eval_every=0", *OFFLINE], tmp_path)
     assert summary["status"] == "completed"
     (run,) = read_offline(tmp_path, ended=True)  # TRL opened no run of its own

@@ -1,13 +1,15 @@
 """Every paper table and figure as data: which preset's runs, which cells or panels, which statistic.
 
-A cell key maps config keys of the runs (``algorithm.name``, ``task.V``, ...) to values; the pseudo-key
-``experiment`` overrides the spec's preset for that cell and ``metric`` overrides the statistic's metric. To keep a
-spec in sync with its preset (``conf/experiment/<preset>.yaml``), ``tests/test_report_specs.py`` checks that every
-cell lies in the preset's sweep grid.
+A table is declared in its preset (``conf/experiment/<preset>.yaml``, ``artefact.tables``: harness/artefacts.py) and
+read here into a ``Table`` (``declared_table``); figures, which often draw several presets, are declared below. A cell
+key maps config keys of the runs (``algorithm.name``, ``task.V``, ...) to values; the pseudo-key ``experiment``
+overrides the spec's preset for that cell and ``metric`` overrides the statistic's metric.
+``tests/test_report_specs.py`` checks that every cell lies in its preset's sweep grid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -323,6 +325,10 @@ TABLE_KEYS = ("name", "title", "rows", "cols", "stats", "where", "reference", "n
 def _cells(preset: str, cells, where: str) -> tuple[dict, ...]:
     """A table's rows or columns as declared: axes of the preset's sweep (``[algorithm]``: its grid, in the
     preset's order) or cell keys as written (``[{algorithm.name: tpo, experiment: ...}]``)."""
+    if not isinstance(cells, list) or not (all(isinstance(cell, str) for cell in cells)
+                                           or all(isinstance(cell, dict) for cell in cells)):
+        raise ConfigError(f"{where}={cells!r} is not valid; expected a list of the preset's sweep axes or a list of "
+                          "cell keys (mappings)")
     if all(isinstance(cell, str) for cell in cells):
         sweep = preset_sweep(preset)
         outside = [axis for axis in cells if axis not in sweep]
@@ -340,6 +346,11 @@ def _stat(declared, where: str) -> Stat:
             raise ConfigError(f"{where}={declared!r} is not a named statistic; valid choices: "
                               f"{', '.join(NAMED_STATS)}, or a mapping of Stat's fields")
         return NAMED_STATS[declared]
+    fields = [field.name for field in dataclasses.fields(Stat)]
+    unknown = [key for key in declared if key not in fields] if isinstance(declared, dict) else ["(not a mapping)"]
+    if unknown or "kind" not in declared:
+        raise ConfigError(f"{where} has {unknown[0] if unknown else 'no kind'}; a statistic is a named one "
+                          f"({', '.join(NAMED_STATS)}) or a mapping of: {', '.join(fields)}")
     when = declared.get("when")
     return Stat(**{**declared, **({"when": tuple(when)} if when is not None else {})})
 
@@ -350,6 +361,9 @@ def declared_table(preset: str, declared: dict) -> Table:
     unknown = [key for key in declared if key not in TABLE_KEYS]
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]} is not valid; valid choices: {', '.join(TABLE_KEYS)}")
+    missing = [key for key in ("name", "title", "rows") if key not in declared]
+    if missing:
+        raise ConfigError(f"{where} has no {missing[0]}; a table needs name, title and rows")
     return Table(declared["name"], declared["title"], preset, rows=_cells(preset, declared["rows"], f"{where}.rows"),
                  cols=_cells(preset, declared.get("cols") or [{}], f"{where}.cols"),
                  stats=tuple(_stat(stat, f"{where}.stats") for stat in declared.get("stats") or ["final"]),
@@ -358,8 +372,19 @@ def declared_table(preset: str, declared: dict) -> Table:
                                                                       declared.get("drawn_only", False)))
 
 
-TABLES: dict[str, Table] = {table.name: table for table in (
-    declared_table(preset, declared) for preset, declared in artefacts.declared_tables())}
+def tables_of(declared: list[tuple[str, dict]]) -> dict[str, Table]:
+    """Name → Table of every (preset, declaration); a name declared twice is refused, naming both presets."""
+    tables: dict[str, Table] = {}
+    for preset, table in declared:
+        built = declared_table(preset, table)
+        if built.name in tables:
+            raise ConfigError(f"{preset}.yaml: artefact.tables[{built.name}] repeats a table name of "
+                              f"{tables[built.name].preset}.yaml; a table's name is its files' and must be unique")
+        tables[built.name] = built
+    return tables
+
+
+TABLES: dict[str, Table] = tables_of(artefacts.declared_tables())
 
 def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
            **kwargs) -> tuple[Panel, ...]:
