@@ -41,22 +41,27 @@ def declaration(preset: str) -> dict:
     unknown = [part for part in block if part not in PARTS]
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]} is not valid; valid choices: {', '.join(PARTS)}")
-    tables, campaign = block.get("tables") or [], block.get("campaign") or {}
+    tables = block.get("tables") or []
     if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
         raise ConfigError(f"{where}.tables is not valid; expected a list of tables (mappings)")
+    _check_campaign(block.get("campaign") or {}, f"{where}.campaign")
+    return block
+
+
+def _check_campaign(campaign, where: str) -> None:
+    """Each queue a preset declares entries for has its file, and its entries are mappings with an integer order."""
     if not isinstance(campaign, dict):
-        raise ConfigError(f"{where}.campaign is not valid; expected a mapping of queue names to lists of entries")
+        raise ConfigError(f"{where} is not valid; expected a mapping of queue names to lists of entries")
     queues = sorted(queue.stem for queue in QUEUES.glob("*.yaml"))
     for queue, entries in campaign.items():
         if queue not in queues:
-            raise ConfigError(f"{where}.campaign.{queue} is not a campaign queue; valid choices: {', '.join(queues)}")
+            raise ConfigError(f"{where}.{queue} is not a campaign queue; valid choices: {', '.join(queues)}")
         if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-            raise ConfigError(f"{where}.campaign.{queue} is not valid; expected a list of entries (mappings)")
+            raise ConfigError(f"{where}.{queue} is not valid; expected a list of entries (mappings)")
         for index, entry in enumerate(entries):
             if not isinstance(entry.get("order", 0), int):
-                raise ConfigError(f"{where}.campaign.{queue}[{index}].order={entry['order']!r} is not valid; "
-                                  "expected an integer (its place among its priority's entries)")
-    return block
+                raise ConfigError(f"{where}.{queue}[{index}].order={entry['order']!r} is not valid; expected an "
+                                  "integer (its place among its priority's entries)")
 
 
 def presets() -> list[str]:
