@@ -31,7 +31,8 @@ from typing import Any, ClassVar
 import torch
 
 from algorithms import losses
-from algorithms.hyperparameters import check_hyperparameter, hyperparameter
+from algorithms.hyperparameters import hyperparameter
+from common import declared
 from common.checks import ConfigError
 from common.palette import GREY
 from common.kernels import log_softmax
@@ -65,7 +66,7 @@ class Aggregation(str, Enum):
 
 # the two hyperparameters of every algorithm (``Algorithm.Hyperparameters``)
 EPOCHS = functools.partial(hyperparameter, default=None, doc="updates per rollout batch; null = the algorithm's "
-                           "default_epochs (LLM runs: task.epochs)", low=1, integer=True, optional=True)
+                           "default_epochs (LLM runs: 1, the TRL trainer's)", low=1, integer=True, optional=True)
 AGGREGATION = functools.partial(hyperparameter, doc="how the loss terms become one loss per replica (Aggregation)",
                                 choices=Aggregation, added_later=True)
 
@@ -302,7 +303,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
 
 def declarations(cls: type[Algorithm]) -> dict[str, dataclasses.Field]:
     """Name → declaration (``algorithms.hyperparameters.hyperparameter``) of every hyperparameter of ``cls``."""
-    return {field.name: field for field in dataclasses.fields(cls.Hyperparameters)}
+    return declared.declarations(cls.Hyperparameters)
 
 
 def build(cfg) -> Algorithm:
@@ -314,13 +315,8 @@ def build(cfg) -> Algorithm:
         cls = get_algorithm(cfg.name)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    fields = declarations(cls)
-    unknown = sorted(set(cfg) - set(fields) - {"name"})
-    if unknown:
-        raise ConfigError(f"algorithm.{unknown[0]} is not a hyperparameter of algorithm={cls.id}; valid keys: "
-                          f"{', '.join(fields)}")
-    return cls(cls.Hyperparameters(**{name: check_hyperparameter(f"algorithm.{name}", cfg[name], field)
-                                      for name, field in fields.items() if name in cfg}))
+    return cls(declared.build(cls.Hyperparameters, cfg, "algorithm", f"algorithm={cls.id}", others=("name",),
+                              kind="hyperparameter"))
 
 
 def neutral_hyperparameters(name: Any) -> dict[str, Any]:

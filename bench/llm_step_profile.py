@@ -21,7 +21,7 @@ Per step, each phase's exclusive CPU seconds (this process, all threads) and wal
   grad norm        the norm before clipping and the clip (``max_grad_norm``)
   optimizer        AdamW's step
   other            the rest of the step (Trainer's loop, callbacks, logging)
-with the updates per step (``algorithm.epochs``, else ``task.epochs``), the forward's tokens (padded, and of them
+with the updates per step (``algorithm.epochs``, else the TRL trainer's 1), the forward's tokens (padded, and of them
 real), and the step's metrics (reward, completion length, loss, gradient norm) to set beside the demo's own rows.
 Then, on the first rollout batch: its backward with the gradient scaled down to a near-target TPO step's,
 subnormals flushed and kept (``near_target_backward``), and the prefill of its prompts, each K times as generation

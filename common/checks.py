@@ -79,6 +79,13 @@ def check_non_negative(key: str, value: Any, integer: bool = False) -> Any:
     return check_number(key, value, low=0, integer=integer)
 
 
+def check_optional_text(key: str, value: Any) -> str | None:
+    """A text such as a folder or an id, or null."""
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{key}={value!r} is not valid; expected a text or null")
+    return value
+
+
 def check_bool(key: str, value: Any) -> bool:
     """Raise a ConfigError naming ``key`` unless ``value`` is true or false."""
     if not isinstance(value, bool):

@@ -15,6 +15,7 @@ from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
     did_you_mean)
 from harness import locations
+from harness.artefacts import without_declaration
 from harness.tracking import check_logger_config
 from tasks import get_task
 from tasks.base import Task
@@ -133,11 +134,12 @@ def check_experiment_overrides(overrides: list[str]) -> None:
 
 
 def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig:
-    """The config exactly as ``python -m harness <overrides>`` composes it, for scripts, benches and tests; an unknown
-    experiment preset raises a ConfigError (``check_experiment_overrides``)."""
+    """The config exactly as ``python -m harness <overrides>`` composes it and runs it (less the preset's
+    ``artefact`` block, which a run drops), for scripts, benches and tests; an unknown experiment preset raises a
+    ConfigError (``check_experiment_overrides``)."""
     check_experiment_overrides(overrides)
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
+        return without_declaration(compose("config", overrides=list(overrides), return_hydra_config=with_hydra))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
-# change of host does); task.steps: trainer.steps runs.
-NOT_IDENTITY = ("experiment_name", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
+# change of host does); task.steps: trainer.steps runs; artefact: how a preset is reported and queued
+# (harness/artefacts.py), which a run drops.
+NOT_IDENTITY = ("experiment_name", "artefact", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
                 "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
                 "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
                 "trainer.relapse_above")
@@ -32,3 +33,9 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "algorithm.rank_scores": False,
     "task.reward_noise": 0.0, "task.partial_credit": 0.0, "task.logp_old": "exact",
 }
+# Keys removed from the configs after runs were recorded, at the value those runs hold: a recorded run with one at
+# that value reads as without it (its identity, and its config for the report), so it still resumes and counts as
+# done; at any other value it stays a run of another configuration. task.epochs: an LLM run's updates per batch are
+# algorithm.epochs (null: the TRL trainer's 1), no second key.
+RETIRED: dict[str, Any] = {"task.epochs": 1}
+LEFT_OUT_AT_VALUE = {**NEUTRAL_DEFAULTS, **RETIRED}  # what a run's identity leaves out where it holds this value

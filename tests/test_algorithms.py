@@ -374,8 +374,9 @@ def test_no_import_cycle_and_no_import_up_a_floor():
 # Inside harness/: run files and settings, then what trains (the trainers, the lifecycle), then what launches many runs
 # or reads them back (the CLI, the campaign, the report). The run side never imports the report.
 HARNESS_FLOORS = (
-    ("harness.identity", "harness.rundir", "harness.tracking", "harness.wandb_offline", "harness.config",
-     "harness.process", "harness.sweep", "harness.interrupts", "harness.cli", "harness.locations", "harness.progress"),
+    ("harness.identity", "harness.artefacts", "harness.rundir", "harness.tracking", "harness.wandb_offline",
+     "harness.config", "harness.process", "harness.sweep", "harness.interrupts", "harness.cli", "harness.locations",
+     "harness.progress"),
     ("harness.session", "harness.trainers", "harness.llm", "harness.run"),
     ("harness.__main__", "harness.campaign", "harness.report"),
     ("harness.scorecard", "harness.command"),  # runs through the campaign, reads through the report; every tool

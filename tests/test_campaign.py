@@ -240,7 +240,9 @@ def test_a_grid_entry_outside_its_presets_sweep_is_refused_in_one_line(tmp_path,
 
 def test_the_paper_queue_picks_points_of_its_presets_and_lists_no_cell_by_hand():
     """Every entry of the paper queue is a grid entry: its cells' values are its presets', by construction."""
-    entries = yaml.safe_load((ROOT / "conf" / "campaign" / "paper.yaml").read_text())["cells"]
+    from harness import artefacts
+
+    entries = [entry for _, _, entry in artefacts.queue_entries("paper")]
     assert [index for index, entry in enumerate(entries) if "grid" not in entry] == []
     cells = campaign.load_queue("paper")["cells"]
     assert len(cells) > 2 * len(entries)

@@ -24,7 +24,8 @@ LLM_PRESETS = llm_presets(LLM_TASKS)
 
 def validate(overrides: list[str]) -> int:
     cfg = compose_config(overrides)
-    return check_llm_config(cfg, build_task(cfg).algorithm, world_size=1)
+    task = build_task(cfg)
+    return check_llm_config(cfg, task.algorithm, task.settings, world_size=1)
 
 
 def test_llm_tasks_and_presets_exist():
@@ -62,7 +63,7 @@ BAD_LLM_VALUES = [
     (["task.sequence_logprob=max"], "task.sequence_logprob='max' is not valid; valid choices: sum, mean"),
     (["task.vllm=true"], "task.vllm=true needs device=cuda"),
     (["task.K=1"], "task.K=1 is not valid"),
-    (["task.epochs=0"], "task.epochs=0 is not valid"),
+    (["+task.epochs=2"], "task.epochs is not a setting of task=gsm8k; valid keys: K, batch_size, "),
     (["algorithm.epochs=0"], "algorithm.epochs=0 is not valid"),
     (["task.source=hubb"], "task.source='hubb' is not valid; valid choices: auto, local, hub"),
     (["task.source=local", "task.data_dir=/nonexistent"], "task.data_dir='/nonexistent' has no train.jsonl"),
@@ -76,7 +77,7 @@ BAD_LLM_VALUES = [
     (["task.ref_kl=-0.001"], "task.ref_kl=-0.001 is not valid; expected a number >= 0"),
     (["task.lora_rank=-1"], "task.lora_rank=-1 is not valid; expected an integer >= 0"),
     (["task.lora_alpha=0"], "task.lora_alpha=0 is not valid"),
-    (["task.eval_every=-1"], "task.eval_every=-1 is not valid; expected 0 \\(never\\) or a positive integer"),
+    (["task.eval_every=-1"], "task.eval_every=-1 is not valid; expected an integer >= 0"),
     (["task.eval_size=0"], "task.eval_size=0 is not valid; expected null or an integer >= 1"),
     (["task.eval_batch_size=0"], "task.eval_batch_size=0 is not valid"),
     (["task.vllm=maybe"], "task.vllm='maybe' is not valid; valid choices: true, false"),

@@ -17,7 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from harness import campaign
+from harness import artefacts, campaign
 from harness.config import build_task, compose_config
 from harness.report import tables
 from harness.report.load import flatten
@@ -76,7 +76,8 @@ def test_a_one_seed_presets_missing_seeds_are_one_sweep_over_their_offsets_that_
                           have=range(5), seeds=20).endswith(" seeds=15 seed_offset=5")  # other presets: ranges
     for offset in (1, 2):
         cfg = compose_config(["experiment=llm_cpu_learn", "algorithm=grpo", "seeds=1", f"seed_offset={offset}"])
-        assert check_llm_config(cfg, build_task(cfg).algorithm, world_size=1) == 1
+        task = build_task(cfg)
+        assert check_llm_config(cfg, task.algorithm, task.settings, world_size=1) == 1
 
 
 def test_the_gpu_cell_is_the_cpu_comparison_at_the_papers_batch_size():
@@ -98,7 +99,8 @@ def test_the_gpu_command_runs_on_cpu_at_tiny_size_and_writes_its_runs_and_table(
     """``python -m harness.campaign llm_gpu`` with its first entry's cells on CPU at tiny size (2 steps of 2 prompts
     × K = 2 from the tiny model): both methods' runs exported under one results folder with the held-out success
     at step 0 and at the last step, and the report's table regenerated beside them."""
-    entry = yaml.safe_load((ROOT / "conf" / "campaign" / "llm_gpu.yaml").read_text())["cells"][0]
+    preset, _, entry = artefacts.queue_entries("llm_gpu")[0]
+    entry = {"preset": preset, **entry}
     for key in ("gpus", "gpu_hours"):
         entry.pop(key)
     entry["overrides"] = ["device=cpu", "model=hf", f"model.path={tiny_llm}", "model.gradient_checkpointing=false",

@@ -17,7 +17,7 @@ CHAIN_SUM = ["task=reasoning_gym", "task.dataset=chain_sum", "+task.generator.mi
 def make_task(*overrides: str):
     cfg = compose_config([*CHAIN_SUM, *overrides])
     task = build_task(cfg)
-    assert check_llm_config(cfg, task.algorithm, world_size=1) == 1
+    assert check_llm_config(cfg, task.algorithm, task.settings, world_size=1) == 1
     return task
 
 

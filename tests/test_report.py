@@ -143,7 +143,7 @@ def test_a_cell_with_more_seeds_than_its_preset_takes_the_presets_first_seeds(tm
     """beyond_relapse's 10-seed rows read Table 3's 20-seed runs: the row averages seeds 0-9 like its neighbours, and
     says so; a budget that is not the preset's (the paper's, a largest run's) keeps every seed."""
     from harness.report import synthetic, tables
-    from harness.report.specs import Table, algorithms
+    from harness.report.specs import Table
     from harness.report.tables import Report
 
     steps = np.array([0, 10, 19])
@@ -162,7 +162,7 @@ def test_a_cell_with_more_seeds_than_its_preset_takes_the_presets_first_seeds(tm
     every = report.resolve("table3_terminal", {"algorithm.name": "tpo"}, (4, 20, "paper"))
     assert every.finished_seeds == list(range(6)) and not every.flags
     assert report.budget("no_such_preset") == (0, 0, "largest run")  # a figure line nothing has run yet
-    spec = Table("capped", "A table over the preset's seeds", "table3_terminal", rows=algorithms("tpo"))
+    spec = Table("capped", "A table over the preset's seeds", "table3_terminal", rows=({"algorithm.name": "tpo"},))
     with pytest.MonkeyPatch.context() as patch:  # the table says which seeds a complete cell averages
         patch.setattr(tables, "preset_budget", lambda preset: (4, 20))
         write_report([tmp_path / "runs"], tmp_path / "report", tables="capped", figures="none", resamples=20,

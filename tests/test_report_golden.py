@@ -92,8 +92,10 @@ def run_keys() -> dict[tuple[str, str], dict]:
             if not any((source, frozenset(key.items())) in owned for source in SHARED_RUNS.get(experiment, ()))}
 
 
-def write(root: Path, experiment: str, key: dict, index: int, seeds: int = SEEDS, offset: int = 0,
+def write(root: Path, experiment: str, key: dict, suffix: str = "", seeds: int = SEEDS, offset: int = 0,
           **kwargs) -> Path:
+    """A cell's run, in a folder named by its cell (``suffix`` for a second run of it): the same name whatever the
+    order of the tables, so a table added to a preset changes no other golden."""
     mnist = experiment == "fig4_mnist"
     steps = STEPS.get(experiment, DEFAULT_STEPS)
     configured = kwargs.pop("configured", int(steps[-1]) + 50)
@@ -104,33 +106,34 @@ def write(root: Path, experiment: str, key: dict, index: int, seeds: int = SEEDS
     data = {m: v[offset:offset + seeds] for m, v in data.items()}
     logged = kwargs.pop("logged", len(steps))
     data = {m: v[:, :logged] for m, v in data.items()}
-    return write_run(root / experiment / f"run{index:03d}", config, data, steps=steps[:logged], **kwargs)
+    folder = f"run-{zlib.crc32(f'{experiment} {tables.key_text(key)}'.encode()):08x}{suffix}"
+    return write_run(root / experiment / folder, config, data, steps=steps[:logged], **kwargs)
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("golden") / "runs"
-    for index, ((experiment, text), key) in enumerate(run_keys().items()):
+    for (experiment, text), key in run_keys().items():
         cell = (experiment, text)
         if cell == MISSING:
             continue
         if cell == PARTIAL:
-            write(root, experiment, key, index, seeds=2)
+            write(root, experiment, key, seeds=2)
         elif cell == FAILED:
-            write(root, experiment, key, index, status="failed")
+            write(root, experiment, key, status="failed")
         elif cell == INTERRUPTED:
-            write(root, experiment, key, index, status="interrupted", logged=6)
+            write(root, experiment, key, status="interrupted", logged=6)
         elif cell == MERGED:
-            write(root, experiment, key, index, seeds=2)
-            write(root, experiment, key, 900, seeds=1, offset=2)
+            write(root, experiment, key, seeds=2)
+            write(root, experiment, key, "-b", seeds=1, offset=2)
         else:
-            run_dir = write(root, experiment, key, index)
+            run_dir = write(root, experiment, key)
             if cell == CONFLICT:
-                write(root, experiment, key, 901, params={"algorithm.beta": 0.0}, seeds=2)
+                write(root, experiment, key, "-b", params={"algorithm.beta": 0.0}, seeds=2)
             if cell == DUPLICATED:
-                write(root, experiment, key, 903, seeds=1, offset=2)
+                write(root, experiment, key, "-b", seeds=1, offset=2)
             if cell == SHORTER:
-                smoke = write(root, experiment, key, 902, configured=100, logged=2)
+                smoke = write(root, experiment, key, "-smoke", configured=100, logged=2)
                 os.utime(smoke / "summary.json", (0, 0))  # older than the full run
                 os.utime(run_dir / "summary.json")
     return root

@@ -111,6 +111,22 @@ def test_a_run_recorded_before_a_key_left_its_identity_still_resumes(tmp_path, m
         run_config([*TABULAR, "algorithm.eta=2", "trainer.resume=true"], run_dir)
 
 
+@pytest.mark.parametrize("epochs, same", [(1, True), (2, False)])
+def test_a_run_recorded_with_a_retired_key_at_its_value_is_the_same_configuration(epochs, same):
+    """LLM runs recorded ``task.epochs: 1`` before an LLM run's epochs became ``algorithm.epochs`` alone (null: the
+    TRL trainer's 1): at that value the key reads as absent, to the run files (resume, the campaign's done) and to
+    the report; at another it is still another configuration."""
+    from omegaconf import OmegaConf
+
+    from harness.report.load import flatten, with_neutral_defaults
+
+    config = OmegaConf.to_container(compose_config(["task=gsm8k", "algorithm=grpo"]), resolve=True)
+    assert "epochs" not in config["task"]
+    recorded = OmegaConf.create({**config, "task": {**config["task"], "epochs": epochs}})
+    assert (rundir.identity(recorded) == rundir.identity(OmegaConf.create(config))) is same
+    assert ("task.epochs" in with_neutral_defaults(flatten(OmegaConf.to_container(recorded)))) is not same
+
+
 def run_config_task():
     from harness.config import build_task
 

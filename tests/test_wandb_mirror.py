@@ -102,9 +102,10 @@ def test_the_group_names_the_identity_keys_the_launch_overrode():
     cfg = compose_config(overrides)
     assert wandb_group(cfg, overrides) == "table3_terminal/token_reversal/tpo/eta=2,optim=adam,H=7,match=prompts"
     assert wandb_group(cfg, None) == wandb_group(cfg, []) == "table3_terminal/token_reversal/tpo"
-    llm = ["task=gsm8k", "algorithm=grpo", "task.epochs=2", "algorithm.epochs=3", "task.lora_rank=0", "task.ref_kl=0"]
-    assert (wandb_group(compose_config(llm), llm)
-            == "default/gsm8k/grpo/algorithm.epochs=3,task.epochs=2,lora_rank=0,ref_kl=0")  # two "epochs": full keys
+    llm = ["task=gsm8k", "algorithm=grpo", "algorithm.epochs=3", "model.name=smollm2_135m", "optim.name=adamw",
+           "task.lora_rank=0", "task.ref_kl=0"]
+    assert (wandb_group(compose_config(llm), llm)  # two "name"s: full keys
+            == "default/gsm8k/grpo/epochs=3,model.name=smollm2_135m,optim.name=adamw,lora_rank=0,ref_kl=0")
 
 
 def test_a_run_keeps_the_group_of_the_launch_that_started_it(tmp_path, monkeypatch):
@@ -418,7 +419,7 @@ def test_trl_metrics_reach_the_seeds_run(tiny_llm, gsm8k_dir, tmp_path):
     rollout they train on, beside the metrics.csv rows."""
     from llm_helpers import tiny_overrides
 
-    summary = run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "task.epochs=2",
+    summary = run_config([*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=grpo", "algorithm.epochs=2",
                           "task.eval_every=0", *OFFLINE], tmp_path)
     assert summary["status"] == "completed"
     (run,) = read_offline(tmp_path, ended=True)  # TRL opened no run of its own

@@ -3,7 +3,8 @@
 
 A queue (``conf/campaign/<QUEUE>.yaml``, default ``paper``) lists cells in priority order: a preset, the points of its
 sweep (``grid``, expanded into cells named by their values: ``queue.expand``; or one cell's overrides as written), how
-many seeds, and the estimated CPU cost per seed-episode. Each cell's seeds are
+many seeds, and the estimated CPU cost per seed-episode; ``cells: declared`` takes the entries the presets declare
+for the queue (``artefact.campaign.<QUEUE>``, ``harness.artefacts``). Each cell's seeds are
 split into runs of ``chunk`` seeds (``seed_offset`` ranges, merged by the report), run ``--jobs`` at a time as
 ``python -m harness experiment=<preset> <overrides> seeds=<n> seed_offset=<o> trainer.resume=auto`` in
 ``runs/campaign/<preset>/<cell>/seeds<a>-<b>/``, one core and one thread each. A finished run is copied to

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from common.checks import ConfigError
 from harness import cli, locations
 from harness.campaign import cells as composed
 from harness.campaign.cells import CellError, cell_identity
@@ -21,6 +22,7 @@ NAME_PREFIX = {"task.H": "h", "task.V": "v", "task.K": "k", "algorithm.epochs": 
 NAME_VALUE = {"bag_of_tokens": "bag", "sequential": "seq"}  # the reward's short names in a cell's name
 GPU_OVERRIDE = "device=cuda"  # a GPU cell's: its runs batch their seeds on the GPU (``gpus: 1``)
 SEED_AXIS = "seed_offset"  # a sweep over it is a sweep over seeds, which the campaign's jobs set
+DECLARED = "declared"  # a queue's ``cells: declared``: its entries are those its presets declare
 MEM_GB = 4  # a SLURM job's memory where its cell names none (conf/hydra/launcher/submitit_slurm_cpu.yaml's)
 
 
@@ -56,18 +58,51 @@ def load_queue(name: str) -> dict:
         choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
         raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
-    queue["cells"] = [cell for index, entry in enumerate(queue.get("cells") or ())
-                      for cell in expand(entry, f"{path.name}: cells[{index}]")]
+    located = [(cell, where) for entry, where in _entries(queue.get("cells"), path)
+               for cell in expand(entry, where)]  # each cell with where its entry is written, for refusals
+    queue["cells"] = [cell for cell, _ in located]
     seen: dict[tuple[str, str], dict] = {}
-    for index, cell in enumerate(queue.get("cells") or ()):
-        where = f"{path.name}: cells[{index}]"
+    for cell, where in located:
         _check_required(cell, where)
         _check_seed_overrides(cell, where)
         _check_repeat(cell, seen.get((cell["preset"], cell["name"])), where)
         seen[(cell["preset"], cell["name"])] = cell
         check_resources(cell, where)
-    _check_likes(queue, path.name)
+    _check_likes(located)
     return queue
+
+
+def _entries(cells, path: Path) -> list[tuple[dict, str]]:
+    """(entry, where) of a queue file's ``cells``: a list, or ``declared`` (its presets' entries for it)."""
+    if cells == DECLARED:
+        declared = _declared_entries(path.stem)
+        if not declared:
+            raise cli.Refusal(f"Error: {path.name}: cells: declared, but no preset declares entries for queue "
+                              f"{path.stem!r} (artefact.campaign.{path.stem}); valid: a list of cells, or a queue a "
+                              "preset declares")
+        return declared
+    if cells is not None and not isinstance(cells, list):
+        raise cli.Refusal(f"Error: {path.name}: cells={cells!r} is not valid; expected a list of cells or "
+                          f"{DECLARED!r}")
+    return [(entry, f"{path.name}: cells[{index}]") for index, entry in enumerate(cells or ())]
+
+
+def _declared_entries(queue: str) -> list[tuple[dict, str]]:
+    """(entry, where a refusal finds it) of every entry the presets declare for ``queue`` (``artefact.campaign.
+    <queue>``, harness/artefacts.py), in the queue's order; an entry's preset is the one that declares it."""
+    from harness import artefacts
+
+    located = []
+    try:
+        declared = artefacts.queue_entries(queue)
+    except ConfigError as error:
+        raise cli.Refusal(f"Error: {error}") from None
+    for preset, index, entry in declared:
+        where = f"{preset}.yaml: artefact.campaign.{queue}[{index}]"
+        if "preset" in entry:
+            raise cli.Refusal(f"Error: {where}.preset is not valid here: the entry's preset is the one declaring it")
+        located.append(({"preset": preset, **entry}, where))
+    return located
 
 
 def expand(entry: dict, where: str) -> list[dict]:
@@ -82,7 +117,6 @@ def expand(entry: dict, where: str) -> list[dict]:
     An entry without ``grid`` is one cell as written."""
     if not isinstance(entry, dict) or "grid" not in entry:
         return [entry]
-    from common.checks import ConfigError
     from harness.config import preset_sweep
 
     try:
@@ -194,12 +228,12 @@ def _check_repeat(cell: dict, earlier: dict | None, where: str) -> None:
                          f"takes it further: the same overrides and more seeds than its {earlier['seeds']}")
 
 
-def _check_likes(queue: dict, file: str) -> None:
+def _check_likes(located: list[tuple[dict, str]]) -> None:
     """SystemExit (one line) for a cell whose ``like`` is not a cell of the queue."""
-    cells = {f"{cell['preset']}/{cell['name']}" for cell in queue.get("cells") or ()}
-    for index, cell in enumerate(queue.get("cells") or ()):
+    cells = {f"{cell['preset']}/{cell['name']}" for cell, _ in located}
+    for cell, where in located:
         if "like" in cell and cell["like"] not in cells:
-            raise cli.Refusal(f"Error: {file}: cells[{index}].like={cell['like']!r} is not a cell of the queue; "
+            raise cli.Refusal(f"Error: {where}.like={cell['like']!r} is not a cell of the queue; "
                              "expected <preset>/<cell>, a cell whose measured cost this one's estimate scales")
 
 

@@ -62,12 +62,12 @@ def plain_model(model):
     return plain
 
 
-def lora_config(task_cfg: DictConfig):
+def lora_config(task_settings):
     """LoRA on every linear layer except the LM head (TRL reads log-probs from the head's weight directly), or None
     for full fine-tuning."""
-    if not task_cfg.lora_rank:
+    if not task_settings.lora_rank:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=int(task_cfg.lora_rank), lora_alpha=int(task_cfg.lora_alpha), lora_dropout=0.0,
+    return LoraConfig(r=task_settings.lora_rank, lora_alpha=task_settings.lora_alpha, lora_dropout=0.0,
                       target_modules="all-linear", task_type="CAUSAL_LM")

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather, gather_object
-from omegaconf import DictConfig
 from transformers import GenerationConfig
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
@@ -48,13 +47,14 @@ def make_reward_function(task):
 class RLVRTrainer(GroupLossTrainer):
     """GroupLossTrainer with the task's loss settings and TRL's own loss as an option; records per-step metrics."""
 
-    def __init__(self, *args, algorithm: Algorithm, task_cfg: DictConfig, **kwargs):
-        self.loss_impl = task_cfg.loss_impl
+    def __init__(self, *args, algorithm: Algorithm, task_settings, **kwargs):
+        self.loss_impl = task_settings.loss_impl
         self.rollout_metrics: dict[str, float] = {}
         self.update_metrics: list[dict[str, float]] = []  # one per optimizer step of the current rollout batch
         self._loss_sum = self._kl_sum = 0.0
         self._metric_sums: dict[str, float] = {}  # the algorithm's metrics' accumulation-scaled sums over the update
-        super().__init__(*args, algorithm=algorithm, length_normalized=task_cfg.sequence_logprob == "mean", **kwargs)
+        super().__init__(*args, algorithm=algorithm, length_normalized=task_settings.sequence_logprob == "mean",
+                         **kwargs)
 
     # ---- batches ------------------------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

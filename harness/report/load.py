@@ -24,7 +24,7 @@ import yaml
 
 from algorithms.registry import neutral_hyperparameters
 from harness import cli
-from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS
+from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RETIRED
 from harness.rundir import CONFIG_FILES, EXPORTED_METRICS
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
@@ -83,8 +83,11 @@ def read_config(run_dir: Path) -> dict:
 
 def with_neutral_defaults(flat: dict) -> dict:
     """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has, and without
-    the algorithm's neutral hyperparameters at their default (``algorithms.registry.neutral_hyperparameters``), so
-    that runs from before and after a key joined an algorithm's YAML read alike."""
+    the algorithm's neutral hyperparameters at their default (``algorithms.registry.neutral_hyperparameters``) or a
+    ``RETIRED`` key at its value, so that runs from before and after a key joined or left the configs read alike."""
+    for key, value in RETIRED.items():
+        if key in flat and _value_text(flat[key]) == _value_text(value):
+            del flat[key]
     sections = {key.split(".", 1)[0] for key in flat if "." in key}
     for key, value in NEUTRAL_DEFAULTS.items():
         if key.split(".", 1)[0] in sections:

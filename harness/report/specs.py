@@ -1,18 +1,22 @@
 """Every paper table and figure as data: which preset's runs, which cells or panels, which statistic.
 
-A cell key maps config keys of the runs (``algorithm.name``, ``task.V``, ...) to values; the pseudo-key
-``experiment`` overrides the spec's preset for that cell and ``metric`` overrides the statistic's metric. To keep a
-spec in sync with its preset (``conf/experiment/<preset>.yaml``), ``tests/test_report_specs.py`` checks that every
-cell lies in the preset's sweep grid.
+A table is declared in its preset (``conf/experiment/<preset>.yaml``, ``artefact.tables``: harness/artefacts.py) and
+read here into a ``Table`` (``declared_table``); figures, which often draw several presets, are declared below. A cell
+key maps config keys of the runs (``algorithm.name``, ``task.V``, ...) to values; the pseudo-key ``experiment``
+overrides the spec's preset for that cell and ``metric`` overrides the statistic's metric.
+``tests/test_report_specs.py`` checks that every cell lies in its preset's sweep grid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import product
 
 from algorithms import ALGORITHMS
+from common.checks import ConfigError, check_bool
 from common.palette import VERMILLION
+from harness import artefacts
 from harness.config import preset_sweep, sweep_value
 from tasks import TASKS
 
@@ -95,6 +99,7 @@ class Table:
     where: dict = field(default_factory=dict)
     reference: dict = field(default_factory=dict)  # a cell's paired reference = the cell with these values
     note: str = ""
+    drawn_only: bool = False  # the paper draws it and prints no value: its budget is the paper's, no paper column
 
     def cells(self) -> list[tuple[dict, dict, dict]]:
         """(row, col, full key) for every cell, row-major."""
@@ -249,9 +254,6 @@ def label(key: dict) -> str:
     return ", ".join(parts)
 
 
-def algorithms(*names: str) -> tuple[dict, ...]:
-    return tuple({"algorithm.name": name} for name in names)
-
 
 def grid(**axes) -> tuple[dict, ...]:
     """grid(**{"task.match": [...], "task.H": [...]}) → every combination, first axis slowest."""
@@ -299,30 +301,12 @@ def section4(*names: str) -> tuple[Series, ...]:
 
 
 BASELINES = ("tpo", "grpo", "rloo", "dr_grpo", "dapo", "gspo", "cispo")  # beyond_terminal_baselines' comparison
-AT_400 = Stat("at_step", step=400)
 RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
 SPREAD_VARIANTS = ("beyond_amplification", "beyond_amplification_floor", "beyond_amplification_shrinkage",
                    "beyond_amplification_rank")
-GUARDED_SPREAD = ("beyond_amplification", "beyond_amplification_scale", "beyond_amplification_floor",
-                  "beyond_amplification_floor_scale")
-ZERO_VARIANCE_EPISODES = ("frac_zero_var", 1.0)  # every group of the episode has zero variance: the gradient is 0
 
 LLM_LEARN = (("llm_cpu_learn", "CPU, 4 prompts × K = 8, 50 steps, 64 held-out puzzles"),
              ("llm_gpu_learn", "GPU, 16 prompts × K = 16, 100 steps, 256 held-out puzzles"))
-HELD_OUT = Stat("at_step", step=0, metric="test_accuracy", higher_is_better=True)  # the base model: step 0 is
-# evaluated before the first update
-
-
-def _llm_learn_table(preset: str, size: str) -> Table:
-    """Held-out greedy success of the base model and after training, and the training rollouts' mean score."""
-    return Table(preset, f"SmolLM2-135M on one-digit products ({size}): held-out greedy success (%)", preset,
-                 rows=swept(preset, "algorithm"), reference={"algorithm.name": "tpo"},
-                 stats=(HELD_OUT, Stat("final", metric="test_accuracy", higher_is_better=True),
-                        Stat("mean", metric="reward_mean", higher_is_better=True)),
-                 note="A step's test_accuracy is the policy that generates that step's rollouts: at step 0 the base "
-                      "model's (greedy, so one value for every seed), final: at the last step, after all updates but "
-                      "that step's own. The interval is over seeds: it leaves out the sampling error of the held-out "
-                      "puzzles, which every run shares.")
 
 
 def _llm_learn_figure(preset: str, size: str) -> Figure:
@@ -334,116 +318,73 @@ def _llm_learn_figure(preset: str, size: str) -> Figure:
         caption="Seed mean of each method's runs; (b) smoothed by a 5-step causal moving average.")
 
 
-TABLES: dict[str, Table] = {t.name: t for t in (
-    Table("table1", "Table 1 — steps to 1% error, token reversal, bag-of-tokens, V sweep", "table1_vocab_sweep",
-          rows=swept("table1_vocab_sweep", "algorithm"), cols=swept("table1_vocab_sweep", "task.V"),
-          stats=(TO_1,), reference={"algorithm.name": "tpo_token"}),
-    Table("table2", "Table 2 — steps to 1% error, task variations (token-level grouping)", "table2_variations",
-          rows=swept("table2_variations", "task.reward", "task.target"), cols=swept("table2_variations", "algorithm"),
-          stats=(TO_1,), reference={"algorithm.name": "tpo_token"},
-          note="Paper PPO bag-of-tokens Rev. copy is \"−\" although Table 1 V=2 gives 872 "
-               "(docs/reproduction.md §14.6)."),
-    Table("table3", "Table 3 — final exact-match error (%), terminal reward, H × matching", "table3_terminal",
-          rows=swept("table3_terminal", "algorithm"), cols=swept("table3_terminal", "task.match", "task.H"),
-          stats=(Stat("final", dash_above=0.95),), reference={"algorithm.name": "tpo"},
-          note="\"−\" = above 95%. Prompt- and interaction-matched TPO/GRPO share configs; the paper's gaps between "
-               "them are run-to-run variance (docs/reproduction.md §14.8)."),
-    Table("table5", "Table 5 — TPO temperature η: final error and steps to 1%", "table5_eta_sweep",
-          rows=swept("table5_eta_sweep", "algorithm.eta"), stats=(FINAL, TO_1), where={"algorithm.name": "tpo"},
-          reference={"algorithm.eta": 1.0},
-          note="Sequence-level TPO under bag-of-tokens (docs/reproduction.md §6.11, §14.7: the paper does not say "
-               "which TPO)."),
-    Table("fig12", "Fig 12 — group size K: final exact-match error (%)", "fig12_k_sweep",
-          rows=swept("fig12_k_sweep", "algorithm"), cols=swept("fig12_k_sweep", "task.K"),
-          reference={"algorithm.name": "tpo"}),
-    Table("fig15", "Fig 15 — epochs per batch: final exact-match error (%)", "fig15_epoch_sweep",
-          rows=swept("fig15_epoch_sweep", "algorithm"), cols=swept("fig15_epoch_sweep", "algorithm.epochs"), where=K32,
-          reference={"algorithm.name": "tpo"}),
-    Table("fig13", "Fig 13 — zero-variance masking: final exact-match error (%)", "fig13_masking",
-          rows=swept("fig13_masking", "algorithm"), where=K32, reference={"algorithm.name": "tpo"}),
-    Table("fig14", "Figs 10/14 — multi-epoch extraction: error at episode 400 and final (%)", "fig10_diagnostics",
-          rows=({"algorithm.name": "tpo"}, {"algorithm.name": "tpo", "experiment": "fig10_diagnostics_tpo_1ep"},
-                {"algorithm.name": "dg"}, {"algorithm.name": "grpo"}, {"algorithm.name": "grpo_no_kl"},
-                {"algorithm.name": "ppo"}),
-          stats=(AT_400, FINAL), reference={"experiment": "fig10_diagnostics", "algorithm.name": "tpo"}),
-    Table("fig8", "Fig 8 — anchor and target-matching ablations: final exact-match error (%)", "fig8_ablations",
-          rows=swept("fig8_ablations", "algorithm"), cols=swept("fig8_ablations", "task.H"), where=PROMPT_MATCHED,
-          reference={"algorithm.name": "tpo"}),
-    Table("fig1b", "Fig 1b — sparse-reward hero: final exact-match error (%) and steps to 5%", "fig1b_sparse",
-          rows=swept("fig1b_sparse", "algorithm"), stats=(FINAL, TO_5), reference={"algorithm.name": "tpo"},
-          note="Paper values from the reference's asset npz (docs/reproduction.md §11), not the paper text."),
-    Table("demo_sparse", "Main job — the sparse-reward hero, reduced (H = 6): final error, steps to 5% and mean "
-          "error over the run (%)", "demo_sparse", rows=swept("demo_sparse", "algorithm"), stats=(FINAL, TO_5, MEAN),
-          reference={"algorithm.name": "tpo"},
-          note="A difference to TPO is resolved when its paired 95% interval excludes 0. The mean over the run "
-               "(area under the curve) counts every episode, so one late relapse of one seed cannot decide it."),
-    Table("fig4a", "Fig 4a — MNIST bandit: final test error (%) and steps to 5%", "fig4_mnist",
-          rows=algorithms("tpo", "dg", "grpo", "pg", "group_pg"), stats=(FINAL, TO_5),
-          reference={"algorithm.name": "tpo"},
-          note="Steps are eval labels: the evaluation after 200(i+1) updates is logged at 200i "
-               "(docs/reproduction.md §14.10)."),
-    Table("fig4b", "Fig 4b — MNIST mechanism: surplus gain by concentration bin at step 2,000", "fig4_mnist",
-          rows=algorithms("tpo", "dg", "pg", "group_pg"),
-          cols=tuple({"metric": f"mech_surplus_bin{i}"} for i in range(4)),
-          stats=(Stat("at_step", step=2000, percent=False, higher_is_better=True),),
-          reference={"algorithm.name": "tpo"},
-          note="Misclassified test examples; seed mean over seeds with a non-empty bin (docs/reproduction.md §6.4)."),
-    Table("fig17", "Fig 17b,c — DG with 1 vs 4 epochs: final error (%)", "fig17_dg_epochs",
-          rows=swept("fig17_dg_epochs", "task.reward", "task.target"),
-          cols=swept("fig17_dg_epochs", "algorithm.epochs"),
-          where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1}),
-    Table("fig17a", "Fig 17a — DG with 1 vs 4 epochs, terminal reward: final exact-match error (%)",
-          "fig17a_dg_epochs_terminal", rows=swept("fig17a_dg_epochs_terminal", "algorithm.epochs"),
-          where={"algorithm.name": "dg"}, reference={"algorithm.epochs": 1},
-          note="The paper does not state H/B; the preset's H=5, B=256 is one candidate "
-               "(docs/reproduction.md §6.12)."),
-    Table("beyond_terminal", "Beyond the paper — TPO and modern group-RL baselines, terminal reward, prompt-matched "
-          "H = 7: final exact-match error, steps to 5% and 1%", "beyond_terminal_baselines",
-          rows=algorithms(*BASELINES) + tuple({"algorithm.name": name, "experiment": "beyond_terminal_baselines_kl"}
-                                              for name in BASELINES[2:]),
-          stats=(FINAL, TO_5, TO_1),
-          where={"task.H": 7, "task.match": "prompts"}, reference={"algorithm.name": "tpo"},
-          note="No paper values: the paper compares none of these baselines. Differences to TPO are paired over "
-               "seeds (same prompts and sampling streams). \"KL β = 0.04\" rows: the baseline with GRPO's KL term "
-               "(preset beyond_terminal_baselines_kl)."),
-    Table("beyond_relapse", "Beyond the paper — relapse after convergence: optimizer guards vs Muon, terminal reward, "
-          "prompt-matched H = 7", "beyond_relapse",
-          rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in RELAPSE_VARIANTS),
-          stats=(FINAL, TO_5, SOLVED, RELAPSED, RELAPSES, MEAN,
-                 Stat("mean", metric="update_muon", when=ZERO_VARIANCE_EPISODES, percent=False),
-                 Stat("mean", metric="update_adam", when=ZERO_VARIANCE_EPISODES, percent=False)),
-          where={"task.H": 7, "task.match": "prompts"}, reference={"experiment": "beyond_relapse"},
-          note="Paired with the same algorithm under the reference Muon (whose runs are Table 3's). Solved: error "
-               "< 2% at some episode; a relapse: > 20% after solving (counted each time, per seed). Update norms: "
-               "‖Δθ‖ of the episode on Muon's and Adam's parameters, averaged over episodes whose groups all have "
-               "zero variance (gradient exactly 0)."),
-    Table("beyond_amplification", "Beyond the paper — low-variance groups: reward noise × standardisation variant, "
-          "terminal reward, H = 6", "beyond_amplification",
-          rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),
-          cols=swept("beyond_amplification", "task.reward_noise"), stats=(FINAL, MEAN),
-          reference={"experiment": "beyond_amplification"},
-          note="Paired with the same algorithm and noise under the paper's σ. Variants: σ floor 0.1; shrinkage κ = 1, "
-               "σ₀ = 0.5; mid-ranks. Noise is N(0, σ²) on every score the algorithm reads; the error is clean."),
-    Table("beyond_amplification_noise", "Beyond the paper — low-variance groups: what the noise costs each "
-          "standardisation variant, terminal reward, H = 6", "beyond_amplification",
-          rows=tuple({"algorithm.name": a, "experiment": e} for a in ("tpo", "grpo") for e in SPREAD_VARIANTS),
-          cols=swept("beyond_amplification", "task.reward_noise"), stats=(FINAL, MEAN),
-          reference={"experiment": "beyond_amplification", "task.reward_noise": 0.0},
-          note="The cells of beyond_amplification, each paired with the same algorithm under the paper's σ without "
-               "noise (at K = 8 on binary scores the floor and the ranks are that run bit for bit): Δ is how far a "
-               "variant under noise is from the clean reference, so a variant that fixes amplification has Δ near 0."),
-    Table("beyond_amplification_guard", "Beyond the paper — low-variance groups: the σ floor with the scale guard, "
-          "GRPO, reward noise 1e-2, terminal reward, H = 6", "beyond_amplification",
-          rows=tuple({"algorithm.name": "grpo", "experiment": e} for e in GUARDED_SPREAD),
-          stats=(FINAL, TO_5, MEAN), where={"task.reward_noise": 0.01},
-          reference={"experiment": "beyond_amplification_floor"},
-          note="Paired with GRPO under the σ floor (0.1) at the same noise. Scale guard: each epoch's step × "
-               "min(1, ‖g‖/τ), ‖g‖ that epoch's gradient norm, τ = 0.5: in the floor's runs the first-epoch ‖g‖ is "
-               "below τ in 76% of the episodes with at most 2% of groups holding a right answer, 8-20% of those "
-               "with 10-99% (episodes whose gradient does not vanish; one that vanishes, a solved or a collapsed "
-               "policy's, takes no step)."),
-    *(_llm_learn_table(preset, size) for preset, size in LLM_LEARN),
-)}
+NAMED_STATS = {stat.name: stat for stat in (FINAL, MEAN, TO_1, TO_5, SOLVED, RELAPSED, RELAPSES)}
+TABLE_KEYS = ("name", "title", "rows", "cols", "stats", "where", "reference", "note", "drawn_only")
+
+
+def _cells(preset: str, cells, where: str) -> tuple[dict, ...]:
+    """A table's rows or columns as declared: axes of the preset's sweep (``[algorithm]``: its grid, in the
+    preset's order) or cell keys as written (``[{algorithm.name: tpo, experiment: ...}]``)."""
+    if not isinstance(cells, list) or not (all(isinstance(cell, str) for cell in cells)
+                                           or all(isinstance(cell, dict) for cell in cells)):
+        raise ConfigError(f"{where}={cells!r} is not valid; expected a list of the preset's sweep axes or a list of "
+                          "cell keys (mappings)")
+    if all(isinstance(cell, str) for cell in cells):
+        sweep = preset_sweep(preset)
+        outside = [axis for axis in cells if axis not in sweep]
+        if outside:
+            raise ConfigError(f"{where}={outside[0]!r} is not an axis of the preset's sweep; valid "
+                              f"axes: {', '.join(sweep) or 'none'}")
+        return swept(preset, *cells)
+    return tuple(dict(cell) for cell in cells)
+
+
+def _stat(declared, where: str) -> Stat:
+    """``final``, ``steps_to_0.01``, ... (NAMED_STATS) or Stat's fields (``{kind: final, dash_above: 0.95}``)."""
+    if isinstance(declared, str):
+        if declared not in NAMED_STATS:
+            raise ConfigError(f"{where}={declared!r} is not a named statistic; valid choices: "
+                              f"{', '.join(NAMED_STATS)}, or a mapping of Stat's fields")
+        return NAMED_STATS[declared]
+    fields = [field.name for field in dataclasses.fields(Stat)]
+    unknown = [key for key in declared if key not in fields] if isinstance(declared, dict) else ["(not a mapping)"]
+    if unknown or "kind" not in declared:
+        raise ConfigError(f"{where} has {unknown[0] if unknown else 'no kind'}; a statistic is a named one "
+                          f"({', '.join(NAMED_STATS)}) or a mapping of: {', '.join(fields)}")
+    when = declared.get("when")
+    return Stat(**{**declared, **({"when": tuple(when)} if when is not None else {})})
+
+
+def declared_table(preset: str, declared: dict) -> Table:
+    """The Table a preset's ``artefact.tables`` entry declares (harness/artefacts.py)."""
+    where = f"{preset}.yaml: artefact.tables[{declared.get('name')}]"
+    unknown = [key for key in declared if key not in TABLE_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not valid; valid choices: {', '.join(TABLE_KEYS)}")
+    missing = [key for key in ("name", "title", "rows") if key not in declared]
+    if missing:
+        raise ConfigError(f"{where} has no {missing[0]}; a table needs name, title and rows")
+    return Table(declared["name"], declared["title"], preset, rows=_cells(preset, declared["rows"], f"{where}.rows"),
+                 cols=_cells(preset, declared.get("cols") or [{}], f"{where}.cols"),
+                 stats=tuple(_stat(stat, f"{where}.stats") for stat in declared.get("stats") or ["final"]),
+                 where=dict(declared.get("where") or {}), reference=dict(declared.get("reference") or {}),
+                 note=declared.get("note", ""), drawn_only=check_bool(f"{where}.drawn_only",
+                                                                      declared.get("drawn_only", False)))
+
+
+def tables_of(declared: list[tuple[str, dict]]) -> dict[str, Table]:
+    """Name → Table of every (preset, declaration); a name declared twice is refused, naming both presets."""
+    tables: dict[str, Table] = {}
+    for preset, table in declared:
+        built = declared_table(preset, table)
+        if built.name in tables:
+            raise ConfigError(f"{preset}.yaml: artefact.tables[{built.name}] repeats a table name of "
+                              f"{tables[built.name].preset}.yaml; a table's name is its files' and must be unique")
+        tables[built.name] = built
+    return tables
+
+
+TABLES: dict[str, Table] = tables_of(artefacts.declared_tables())
 
 def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
            **kwargs) -> tuple[Panel, ...]:

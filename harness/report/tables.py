@@ -628,8 +628,10 @@ def write_table(table: Table, cells: pd.DataFrame, out: Path) -> str:
     main.index.name = ""
     write_file(out / f"{table.name}.tex", latex(main, table.title))
     budget = cells.budget.iloc[0]
-    paper_budget = preset_budget(table.preset) if table.name in paper.artefacts() else None
+    in_paper = table.drawn_only or table.name in paper.artefacts()
+    paper_budget = preset_budget(table.preset) if in_paper else None
     published = f"paper: {paper_budget[0]} seeds × {paper_budget[1]:,} steps" if paper_budget else "not in the paper"
+    published += ", drawn as curves without printed values" if paper_budget and table.drawn_only else ""
     lines = [f"## {table.title}\n", f"Preset `{table.preset}`; expected {budget}; {published}. {RULES}"
              + (f" {table.note}" if table.note else "") + "\n",
              main.to_markdown(), ""]

@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness.identity import NEUTRAL_DEFAULTS, NOT_IDENTITY
+from harness.identity import LEFT_OUT_AT_VALUE, NOT_IDENTITY
 from harness.rundir import outputs
 from common.checks import ConfigError
 from algorithms.registry import neutral_hyperparameters
@@ -109,21 +109,22 @@ def write_export(run_dir: Path, target: Path) -> None:
         shutil.copyfileobj(raw, packed)
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved configuration less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS at their value."""
+    """The resolved configuration less the keys in NOT_IDENTITY, and the NEUTRAL_DEFAULTS and RETIRED keys at their
+    value."""
     return _without_volatile(OmegaConf.to_container(cfg, resolve=True))
 
 
 def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` less the keys in NOT_IDENTITY and the NEUTRAL_DEFAULTS (the algorithm's neutral hyperparameters
-    too) at their value, in place; also applied to a recorded identity, so that a run recorded before a key joined
-    NOT_IDENTITY still resumes."""
-    for dotted in (*NOT_IDENTITY, *NEUTRAL_DEFAULTS):
+    """``config`` less the keys in NOT_IDENTITY, and the NEUTRAL_DEFAULTS and RETIRED keys (the algorithm's neutral
+    hyperparameters too) at their value, in place; also applied to a recorded identity, so that a run recorded before
+    a key joined NOT_IDENTITY, or left the configs, still resumes."""
+    for dotted in (*NOT_IDENTITY, *LEFT_OUT_AT_VALUE):
         *parents, leaf = dotted.split(".")
         node = config
         for parent in parents:
             node = node.get(parent, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict) and leaf in node and (
-                dotted not in NEUTRAL_DEFAULTS or _canonical(node[leaf]) == _canonical(NEUTRAL_DEFAULTS[dotted])):
+                dotted not in LEFT_OUT_AT_VALUE or _canonical(node[leaf]) == _canonical(LEFT_OUT_AT_VALUE[dotted])):
             node.pop(leaf)
     algorithm = config.get("algorithm")
     if isinstance(algorithm, dict):

@@ -33,35 +33,31 @@ from harness.session import Session
 from harness.trainers.base import Resume, Trainer
 from harness.tracking import TRL_PREFIX, TRL_STEP
 from common.checks import (
-    ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_float, check_positive_int)
+    ConfigError, check_non_negative, check_number, check_positive_float)
 
 log = logging.getLogger(__name__)
+# Updates per rollout batch when algorithm.epochs is null: the trainer's, not the algorithm's default_epochs (the
+# paper does not say; verl's default), so an LLM run reads its epochs from one place
+DEFAULT_EPOCHS = 1
 STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
 
 
-def check_llm_config(cfg: DictConfig, algorithm, world_size: int) -> int:
-    """Validate what only the LLM path reads; return the updates per rollout batch (epochs)."""
-    task = cfg.task
+def check_llm_config(cfg: DictConfig, algorithm, task, world_size: int) -> int:
+    """Check what the task's settings (each checked alone by its declaration, ``tasks/llm/base.py``) and the rest of
+    the run's config allow together; return the updates per rollout batch (epochs)."""
     if cfg.seeds != 1:
-        raise ConfigError(f"seeds={cfg.seeds} is not valid for task={task.name}: an LLM run trains one seed; valid "
+        raise ConfigError(f"seeds={cfg.seeds} is not valid for task={cfg.task.name}: an LLM run trains one seed; valid "
                           "choices: 1 (sweep seed_offset=0,1,2 for more seeds)")
-    check_choice("task.loss_impl", task.loss_impl, ("project", "trl"))
     if task.loss_impl == "trl" and not algorithm.trl_loss:
         valid = ", ".join(name for name, cls in ALGORITHMS.items() if cls.trl_loss)
         raise ConfigError(f"task.loss_impl=trl runs TRL's own GRPO loss; valid algorithms with it: {valid} "
                           f"(got algorithm={algorithm.id})")
-    check_choice("task.sequence_logprob", task.sequence_logprob, ("sum", "mean"))
     if task.sequence_logprob == "mean" and (algorithm.token_level or algorithm.length_normalised):
         raise ConfigError(f"task.sequence_logprob=mean is not valid for algorithm={algorithm.id}, which "
                           f"{'reads per-token log-probs' if algorithm.token_level else 'divides by the length itself'}"
                           "; valid choices: sum")
-    check_positive_float("task.temperature", task.temperature)  # sampling temperature; 0 is not a distribution
-    check_non_negative("task.ref_kl", task.ref_kl)  # λ of the KL to the base model; 0 = none
-    check_non_negative("task.lora_rank", task.lora_rank, integer=True)  # 0 = full fine-tuning
-    check_positive_int("task.lora_alpha", task.lora_alpha)
-    check_bool("task.vllm", task.vllm)
     check_llm_optim(cfg.optim)
-    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else check_positive_int("task.epochs", task.epochs)
+    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else DEFAULT_EPOCHS
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
@@ -90,12 +86,13 @@ def check_llm_optim(optim: DictConfig) -> None:
     check_non_negative("optim.max_grad_norm", optim.max_grad_norm)  # 0 = no clipping
 
 
-def grpo_config(cfg: DictConfig, settings: RunSettings, run_dir: Path, epochs: int, world_size: int, algorithm):
+def grpo_config(cfg: DictConfig, settings: RunSettings, run_dir: Path, epochs: int, world_size: int, algorithm,
+                task):
     """TRL's GRPOConfig for this run (see docs/llm.md, "How TRL's GRPO defaults differ from the paper's", for every
     setting that differs from TRL's); TRL's clip ε is the algorithm's, where it has one."""
     from trl import GRPOConfig
 
-    task, optim, model = cfg.task, cfg.optim, cfg.model
+    optim, model = cfg.optim, cfg.model
     cuda = settings.device.startswith("cuda")
     checkpoint_every = settings.checkpoint_every
     return GRPOConfig(
@@ -128,13 +125,13 @@ class StepLogger(TrainerCallback):
         self.trainer, self.task, self.eval_rows = trainer, task, eval_rows
         self.epochs, self.steps, self.writer, self.tracker = epochs, steps, writer, tracker
         self.fingerprint, self.resumes, self.cpu_seconds = fingerprint, resumes or [], cpu_seconds
-        self.every = int(task.cfg.eval_every)
+        self.every = task.settings.eval_every
         self.pending_test = pending_test  # held-out score of the policy that generates the next step
         self.diverged_at: int | None = None
 
     def _evaluate_if_due(self, step: int) -> None:
         if self.every and (step % self.every == 0 or step == self.steps - 1):
-            batch_size = int(self.task.cfg.eval_batch_size)
+            batch_size = self.task.settings.eval_batch_size
             self.pending_test = self.trainer.held_out_score(self.task, self.eval_rows, batch_size)
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -229,7 +226,7 @@ def validate_llm(cfg: DictConfig) -> tuple[Any, int, int]:
 
     task = build_task(cfg)
     world_size = PartialState().num_processes
-    return task, check_llm_config(cfg, task.algorithm, world_size), world_size
+    return task, check_llm_config(cfg, task.algorithm, task.settings, world_size), world_size
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int] | None = None
@@ -241,12 +238,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, validated: tuple[Any, int, int
     task, epochs, world_size = validated or validate_llm(cfg)
     model, tokenizer = load_policy(cfg.model, str(cfg.device))
     settings = run_settings(cfg)
-    rows = task.train_rows(settings.seed_offset, settings.steps * int(cfg.task.batch_size))
+    rows = task.train_rows(settings.seed_offset, settings.steps * task.settings.batch_size)
     trainer = RLVRTrainer(
         model=model, reward_funcs=make_reward_function(task),
-        args=grpo_config(cfg, settings, run_dir, epochs, world_size, task.algorithm),
-        train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(cfg.task),
-        algorithm=task.algorithm, task_cfg=cfg.task)
+        args=grpo_config(cfg, settings, run_dir, epochs, world_size, task.algorithm, task.settings),
+        train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(task.settings),
+        algorithm=task.algorithm, task_settings=task.settings)
     trainer.remove_callback(PrinterCallback)  # StepLogger logs one line per step instead
     trainer.remove_callback(ProgressCallback)
     return trainer, task, epochs
@@ -294,8 +291,8 @@ class TRLTrainer(Trainer):
         self.state.wait_for_everyone()
 
     def fit(self, session: Session, start: Resume | None) -> None:
-        cfg, task, trainer = self.cfg, self.task, self.trl_trainer
-        eval_rows = task.eval_rows() if cfg.task.eval_every else []
+        task, trainer = self.task, self.trl_trainer
+        eval_rows = task.eval_rows() if task.settings.eval_every else []
         pending = self.saved.get("pending_test")
         logger = StepLogger(trainer, task, eval_rows, self.epochs, self.settings.steps, session.writer,
                             session.tracker, math.nan if pending is None else pending,

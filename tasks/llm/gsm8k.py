@@ -14,9 +14,11 @@ import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from common.checks import ConfigError, check_choice
+from common.checks import ConfigError, check_optional_text
+from common.declared import required
 from tasks.llm.answers import final_number, gsm8k_reference
 from tasks.llm.base import LLMTask, chat
 
@@ -64,18 +66,27 @@ def split_file(folder: Path, split: str) -> Path | None:
 class Gsm8k(LLMTask):
     name = "gsm8k"
     columns = ("answer",)
-    whole_eval_split = True
 
-    def __init__(self, cfg, *args, **kwargs):
-        super().__init__(cfg, *args, **kwargs)
-        check_choice("task.source", cfg.source, ("auto", "local", "hub"))
-        self.data_dir = data_dir(cfg.data_dir)
+    @dataclass(frozen=True)
+    class Settings(LLMTask.Settings):
+        eval_size: int | None = required("held-out prompts (greedy decoding); null = the whole test split",
+                                         low=1, integer=True, optional=True)
+        source: str = required("auto: local files when present, else the Hub | local | hub",
+                               choices=("auto", "local", "hub"))
+        data_dir: str | None = required("null = the copy shipped in the package; else a folder with "
+                                        "{train,test}.jsonl[.gz]", check=check_optional_text)
+        hub_id: str = required("the dataset's Hub id", check=check_optional_text)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        settings = self.settings
+        self.data_dir = data_dir(settings.data_dir)
         has_local = all(split_file(self.data_dir, split) is not None for split in SPLITS)
-        if cfg.source == "local" and not has_local:
-            raise ConfigError(f"task.data_dir={cfg.data_dir!r} has no train.jsonl[.gz] and test.jsonl[.gz] (resolved: "
-                              f"{self.data_dir}); valid choices: a folder with both, null (the shipped copy), or "
-                              "task.source=hub")
-        self.local = cfg.source == "local" or (cfg.source == "auto" and has_local)
+        if settings.source == "local" and not has_local:
+            raise ConfigError(f"task.data_dir={settings.data_dir!r} has no train.jsonl[.gz] and test.jsonl[.gz] "
+                              f"(resolved: {self.data_dir}); valid choices: a folder with both, null (the shipped "
+                              "copy), or task.source=hub")
+        self.local = settings.source == "local" or (settings.source == "auto" and has_local)
         # read now, before a model loads: a damaged file fails the launch, not the first evaluation
         self.local_records = {split: read_jsonl(split_file(self.data_dir, split), ("question", "answer"))
                               for split in SPLITS} if self.local else {}
@@ -85,7 +96,7 @@ class Gsm8k(LLMTask):
             return self.local_records[split]
         from datasets import load_dataset
 
-        return list(load_dataset(self.cfg.hub_id, "main", split=split))
+        return list(load_dataset(self.settings.hub_id, "main", split=split))
 
     def _rows(self, split: str) -> list[dict[str, Any]]:
         return [{"prompt": chat(f"{r['question']} {INSTRUCTION}"), "answer": str(gsm8k_reference(r["answer"]))}
@@ -96,7 +107,7 @@ class Gsm8k(LLMTask):
 
     def eval_rows(self) -> list[dict[str, Any]]:
         rows = self._rows("test")
-        return rows if self.cfg.eval_size is None else rows[: int(self.cfg.eval_size)]
+        return rows if self.settings.eval_size is None else rows[: self.settings.eval_size]
 
     def score(self, completion: str, row: dict[str, Any]) -> float:
         predicted = final_number(completion)
