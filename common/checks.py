@@ -79,6 +79,13 @@ def check_non_negative(key: str, value: Any, integer: bool = False) -> Any:
     return check_number(key, value, low=0, integer=integer)
 
 
+def check_text(key: str, value: Any) -> str:
+    """A non-empty text such as an id."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key}={value!r} is not valid; expected a non-empty text")
+    return value
+
+
 def check_optional_text(key: str, value: Any) -> str | None:
     """A text such as a folder or an id, or null."""
     if value is not None and not isinstance(value, str):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from common.checks import ConfigError, check_bool, check_choice, check_number
+from common.checks import ConfigError, check_bool, check_choice, check_number, did_you_mean
 
 
 def setting(default: Any, doc: str, *, choices: tuple | type[Enum] | None = None,
@@ -33,8 +33,8 @@ def required(doc: str, **kwargs) -> Any:
 
 
 def check_setting(key: str, value: Any, declaration: dataclasses.Field) -> Any:
-    """``value`` as the code reads it (a number as float, an integer as int, an Enum's value as its member, a list as
-    a tuple), checked against its declaration; a one-line ConfigError naming ``key``, the value and the valid values
+    """``value`` as the code reads it (a number as float, an integer as int, an Enum's value as its member), checked
+    against its declaration; a one-line ConfigError naming ``key``, the value and the valid values
     otherwise."""
     choices, bounds, check = (declaration.metadata[name] for name in ("choices", "bounds", "check"))
     if check is not None:
@@ -61,7 +61,10 @@ def build(cls: type, node: Mapping, prefix: str, owner: str, others: tuple[str, 
     fields = declarations(cls)
     unknown = sorted(str(key) for key in node if key not in fields and key not in others)
     if unknown:
-        raise ConfigError(f"{prefix}.{unknown[0]} is not a {kind} of {owner}; valid keys: {', '.join(fields)}")
+        near = did_you_mean(unknown[0], [*fields, *others])
+        hint = f"; did you mean {prefix}.{near}?" if near else ""
+        raise ConfigError(f"{prefix}.{unknown[0]} is not a {kind} of {owner}; valid keys: "
+                          f"{', '.join([*fields, *others])}{hint}")
     missing = [name for name, field in fields.items() if name not in node and field.default is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{prefix}.{missing[0]} is missing; {owner} needs {', '.join(fields)}")

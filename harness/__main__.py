@@ -580,8 +580,7 @@ def optional_keys(cfg: DictConfig) -> dict[str, tuple[str, ...]]:
             "trainer": ("overwrite",),  # harness.rundir
             "logger": ("init_timeout",)}  # harness/tracking.py
     task = OmegaConf.select(cfg, "task.name", default=None)
-    if task == "token_reversal":  # tasks/token_reversal.py
-        keys["task"] = ("reward_noise", "partial_credit")
+    if task == "token_reversal":  # tasks/token_reversal.py (a task's own keys are all in its YAML: Task.Settings)
         keys["optim"] = ("guard", "guard_tau", "muon_split")
     if OmegaConf.select(cfg, "task.kind", default=None) == "llm":  # harness/llm/models.py
         keys["model"] = ("path", "package", "gguf_file")

@@ -59,7 +59,8 @@ def _check_campaign(campaign, where: str) -> None:
         if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
             raise ConfigError(f"{where}.{queue} is not valid; expected a list of entries (mappings)")
         for index, entry in enumerate(entries):
-            if not isinstance(entry.get("order", 0), int):
+            order = entry.get("order", 0)
+            if not isinstance(order, int) or isinstance(order, bool):
                 raise ConfigError(f"{where}.{queue}[{index}].order={entry['order']!r} is not valid; expected an "
                                   "integer (its place among its priority's entries)")
 

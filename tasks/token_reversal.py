@@ -265,6 +265,14 @@ def seed_chunk(chunk, on_cpu: bool, grouped: bool, seeds: int):
     return 1 if on_cpu and grouped else seeds
 
 
+def check_group_size(key: str, value):
+    """K >= 1 here; a grouped or token-candidate method's K >= 2 is checked with its rollout (``__init__``)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{key}={value!r} is not valid; expected an integer >= 2 (>= 1 for a single-sample "
+                          "method, whose K scales its batch under task.match=interactions)")
+    return value
+
+
 def check_seed_chunk(key: str, value):
     if value != "auto" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise ConfigError(f"{key}={value!r} is not valid; expected auto or a positive integer")
@@ -287,7 +295,7 @@ class TokenReversal(Task):
         batch_size: int = required("prompts B per episode", check=check_positive_int)
         K: int = required("group size: sequences per prompt or next-token candidates per state (at least 2 for "
                           "those; a single-sample method's K scales its batch under match=interactions)",
-                          check=check_positive_int)
+                          check=check_group_size)
         logp_old: str = required("ℓ_old: sampled (the reference) | exact (the paper); reproduction notes "
                                  "§14.19", choices=LOGP_OLD)
         match: str = required("prompts | interactions: single-sample methods get B·K prompts at lr·√K "

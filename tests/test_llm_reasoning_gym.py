@@ -49,7 +49,7 @@ def test_scores_with_the_datasets_scorer(rule, untagged_right):
 def test_exact_scoring_gives_no_partial_credit_to_a_wrong_answer_holding_the_right_one(exact):
     """basic_arithmetic's own scorer gives partial credit to a wrong answer that contains the right one (a model that
     writes "36" for 6); ``task.exact`` scores it 0 and the right answer 1. Bug caught: the ``task.exact`` branch of
-    ``ReasoningGym.score`` inverted (``if not self.cfg.exact``)."""
+    ``ReasoningGym.score`` inverted (``if not self.settings.exact``)."""
     cfg = compose_config(["task=reasoning_gym", "task.dataset=basic_arithmetic", "+task.generator.min_terms=2",
                           "+task.generator.max_terms=2", "+task.generator.min_digits=1", "+task.generator.max_digits=1",
                           "+task.generator.operators=[*]", f"task.exact={str(exact).lower()}"])

@@ -44,7 +44,8 @@ def test_the_check_sees_a_stray_key_and_a_missing_one():
     assert yaml_mismatches("tabular_single", missing) == ["tabular_single: task.alpha is declared but not in its YAML"]
     task = get_task("tabular_single")
     with pytest.raises(ConfigError, match=r"^task\.arm is not a setting of task=tabular_single; valid keys: arms, "
-                                          r"batch_size, alpha$"):
+                                          r"batch_size, alpha, name, kind, steps, checkpoint_every, steps_to; did "
+                                          r"you mean task\.arms\?$"):
         task.settings_of(OmegaConf.create(stray))
     with pytest.raises(ConfigError, match=r"^task\.alpha is missing; task=tabular_single needs arms, batch_size, "
                                           r"alpha$"):
@@ -54,6 +55,7 @@ def test_the_check_sees_a_stray_key_and_a_missing_one():
 @pytest.mark.parametrize("override, message", [
     ("task.H=0", "task.H=0 is not valid; expected a positive integer"),
     ("task.V=1", "task.V=1 is not valid; expected an integer >= 2"),
+    ("task.K=0", "task.K=0 is not valid; expected an integer >= 2 (>= 1 for a single-sample method"),
     ("task.reward=dense", "task.reward='dense' is not valid; valid choices: bag_of_tokens, sequential, terminal"),
     ("task.seed_chunk=0", "task.seed_chunk=0 is not valid; expected auto or a positive integer"),
     ("task.partial_credit=1.0", "task.partial_credit=1.0 is not valid"),
@@ -71,5 +73,6 @@ def test_settings_are_typed_once():
     assert isinstance(settings.lr, float) and settings.lr == 1.0 and isinstance(settings.batch_size, int)
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.lr = 2.0
-    reversal = get_task("token_reversal").settings_of(compose_config(["task=token_reversal"]).task)
+    node = compose_config(["task=token_reversal", "task.reward_noise=0"]).task  # an integer in a float setting
+    reversal = get_task("token_reversal").settings_of(node)
     assert isinstance(reversal.reward_noise, float) and reversal.K == 8

@@ -33,8 +33,12 @@ def node_ready(cfg: DictConfig) -> list[str]:
     if OmegaConf.select(cfg, "task.kind", default=None) != "llm":
         return []
     lines = [model_ready(cfg.model)]
-    if cfg.task.name == "gsm8k" and gsm8k_reads_hub(cfg.task):
-        lines.append(gsm8k_ready(cfg.task))
+    if cfg.task.name == "gsm8k":
+        from tasks import get_task
+
+        settings = get_task("gsm8k").settings_of(cfg.task)  # a bad value: its one-line refusal, before any fetch
+        if gsm8k_reads_hub(settings):
+            lines.append(gsm8k_ready(settings))
     return lines
 
 
@@ -68,23 +72,23 @@ def model_ready(model_cfg: DictConfig) -> str:
     return f"model {source}: in the Hugging Face cache at {folder}"
 
 
-def gsm8k_reads_hub(task_cfg: DictConfig) -> bool:
-    """Whether GSM8K reads the Hub rather than local files, as ``tasks.llm.gsm8k.Gsm8k`` decides: ``source=hub``, or
-    ``auto`` without both split files in ``task.data_dir`` (a bad ``source`` is the task's to refuse)."""
+def gsm8k_reads_hub(settings) -> bool:
+    """Whether GSM8K reads the Hub rather than local files, as ``tasks.llm.gsm8k.Gsm8k`` decides from its settings:
+    ``source=hub``, or ``auto`` without both split files in ``task.data_dir``."""
     from tasks.llm.gsm8k import SPLITS, data_dir, split_file
 
-    if task_cfg.source == "auto":
-        folder = data_dir(task_cfg.data_dir)
+    if settings.source == "auto":
+        folder = data_dir(settings.data_dir)
         return not all(split_file(folder, split) is not None for split in SPLITS)
-    return task_cfg.source == "hub"
+    return settings.source == "hub"
 
 
-def gsm8k_ready(task_cfg: DictConfig) -> str:
+def gsm8k_ready(settings) -> str:
     """GSM8K prepared in the datasets cache: the cached copy when there is one (a prepared dataset is complete), else
     downloaded. ``datasets`` retries an unreachable Hub for ~25 s; the Hub is asked once first instead."""
     import datasets
 
-    hub_id, cache = str(task_cfg.hub_id), datasets_cache_dir()
+    hub_id, cache = settings.hub_id, datasets_cache_dir()
     try:
         with datasets_offline():
             return gsm8k_line(hub_id, datasets.load_dataset(hub_id, GSM8K_CONFIG, cache_dir=cache))
@@ -92,7 +96,7 @@ def gsm8k_ready(task_cfg: DictConfig) -> str:
         pass
 
     def refusal(reason: str) -> ConfigError:
-        return ConfigError(f"task.hub_id={hub_id!r} (task.source={task_cfg.source}) is not in the datasets cache "
+        return ConfigError(f"task.hub_id={hub_id!r} (task.source={settings.source}) is not in the datasets cache "
                            f"({cache}) and cannot be downloaded here ({reason}); valid choices: run once where the "
                            "Hub is reachable, or task.source=local with task.data_dir=<a folder with train.jsonl and "
                            "test.jsonl> (null: the shipped copy)")

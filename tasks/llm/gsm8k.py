@@ -17,7 +17,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
-from common.checks import ConfigError, check_optional_text
+from common.checks import ConfigError, check_optional_text, check_text
 from common.declared import required
 from tasks.llm.answers import final_number, gsm8k_reference
 from tasks.llm.base import LLMTask, chat
@@ -75,7 +75,7 @@ class Gsm8k(LLMTask):
                                choices=("auto", "local", "hub"))
         data_dir: str | None = required("null = the copy shipped in the package; else a folder with "
                                         "{train,test}.jsonl[.gz]", check=check_optional_text)
-        hub_id: str = required("the dataset's Hub id", check=check_optional_text)
+        hub_id: str = required("the dataset's Hub id", check=check_text)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
