@@ -73,7 +73,7 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or ROOT / "results" / "bench")
     out.mkdir(parents=True, exist_ok=True)
     overrides = ["task=gsm8k", "device=cuda", "logger=none", "experiment_name=gpu_llm_gsm8k", "trainer.progress=false",
-                 f"trainer.steps={args.steps}", "task.source=local", f"task.data_dir={data_dir or 'null'}",
+                 f"task.steps={args.steps}", "task.source=local", f"task.data_dir={data_dir or 'null'}",
                  f"task.eval_every={args.steps}", "task.eval_size=64", "task.max_completion_length=256",
                  *model_overrides(args.model)]
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "overrides": overrides, "runs": {}}

@@ -148,7 +148,7 @@ def instrument(trainer, clock: PhaseClock, steps: StepClock) -> None:
 
 def profile(algorithm: str, steps: int, flush: bool, threads: int) -> tuple[list[dict], int]:
     """(the timed steps, updates per step) of the demo's first ``steps`` steps with ``algorithm``."""
-    cfg = compose_config(["experiment=demo_llm", f"algorithm={algorithm}", f"trainer.steps={steps}", "logger=none",
+    cfg = compose_config(["experiment=demo_llm", f"algorithm={algorithm}", f"task.steps={steps}", "logger=none",
                           f"threads={threads}", f"flush_denormal={str(flush).lower()}"])
     apply_process_settings(cfg)
     torch.set_flush_denormal(flush)  # as a run sets it on CPU (flush_denormal)
@@ -194,7 +194,7 @@ def report(algorithm: str, flush: bool, timed: list[dict], epochs: int) -> list[
 def first_batch_checks(scales: list[float], threads: int) -> list[str]:
     """The demo's first rollout batch (TPO) built by the trainer, then ``near_target_backward`` and
     ``prompt_prefill`` on it."""
-    cfg = compose_config(["experiment=demo_llm", "algorithm=tpo", "trainer.steps=1", "logger=none",
+    cfg = compose_config(["experiment=demo_llm", "algorithm=tpo", "task.steps=1", "logger=none",
                           f"threads={threads}"])
     apply_process_settings(cfg)
     with tempfile.TemporaryDirectory() as run_dir:

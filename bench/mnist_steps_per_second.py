@@ -27,7 +27,7 @@ def make_task(algorithm: str, seeds: int, seed_offset: int = 0):
     cfg = compose_config(["task=mnist_bandit", f"algorithm={algorithm}", f"seeds={seeds}",
                           f"seed_offset={seed_offset}", "logger=none", "task.mechanism=false"])
     with open_dict(cfg):
-        cfg.task.eval_every = cfg.trainer.steps = 10**9  # never evaluate: the steps alone are timed
+        cfg.task.eval_every = cfg.task.steps = 10**9  # never evaluate: the steps alone are timed
     return build_task(cfg)
 
 

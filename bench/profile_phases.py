@@ -176,7 +176,7 @@ def logging_cost(overrides: list[str], seeds: int, steps: int) -> dict[str, floa
     for key, (owner, name) in targets.items():
         setattr(owner, name, timed(key, originals[key]))
     try:
-        cfg = compose_config([*overrides, f"seeds={seeds}", "logger=wandb", f"trainer.steps={steps}",
+        cfg = compose_config([*overrides, f"seeds={seeds}", "logger=wandb", f"task.steps={steps}",
                               "experiment_name=bench_logging"])
         with open_dict(cfg):
             cfg.trainer.progress, cfg.logger.mode = False, "offline"

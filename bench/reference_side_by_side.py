@@ -76,7 +76,7 @@ class Setting:
                 "--save-dir", str(save_dir)]
 
     def our_command(self, budget: int, run_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "harness", *self.ours, f"trainer.steps={budget}", "logger=none", "threads=1",
+        return [sys.executable, "-m", "harness", *self.ours, f"task.steps={budget}", "logger=none", "threads=1",
                 "trainer.progress=false", f"hydra.run.dir={run_dir}"]  # checkpoints as a default run writes them
 
 

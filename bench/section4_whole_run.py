@@ -47,7 +47,7 @@ def train(overrides: list[str], seeds: int, episodes: int, fast: bool, progress_
     episode's metrics and of the final parameters, and the seed-mean error at the first and last episode."""
     token_reversal.set_fast_paths(fast)
     task = build_task(compose_config(["experiment=fig10_diagnostics", *overrides, f"seeds={seeds}", "logger=none",
-                                      f"trainer.steps={episodes}"]))
+                                      f"task.steps={episodes}"]))
     digest, cpu, errors = hashlib.sha256(), 0.0, []
     for step in range(episodes):
         start = time.process_time()

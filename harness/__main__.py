@@ -1,4 +1,4 @@
-"""``python -m harness task=<task> algorithm=<algorithm> seeds=<n> trainer.steps=<n>`` (Hydra; ``-m`` sweeps).
+"""``python -m harness task=<task> algorithm=<algorithm> seeds=<n> task.steps=<n>`` (Hydra; ``-m`` sweeps).
 
 Before Hydra composes or launches anything, ``check_launch`` reads the command line against conf/ and the composed
 config: an unknown choice of a config group or an unknown key, a sweep without ``-m`` (a comma list, or a preset
@@ -663,7 +663,8 @@ def _unknown_key(cfg: DictConfig, key: str, line: str, index: int, keys: list[st
     near = did_you_mean(parts[index], keys)
     if near is not None:
         near = ".".join([*parts[:index], near, *parts[index + 1:]])
-        return ConfigError(f"{key} is not a config key; did you mean {near}?")
+        if _has_key(cfg, near):  # not when the rest is no key there either (trainr.steps: no trainer.steps)
+            return ConfigError(f"{key} is not a config key; did you mean {near}?")
     last = parts[-1]  # a misspelt parent (trainr.steps): the keys that end as this one does
     near = did_you_mean(key, [name for name in _dotted_keys(cfg, with_hydra=key.startswith("hydra."))
                               if name.split(".")[-1] == last and name.count(".") == key.count(".")])

@@ -21,8 +21,6 @@ KEY = "artefact"
 PARTS = {"tables": "the report's tables of the preset's runs (harness/report/specs.py: Table)",
          "campaign": "each campaign queue's entries for the preset's cells: {<queue>: [entry, ...]}"}
 PRESETS = locations.CONF / "experiment"
-
-
 QUEUES = locations.CONF / "campaign"
 
 
@@ -52,10 +50,10 @@ def _check_campaign(campaign, where: str) -> None:
     """Each queue a preset declares entries for has its file, and its entries are mappings with an integer order."""
     if not isinstance(campaign, dict):
         raise ConfigError(f"{where} is not valid; expected a mapping of queue names to lists of entries")
-    queues = sorted(queue.stem for queue in QUEUES.glob("*.yaml"))
+    known = queues()
     for queue, entries in campaign.items():
-        if queue not in queues:
-            raise ConfigError(f"{where}.{queue} is not a campaign queue; valid choices: {', '.join(queues)}")
+        if queue not in known:
+            raise ConfigError(f"{where}.{queue} is not a campaign queue; valid choices: {', '.join(known)}")
         if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
             raise ConfigError(f"{where}.{queue} is not valid; expected a list of entries (mappings)")
         for index, entry in enumerate(entries):
@@ -66,7 +64,13 @@ def _check_campaign(campaign, where: str) -> None:
 
 
 def presets() -> list[str]:
+    """The experiment presets, ``conf/experiment/<name>.yaml``."""
     return sorted(path.stem for path in PRESETS.glob("*.yaml"))
+
+
+def queues() -> list[str]:
+    """The campaign queues, ``conf/campaign/<name>.yaml``."""
+    return sorted(path.stem for path in QUEUES.glob("*.yaml"))
 
 
 def declared_tables() -> list[tuple[str, dict]]:

@@ -15,7 +15,8 @@ from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
     did_you_mean)
 from harness import locations
-from harness.artefacts import without_declaration
+from harness.artefacts import PRESETS, presets as experiment_presets, without_declaration
+from harness.identity import RENAMED
 from harness.tracking import check_logger_config
 from tasks import get_task
 from tasks.base import Task
@@ -52,18 +53,13 @@ def _check_experiment_name_overrides(parsed: list) -> None:
             check_experiment_name(str(name) if isinstance(name, (int, float)) and not isinstance(name, bool) else name)
 
 
-def experiment_presets() -> list[str]:
-    """The experiment presets, ``conf/experiment/<name>.yaml``."""
-    return sorted(path.stem for path in (CONFIG_DIR / "experiment").glob("*.yaml"))
-
-
 def preset_sweep(preset: str) -> dict[str, list[str]]:
     """The sweep of ``conf/experiment/<preset>.yaml`` (``hydra.sweeper.params``) as each axis's values, in the
     preset's order and as its text spells them (``algorithm.eta: 1.0`` stays ``1.0``): what ``-m`` expands, read
     without composing; ConfigError for a missing preset or an axis that is not a comma list."""
     import yaml
 
-    path = CONFIG_DIR / "experiment" / f"{preset}.yaml"
+    path = PRESETS / f"{preset}.yaml"
     if not path.exists():
         raise ConfigError(f"experiment={preset} is not a preset; valid choices: {', '.join(experiment_presets())}")
     params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
@@ -146,10 +142,10 @@ def compose_config(overrides: list[str], with_hydra: bool = False) -> DictConfig
 class RunSettings:
     """What a run of any task reads from its config besides its task's and its algorithm's settings (the algorithm's
     are typed by ``algorithms/hyperparameters.py``), typed and checked once (``run_settings``). Trainers, the session
-    and summary.json read these, never the config again: ``steps`` is the run's budget (``trainer.steps`` in the
-    config, which the task's ``task.steps`` sets by default), ``seeds`` its seed count. The config stays the record
-    of what ran (``identity.json``); the launch options (``trainer.resume``, ``trainer.overwrite``) and the
-    experiment's name, which a resumed run keeps from its folder, are the run folder's (``harness.rundir.plan_run``).
+    and summary.json read these, never the config again: ``steps`` is the run's budget (``task.steps``: a task's
+    YAML sets its default), ``seeds`` its seed count. The config stays the record of what ran (``identity.json``);
+    the launch options (``trainer.resume``, ``trainer.overwrite``) and the experiment's name, which a resumed run
+    keeps from its folder, are the run folder's (``harness.rundir.plan_run``).
     """
 
     seeds: int  # trained together as one batched computation (an LLM run: 1)
@@ -171,6 +167,9 @@ class RunSettings:
 def run_settings(cfg: DictConfig) -> RunSettings:
     """The run settings of a composed config, each key checked once (ConfigError, one line naming the key)."""
     trainer = cfg.trainer
+    for old, new in RENAMED.items():  # a preset or a test's config may still set one: it would be read by nothing
+        if OmegaConf.select(cfg, old) is not None:
+            raise ConfigError(f"{old} is not a config key; it is {new} now (set {new} instead)")
     check_positive_int("seeds", cfg.seeds)
     if not isinstance(cfg.seed_offset, int) or cfg.seed_offset < 0:
         raise ConfigError(f"seed_offset={cfg.seed_offset!r} is not valid; expected a non-negative integer")
@@ -184,8 +183,8 @@ def run_settings(cfg: DictConfig) -> RunSettings:
     return RunSettings(
         seeds=int(cfg.seeds),
         seed_offset=int(cfg.seed_offset),
-        steps=check_positive_int("trainer.steps", trainer.steps),
-        checkpoint_every=int(check_non_negative("trainer.checkpoint_every", trainer.checkpoint_every, integer=True)),
+        steps=check_positive_int("task.steps", cfg.task.steps),
+        checkpoint_every=int(check_non_negative("task.checkpoint_every", cfg.task.checkpoint_every, integer=True)),
         steps_to=tuple(check_number("task.steps_to", value, low=0, high=1) for value in thresholds),
         solved_below=float(solved_below),
         relapse_above=float(check_number("trainer.relapse_above", trainer.relapse_above, low=solved_below, high=1)),

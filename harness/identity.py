@@ -7,15 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 # How a run is computed or reported, not what it computes (threads and cpu_matmul move only float rounding, as a
-# change of host does); task.steps: trainer.steps runs; artefact: how a preset is reported and queued
-# (harness/artefacts.py), which a run drops.
+# change of host does); artefact: how a preset is reported and queued (harness/artefacts.py), which a run drops.
 NOT_IDENTITY = ("experiment_name", "artefact", "logger", "threads", "cpu_matmul", "memory_cap_gb", "trainer.progress",
-                "trainer.resume", "trainer.overwrite", "trainer.checkpoint_every", "task.checkpoint_every",
-                "task.steps", "task.steps_to", "task.data_dir", "task.source", "trainer.solved_below",
-                "trainer.relapse_above")
+                "trainer.resume", "trainer.overwrite", "task.checkpoint_every", "task.steps_to", "task.data_dir",
+                "task.source", "trainer.solved_below", "trainer.relapse_above")
 # Keys of a run's size, not of what it is: compared apart from its identity (seed ranges of a cell merge; a step
-# budget is checked against the cell's)
-BUDGET = ("seeds", "seed_offset", "trainer.steps", "task.steps")
+# budget is checked against the cell's). A resume must match them all.
+BUDGET = ("seeds", "seed_offset", "task.steps")
 # In a run's identity (a resume must match them) but moving only float rounding or where it ran: the report and the
 # campaign compare results without them (flushing sets values below 1.2e-38 to zero, and runs recorded before the
 # key existed did not flush; the token task's dedup trains each distinct answer once with its multiplicity; its
@@ -38,4 +36,8 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
 # done; at any other value it stays a run of another configuration. task.epochs: an LLM run's updates per batch are
 # algorithm.epochs (null: the TRL trainer's 1), no second key.
 RETIRED: dict[str, Any] = {"task.epochs": 1}
+# Keys renamed after runs were recorded: a recorded run's old key reads as the new one (its identity, its config for
+# the report), its value replacing the new key's. The run's budget and checkpoint spacing were trainer.steps and
+# trainer.checkpoint_every, set by default to the task's task.steps and task.checkpoint_every: one key each now.
+RENAMED = {"trainer.steps": "task.steps", "trainer.checkpoint_every": "task.checkpoint_every"}
 LEFT_OUT_AT_VALUE = {**NEUTRAL_DEFAULTS, **RETIRED}  # what a run's identity leaves out where it holds this value

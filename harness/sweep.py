@@ -198,20 +198,20 @@ def _measured(runs: Path, experiment: str, job: dict[str, str], task: str, algor
 
 
 NOT_MATCHED = ("experiment", "seeds", "seed_offset", "threads", "device", "logger", "hydra", "trainer.resume",
-               "trainer.overwrite", "trainer.progress", "trainer.checkpoint_every", "trainer.steps", "task.steps")
+               "trainer.overwrite", "trainer.progress", "task.checkpoint_every", "task.steps")
 # ^ keys a committed run's cost per seed and step does not depend on (or, the steps, that it is measured per)
 
 
 def _job_steps(config: DictConfig, job: dict[str, str]) -> int:
     """The job's episodes: its own override, else its task's (a sweep over ``task=`` has one each), else the
     launch's."""
-    if "trainer.steps" in job or "task.steps" in job:
-        return int(job.get("trainer.steps", job.get("task.steps")))
+    if "task.steps" in job:
+        return int(job["task.steps"])
     if job.get("task", str(config.task.name)) != str(config.task.name):
         from harness import locations
 
         return int(OmegaConf.load(locations.CONF / "task" / f"{job['task']}.yaml").steps)
-    return int(config.trainer.steps)
+    return int(config.task.steps)
 
 
 def sweep_plan(config: DictConfig, runs: Path | None = None) -> str:

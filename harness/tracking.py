@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from harness import rundir, wandb_offline
+from harness.identity import RENAMED
 
 log = logging.getLogger(__name__)
 STEP_METRIC = "step"  # metrics.csv's step column: in every row, every metric's x-axis
@@ -136,7 +137,8 @@ def seed_runs(logger_cfg, run_dir: Path) -> float:
 def overridden(cfg, overrides: list[str]) -> dict[str, Any]:
     """Dotted key → value of each of ``overrides`` that sets part of the run's identity (``rundir.identity``: what
     changes the numbers; not logging, threads, resume, nor a neutral default), as resolved; a config group's
-    choice (``model=hf``) by its name. Not the choices the group's path names, nor the seeds (``NOT_GROUP``)."""
+    choice (``model=hf``) by its name. Not the choices the group's path names, nor the seeds (``NOT_GROUP``). A key
+    since renamed (``RENAMED``: a resumed run's recorded overrides) keeps its recorded name, so its group stays."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     identity = rundir.flatten(rundir.identity(cfg))
@@ -145,8 +147,8 @@ def overridden(cfg, overrides: list[str]) -> dict[str, Any]:
         key = override.key_or_group
         if override.is_delete() or key in GROUP_PATH or key in NOT_GROUP:
             continue
-        if key in identity:
-            found[key] = identity[key]
+        if RENAMED.get(key, key) in identity:
+            found[key] = identity[RENAMED.get(key, key)]
         elif any(name.startswith(f"{key}.") for name in identity):
             found[key] = override.value()
     return found

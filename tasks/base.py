@@ -20,8 +20,8 @@ from algorithms import Aggregation, Algorithm, Groups, Rollout
 from common import declared
 from common.checks import ConfigError
 
-# A task node's keys that the harness reads, not the task: its id, its kind (llm), the run's budget and checkpoints
-# (harness.config.RunSettings: trainer.steps defaults to task.steps) and the thresholds summary.json reports
+# A task node's keys that the harness reads, not the task: its id, its kind (llm), the run's budget and checkpoint
+# spacing (harness.config.RunSettings, the one reader) and the thresholds summary.json reports
 RUN_KEYS = ("name", "kind", "steps", "checkpoint_every", "steps_to")
 
 

@@ -74,8 +74,8 @@ class MnistBandit(Task):
     def check_steps(cls, cfg, steps: int) -> None:
         eval_every = cls.settings_of(cfg).eval_every
         if steps < eval_every:
-            raise ConfigError(f"trainer.steps={steps} is not valid with task.eval_every={eval_every}: no test "
-                              f"evaluation would run; expected trainer.steps >= {eval_every}")
+            raise ConfigError(f"task.steps={steps} is not valid with task.eval_every={eval_every}: no test "
+                              f"evaluation would run; expected task.steps >= {eval_every}")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

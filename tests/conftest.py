@@ -96,7 +96,7 @@ def mnist_cache(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny_mnist() -> list[str]:
     """MNIST overrides small enough for a unit test (real data, few steps)."""
-    return ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=30", "task.checkpoint_every=10", "seeds=2"]
+    return ["task=mnist_bandit", "task.eval_every=10", "task.steps=30", "task.checkpoint_every=10", "seeds=2"]
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def write_gsm8k(folder: Path, problems: int = 16) -> Path:
 def tiny_overrides(model_dir: Path, task: str, data_dir: Path | None = None) -> list[str]:
     """A 2-step LLM run: 2 prompts × K = 2, 8-token completions, the tiny model."""
     overrides = [f"task={task}", "model=hf", f"model.path={model_dir}", "model.gradient_checkpointing=false",
-                 "task.K=2", "task.batch_size=2", "task.max_completion_length=8", "trainer.steps=2",
+                 "task.K=2", "task.batch_size=2", "task.max_completion_length=8", "task.steps=2",
                  "task.eval_size=2", "task.eval_batch_size=2"]
     if task == "gsm8k":
         overrides += ["task.source=local", f"task.data_dir={data_dir}", "task.lora_rank=4", "task.eval_every=1"]

@@ -272,7 +272,7 @@ def test_first_epoch_weights_of_single_sample_methods(name):
 
 # ---- every task runs them --------------------------------------------------------------------------------------
 
-TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=3",
+TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "task.steps=3",
          "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
 
 
@@ -287,10 +287,10 @@ def test_modern_baselines_train_on_token_reversal(name, reward, tmp_path):
 
 @pytest.mark.parametrize("name", MODERN)
 def test_modern_baselines_run_on_the_bandits_and_are_refused_without_an_exact_direction(name, tmp_path):
-    mnist = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=5", "task.checkpoint_every=0", "seeds=2",
+    mnist = ["task=mnist_bandit", "task.eval_every=5", "task.steps=5", "task.checkpoint_every=0", "seeds=2",
              "task.batch_size=16", f"algorithm={name}"]
     assert run_config(mnist, tmp_path / "mnist")["status"] == "completed"
-    tabular = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "trainer.steps=5", "seeds=2",
+    tabular = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "task.steps=5", "seeds=2",
                f"algorithm={name}"]
     assert run_config(tabular, tmp_path / "tabular")["status"] == "completed"
     with pytest.raises(ConfigError, match=f"algorithm={name} cannot run on task=tabular_multi.*valid algorithms "
@@ -621,7 +621,7 @@ def test_keys_added_to_the_yamls_leave_recorded_runs_identity_and_report_signatu
     recorded: at their defaults a run's identity and report signature are those of a run recorded without them; any
     other value is part of both."""
     from harness import rundir
-    from harness.report.load import signature, with_neutral_defaults
+    from harness.report.load import signature, as_current
     from harness.report.load import flatten
 
     cfg = compose_config([*TOKEN, f"algorithm={name}"])
@@ -631,12 +631,12 @@ def test_keys_added_to_the_yamls_leave_recorded_runs_identity_and_report_signatu
     if name != "grpo":
         older["algorithm"].pop("beta")
     assert rundir.fingerprint(rundir._without_volatile(older)) == rundir.fingerprint(current)
-    assert signature(with_neutral_defaults(flatten(older))) == signature(
-        with_neutral_defaults(flatten(OmegaConf.to_container(cfg, resolve=True))))
+    assert signature(as_current(flatten(older))) == signature(
+        as_current(flatten(OmegaConf.to_container(cfg, resolve=True))))
     changed = compose_config([*TOKEN, f"algorithm={name}", "algorithm.aggregation=sequences"])
     assert rundir.identity(changed)["algorithm"]["aggregation"] == "sequences"
-    assert signature(with_neutral_defaults(flatten(OmegaConf.to_container(changed, resolve=True)))) != signature(
-        with_neutral_defaults(flatten(older)))
+    assert signature(as_current(flatten(OmegaConf.to_container(changed, resolve=True)))) != signature(
+        as_current(flatten(older)))
 
 
 def harness_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -150,7 +150,7 @@ def test_a_run_of_a_preset_drops_its_declaration(tmp_path):
     from harness.config import CONFIG_DIR
     from harness.run import train
 
-    overrides = ["experiment=demo_sparse", "algorithm=tpo", "seeds=1", "trainer.steps=2", "task.H=3",
+    overrides = ["experiment=demo_sparse", "algorithm=tpo", "seeds=1", "task.steps=2", "task.H=3",
                  "task.batch_size=4", "task.K=2"]
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
         composed = compose("config", overrides=overrides)

@@ -233,7 +233,7 @@ def test_the_beyond_queue_runs_each_baseline_with_grpos_beta():
     assert float(OmegaConf.load(ROOT / "conf" / "algorithm" / "grpo.yaml").beta) == BETA
 
 
-TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=3",
+TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "task.steps=3",
          "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
 
 

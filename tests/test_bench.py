@@ -203,7 +203,7 @@ def test_side_by_side_differences_each_sides_own_budgets(monkeypatch):
     def fake_timed(command, core, env, cwd):
         who = "reference" if "tpo.cli" in command else "ours"
         budget = int(command[command.index("--num-episodes") + 1]) if who == "reference" else \
-            int(next(arg for arg in command if arg.startswith("trainer.steps=")).split("=")[1])
+            int(next(arg for arg in command if arg.startswith("task.steps=")).split("=")[1])
         order.append((who, budget))
         return start[who] + slope[who] * budget
 

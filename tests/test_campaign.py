@@ -35,7 +35,7 @@ from harness.report.synthetic import make_config, write_run
 STEPS = 2000  # ~1 ms each: a kill 0.3 s after the first checkpoint (step 50) lands seconds before a run's end
 QUEUE = {"chunk": 20, "cells": [
     {"priority": "P1", "preset": "fig3_tabular_multi", "name": name, "seeds": 40, "cost": 0.001,
-     "overrides": [f"algorithm={name}", f"trainer.steps={STEPS}", "task.checkpoint_every=50"]}
+     "overrides": [f"algorithm={name}", f"task.steps={STEPS}", "task.checkpoint_every=50"]}
     for name in ("tpo", "grpo")]}
 
 
@@ -195,14 +195,14 @@ def test_a_grid_entry_is_the_points_of_its_presets_sweep_it_picks_named_by_their
     the prefix dropped (``8_tpo``), the entry's own overrides placed first, a per-axis cost read at another axis."""
     sweep = sweep_of("table3_terminal")
     assert list(sweep) == ["task.match", "task.H", "algorithm"]
-    entry = {"priority": "P1", "preset": "table3_terminal", "seeds": 20, "overrides": ["trainer.steps=10"],
+    entry = {"priority": "P1", "preset": "table3_terminal", "seeds": 20, "overrides": ["task.steps=10"],
              "grid": {"algorithm": ["dg", "tpo"], "task.H": [9, 8], "task.match": "prompts"},
              "cost": {"algorithm": {"tpo": 0.4, "dg": 0.1}}}
     cells = campaign.expand(entry, "queue.yaml: cells[0]")
     expected = [(h, a) for h in ("9", "8") for a in ("dg", "tpo")]
     assert [cell["name"] for cell in cells] == [f"prompts_h{h}_{a}" for h, a in expected]
     assert [cell["overrides"] for cell in cells] == [
-        ["task.match=prompts", f"task.H={h}", f"algorithm={a}", "trainer.steps=10"] for h, a in expected]
+        ["task.match=prompts", f"task.H={h}", f"algorithm={a}", "task.steps=10"] for h, a in expected]
     assert [cell["cost"] for cell in cells] == [{"dg": 0.1, "tpo": 0.4}[a] for _, a in expected]
     assert all("grid" not in cell and cell["seeds"] == 20 and cell["priority"] == "P1" for cell in cells)
     table5 = campaign.expand({"priority": "P8", "preset": "table5_eta_sweep", "seeds": 10, "cost": 0.45, "grid": {}},
@@ -654,7 +654,7 @@ def test_a_runner_killed_by_sigkill_leaves_no_run_training(tmp_path):
     queue = tmp_path / "queue.yaml"
     queue.write_text(yaml.safe_dump({"chunk": 2, "cells": [
         {"priority": "P1", "preset": "fig3_tabular_multi", "name": "tpo", "seeds": 2, "cost": 0.001,
-         "overrides": ["algorithm=tpo", "trainer.steps=200000", "task.checkpoint_every=50"]}]}))
+         "overrides": ["algorithm=tpo", "task.steps=200000", "task.checkpoint_every=50"]}]}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     runner = subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), "--work", str(tmp_path / "work"),
                                "--results", str(tmp_path / "results")], cwd=tmp_path, env=env,

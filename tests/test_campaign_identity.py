@@ -29,7 +29,7 @@ FIXED = ("logger=none", "threads=1", "trainer.resume=auto", "trainer.progress=fa
 
 def cell(alpha: float = 0.1, steps: int = 40, seeds: int = 2, **extra) -> dict:
     return {"priority": "P1", "preset": PRESET, "name": "tpo", "seeds": seeds, "cost": 0.001,
-            "overrides": ["algorithm=tpo", f"task.alpha={alpha}", f"trainer.steps={steps}"], **extra}
+            "overrides": ["algorithm=tpo", f"task.alpha={alpha}", f"task.steps={steps}"], **extra}
 
 
 def fake_run(folder: Path, overrides: list[str], seeds: int, offset: int = 0, layout: str = "work",
@@ -43,7 +43,7 @@ def fake_run(folder: Path, overrides: list[str], seeds: int, offset: int = 0, la
     (folder / "identity.json").write_text(json.dumps({"fingerprint": rundir.fingerprint(identity), "uid": "u",
                                                       "config": identity}))
     (folder / "summary.json").write_text(json.dumps({
-        "status": status, "seeds": list(range(offset, offset + seeds)), "steps": int(cfg.trainer.steps),
+        "status": status, "seeds": list(range(offset, offset + seeds)), "steps": int(cfg.task.steps),
         "cpu_seconds": 1.0}))
     rows = "step,seed,error\n" + "".join(f"{s},{offset + i},0.5\n" for s in range(3) for i in range(seeds))
     if layout == "work":
@@ -139,7 +139,7 @@ def test_a_finished_work_run_of_another_alpha_is_not_exported_and_replace_moves_
 
 
 def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_one(tmp_path, capsys):
-    """steps 40 → 80 with the 40-step run finished in the work folder and exported: refused naming trainer.steps
+    """steps 40 → 80 with the 40-step run finished in the work folder and exported: refused naming task.steps
     (the old code re-exported the 40-step run at every invocation and never ran the 80-step one).
     Bug caught: harness/campaign/exports.py:CellRuns.count — `if record["steps"] >= steps:` → `if True:` (the 40-step
     run counts as done for the 80-step cell)."""
@@ -153,14 +153,14 @@ def test_a_longer_cell_neither_reexports_the_shorter_run_nor_skips_the_longer_on
     stale: list = []
     jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(steps=80)]}, results, stale=stale)
     assert states(jobs) == ["to run"] and stale == []  # a shorter exported run: run again
-    assert campaign.work_mismatch(longer, work) == ["trainer.steps: 40 → 80"]
+    assert campaign.work_mismatch(longer, work) == ["task.steps: 40 → 80"]
     queue = write_queue(tmp_path, cell(steps=80))
     assert main(tmp_path, str(queue), "--hours", "0") == 2
-    assert "trainer.steps: 40 → 80" in capsys.readouterr().err and exported.read_bytes() == before
+    assert "task.steps: 40 → 80" in capsys.readouterr().err and exported.read_bytes() == before
     # a cell made shorter: the longer exported run is of another configuration, not done
     jobs, _ = campaign.plan({"chunk": 2, "cells": [cell(steps=20)]}, results, stale=stale)
     assert states(jobs) == ["to run"]
-    assert [changes for _, _, changes in stale] == [["trainer.steps: 40 → 20"]]
+    assert [changes for _, _, changes in stale] == [["task.steps: 40 → 20"]]
 
 
 def test_a_longer_cell_runs_again_end_to_end(tmp_path):
@@ -174,7 +174,7 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
 
     def campaign_cli(steps: int, *extra: str) -> subprocess.CompletedProcess:
         queue = write_queue(tmp_path, dict(cell(steps=steps, seeds=1), overrides=[
-            "algorithm=tpo", f"trainer.steps={steps}", "task.contexts=4", "task.arms=3"]))
+            "algorithm=tpo", f"task.steps={steps}", "task.contexts=4", "task.arms=3"]))
         return subprocess.run([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "1", "--work",
                                "work", "--results", "results", *extra],  # relative to the caller's folder
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -184,7 +184,7 @@ def test_a_longer_cell_runs_again_end_to_end(tmp_path):
     assert first.returncode == 0, first.stdout + first.stderr
     assert json.loads(summary.read_text())["steps"] == 4
     refused = campaign_cli(8)
-    assert refused.returncode == 2 and "trainer.steps: 4 → 8" in refused.stderr, refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "task.steps: 4 → 8" in refused.stderr, refused.stdout + refused.stderr
     assert json.loads(summary.read_text())["steps"] == 4
     replaced = campaign_cli(8, "--replace")
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
@@ -521,7 +521,7 @@ def test_a_value_the_run_would_refuse_is_refused_before_anything_runs_dry_run_to
     """A cell whose overrides compose but hold a value its task refuses (``task.alpha=abc``) is named in one line
     before any run starts, by --dry-run too; nothing is created. Bug caught: harness/campaign/cli.py:_refused_cells —
     the ``cell_refusal`` check dropped (every job of the cell starts and fails, leaving empty work folders)."""
-    queue = write_queue(tmp_path, dict(cell(), overrides=["algorithm=tpo", "task.alpha=abc", "trainer.steps=4"]))
+    queue = write_queue(tmp_path, dict(cell(), overrides=["algorithm=tpo", "task.alpha=abc", "task.steps=4"]))
     for extra in (("--dry-run",), ()):
         assert main(tmp_path, str(queue), *extra) == 2
         error = capsys.readouterr().err.strip()

@@ -31,9 +31,9 @@ pytest_plugins = ["slurm_cluster"]
 
 CELLS = [  # two presets, tiny; the second with resources of its own
     {"priority": "P1", "preset": "fig2_tabular_single", "name": "tpo", "seeds": 2, "cost": 0.001,
-     "overrides": ["algorithm=tpo", "trainer.steps=150"]},
+     "overrides": ["algorithm=tpo", "task.steps=150"]},
     {"priority": "P1", "preset": "fig3_tabular_multi", "name": "tpo", "seeds": 2, "cost": 0.001, "cpus": 2,
-     "time_min": 7, "overrides": ["algorithm=tpo", "trainer.steps=100"]},
+     "time_min": 7, "overrides": ["algorithm=tpo", "task.steps=100"]},
 ]
 
 
@@ -385,7 +385,7 @@ def test_a_gpu_cell_batches_its_seeds_in_one_job_waits_for_a_cluster_here_and_as
 
 
 LONG = {"priority": "P1", "preset": "fig1b_sparse", "name": "long", "seeds": 1, "cost": 0.001, "time_min": 2,
-        "overrides": ["algorithm=tpo", "task.H=4", "task.batch_size=8", "task.K=4", "trainer.steps=700"]}
+        "overrides": ["algorithm=tpo", "task.H=4", "task.batch_size=8", "task.K=4", "task.steps=700"]}
 
 
 @pytest.mark.parametrize("interruption", ["time limit", "preemption"])

@@ -28,7 +28,7 @@ def test_help_shows_the_examples_and_the_groups_a_user_picks():
     result = run_cli(["--help"], Path.cwd())
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    for example in ("python -m harness task=mnist_bandit algorithm=tpo seeds=2 trainer.steps=200",
+    for example in ("python -m harness task=mnist_bandit algorithm=tpo seeds=2 task.steps=200",
                     "python -m harness -m task=tabular_single algorithm=tpo,grpo",
                     "python -m harness -m experiment=fig4_mnist",
                     "python -m harness.report multirun/ --out reports/all"):
@@ -51,10 +51,12 @@ def test_help_shows_the_examples_and_the_groups_a_user_picks():
     (["task=tabular_singel"], "did you mean tabular_single?"),
     (["task=token_reversal", "optim=adamm"], "Error: optim=adamm is not a known optimiser"),
     (["experiment=fig4_mnsit"], "Error: experiment='fig4_mnsit' is not valid; did you mean fig4_mnist? valid choices"),
-    (["trainer.stepz=1"], "Error: trainer.stepz is not a config key; did you mean trainer.steps?"),
+    (["task.stepz=1"], "Error: task.stepz is not a config key; did you mean task.steps?"),
+    (["trainer.steps=1"], "Error: trainer.steps is not a config key; did you mean task.steps?"),
     (["task=tabular_single", "task.alphaa=1"], "Error: task.alphaa is not a config key; did you mean task.alpha?"),
     (["algorithm=tpo,grpo"], "Error: algorithm=tpo,grpo is a sweep (one job per value); run it with -m"),
-    (["trainr.steps=1"], "Error: trainr.steps is not a config key; did you mean trainer.steps?"),
+    (["trainr.steps=1"], "Error: trainr.steps is not a config key; did you mean task.steps?"),
+    (["trainr.resume=true"], "Error: trainr.resume is not a config key; did you mean trainer.resume?"),
     (["task=tabular_single", "task.V=4"], "Error: task.V is not a config key (task has: name, arms, "),  # no guess
     (["-m", "experiment=demo_sparse,fig2_tabular_single"],
      "Error: experiment=demo_sparse,fig2_tabular_single sweeps presets, and experiment=demo_sparse defines a sweep "
@@ -68,7 +70,7 @@ def test_an_unknown_name_is_refused_in_one_line_before_any_folder(args, message,
 
 
 def test_a_sweep_with_an_unknown_value_names_it_before_any_job(tmp_path):
-    line = refusal(run_cli(["-m", "task=tabular_single", "algorithm=tpo,grpoo", "trainer.steps=3", "logger=none"],
+    line = refusal(run_cli(["-m", "task=tabular_single", "algorithm=tpo,grpoo", "task.steps=3", "logger=none"],
                            tmp_path))
     assert line.startswith("Error: algorithm=grpoo is not a known algorithm") and "did you mean grpo?" in line
     assert list(tmp_path.iterdir()) == []  # no multirun/
@@ -97,7 +99,7 @@ def test_a_refused_run_removes_the_folders_it_made_and_only_those(tmp_path):
 
 
 def test_a_valid_tiny_run_still_runs(tmp_path):
-    result = run_cli(["task=tabular_single", "trainer.steps=3", "seeds=1", "logger=none"], tmp_path)
+    result = run_cli(["task=tabular_single", "task.steps=3", "seeds=1", "logger=none"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "outputs").rglob("summary.json"))) == 1
 

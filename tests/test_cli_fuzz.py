@@ -80,7 +80,7 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(main, argv, tmp_path, monk
 
 HARNESS = [[f"algorithm.eta={value}"] for value in ("nan", "inf", "-inf", "1e400", "abc", "0", "-1")] + [
     [f"seeds={value}"] for value in ("0", "-1", "nan", "1.5", HUGE_INT)] + [
-    [f"trainer.steps={value}"] for value in ("0", "-5", "inf")] + [
+    [f"task.steps={value}"] for value in ("0", "-5", "inf")] + [
     ["task.alpha=1e308"], ["algorithm=nope"], ["task=nope"], ["trainer.stepz=5"], ["seed_offset=9223372036854775807"]]
 
 
@@ -92,7 +92,7 @@ def test_the_training_command_refuses_bad_values_in_one_line(tmp_path):
     def start(index: int, argv: list[str]) -> subprocess.Popen:
         folder = tmp_path / str(index)
         folder.mkdir()
-        steps = [] if any(arg.startswith("trainer.steps=") for arg in argv) else ["trainer.steps=5"]
+        steps = [] if any(arg.startswith("task.steps=") for arg in argv) else ["task.steps=5"]
         return subprocess.Popen([sys.executable, "-m", "harness", "task=tabular_single", "algorithm=tpo",
                                  "logger=none", *steps, *argv], cwd=folder, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)

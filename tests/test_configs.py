@@ -18,9 +18,9 @@ from common.checks import ConfigError
 LLM_TASKS = {name for name, entry in TASKS.items() if entry.path.startswith("tasks.llm.")}
 TOY_TASKS = sorted(set(TASKS) - LLM_TASKS)
 EXPERIMENTS = sorted({p.stem for p in (CONF / "experiment").glob("*.yaml")} - set(llm_presets(LLM_TASKS)))
-TINY = {"mnist_bandit": ["trainer.steps=4", "task.eval_every=2"], "tabular_single": ["trainer.steps=3"],
-        "tabular_multi": ["trainer.steps=3"],
-        "token_reversal": ["trainer.steps=2", "task.H=3", "task.batch_size=4", "task.K=2"]}
+TINY = {"mnist_bandit": ["task.steps=4", "task.eval_every=2"], "tabular_single": ["task.steps=3"],
+        "tabular_multi": ["task.steps=3"],
+        "token_reversal": ["task.steps=2", "task.H=3", "task.batch_size=4", "task.K=2"]}
 
 
 def sweep_combinations(experiment: str) -> list[list[str]]:

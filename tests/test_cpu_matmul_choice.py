@@ -31,8 +31,8 @@ def test_auto_takes_onednn_only_on_a_non_intel_cpu_with_avx512(tmp_path, vendor,
 
 
 def test_auto_resolves_for_the_run_and_the_choice_is_recorded(tmp_path):
-    summary = run_config(["task=tabular_single", "trainer.steps=3", "seeds=1", "cpu_matmul=auto"], tmp_path / "a")
+    summary = run_config(["task=tabular_single", "task.steps=3", "seeds=1", "cpu_matmul=auto"], tmp_path / "a")
     assert linear.backend() == linear.auto_backend() and summary["hardware"]["cpu_matmul"] == linear.auto_backend()
     assert summary["hardware"]["cpu"] == linear.cpu_model()
-    summary = run_config(["task=tabular_single", "trainer.steps=3", "seeds=1", "cpu_matmul=blas"], tmp_path / "b")
+    summary = run_config(["task=tabular_single", "task.steps=3", "seeds=1", "cpu_matmul=blas"], tmp_path / "b")
     assert linear.backend() == "blas" and summary["hardware"]["cpu_matmul"] == "blas"

@@ -340,7 +340,7 @@ def test_report_counts_seeds_that_solved_and_relapsed():
 
 
 def test_summary_records_each_seeds_events(tmp_path):
-    summary = run_config([*TERMINAL, "algorithm=tpo", "trainer.steps=5", "trainer.solved_below=0.9",
+    summary = run_config([*TERMINAL, "algorithm=tpo", "task.steps=5", "trainer.solved_below=0.9",
                           "trainer.relapse_above=0.95"], tmp_path)
     events = summary["events"]
     assert events["solved_below"] == 0.9 and set(events["per_seed"]) == {"0", "1"}
@@ -354,7 +354,7 @@ def test_summary_records_each_seeds_events(tmp_path):
 
 
 def test_a_run_started_before_the_update_norms_existed_resumes_with_its_own_columns(tmp_path, monkeypatch):
-    overrides = [*TERMINAL, "algorithm=tpo", "trainer.steps=4", "task.checkpoint_every=2"]
+    overrides = [*TERMINAL, "algorithm=tpo", "task.steps=4", "task.checkpoint_every=2"]
     old_metrics = tuple(m for m in tr.METRICS if not m.startswith("update_"))
     monkeypatch.setattr(tr.TokenReversal, "metric_names", old_metrics)
     run_config(overrides, tmp_path / "old")  # uninterrupted, as the code before the new metrics wrote it

@@ -34,17 +34,17 @@ from cpu_emulation import emulating  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "runs"
 
-_TOKEN_SIZES = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "trainer.steps=4",
+_TOKEN_SIZES = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6", "task.K=4", "task.steps=4",
                 "model.d_model=16", "model.layers=1", "model.ffn=32", "seeds=2", "task.checkpoint_every=0"]
 # the goldens were written before task.logp_old: they pin its exact ℓ_old; two cases pin the reference's sampled one
 _TOKEN = [*_TOKEN_SIZES, "task.logp_old=exact"]
 _TERMINAL, _DENSE = [*_TOKEN, "task.reward=terminal"], [*_TOKEN, "task.reward=bag_of_tokens"]
 # MNIST's evaluation products are large enough for oneDNN, which cpu_matmul=auto takes on some CPUs only: the
 # goldens pin it, and conftest caps its kernels at AVX2, so that they hold on every host
-_MNIST = ["task=mnist_bandit", "task.eval_every=10", "trainer.steps=20", "task.checkpoint_every=0", "seeds=2",
+_MNIST = ["task=mnist_bandit", "task.eval_every=10", "task.steps=20", "task.checkpoint_every=0", "seeds=2",
           "task.batch_size=16", "cpu_matmul=onednn"]
-_TABULAR_SINGLE = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "trainer.steps=12", "seeds=2"]
-_TABULAR_MULTI = ["task=tabular_multi", "task.contexts=4", "task.arms=5", "trainer.steps=12", "seeds=2"]
+_TABULAR_SINGLE = ["task=tabular_single", "task.arms=10", "task.batch_size=8", "task.steps=12", "seeds=2"]
+_TABULAR_MULTI = ["task=tabular_multi", "task.contexts=4", "task.arms=5", "task.steps=12", "seeds=2"]
 
 CASES: dict[str, list[str]] = {
     **{f"token_terminal_{a}": [*_TERMINAL, f"algorithm={a}"]

@@ -53,7 +53,7 @@ def test_summary_records_the_commit_the_run_launched_with(tmp_path, monkeypatch)
 
     for where in ("harness.rundir.outputs.git_commit", "harness.run.git_commit", "harness.rundir.summary.git_commit"):
         monkeypatch.setattr(where, commit_now, raising=False)
-    summary = run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=5"], run_dir)
+    summary = run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=5"], run_dir)
     assert summary["commit"] == "at-launch"
     assert json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["commit"] == "at-launch"
 
@@ -68,9 +68,9 @@ _TINY_TOKEN = ["task=token_reversal", "task.H=3", "task.V=2", "task.batch_size=6
                "model.layers=1", "model.ffn=32", "task.checkpoint_every=0", "task.reward=terminal"]
 
 
-@pytest.mark.parametrize("overrides", [["task=tabular_multi", "algorithm=tpo", "trainer.steps=20"],
-                                       [*_TINY_TOKEN, "algorithm=tpo", "trainer.steps=12"],
-                                       [*_TINY_TOKEN, "algorithm=grpo", "trainer.steps=12"]],
+@pytest.mark.parametrize("overrides", [["task=tabular_multi", "algorithm=tpo", "task.steps=20"],
+                                       [*_TINY_TOKEN, "algorithm=tpo", "task.steps=12"],
+                                       [*_TINY_TOKEN, "algorithm=grpo", "task.steps=12"]],
                          ids=["tabular_multi", "token_tpo", "token_grpo"])
 def test_seed_batching_is_invisible_to_each_seed(tmp_path, overrides):
     """Bit for bit: seed 2 of a 6-seed run is seed 2 run alone (the token task's Muon bias corrections reach
@@ -93,7 +93,7 @@ def test_common_random_numbers_across_algorithms():
 @pytest.mark.parametrize("task", ["tabular_single", "mnist_bandit"])
 def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch, task, tiny_mnist):
     overrides = tiny_mnist if task == "mnist_bandit" else [
-        "task=tabular_single", "seeds=3", "trainer.steps=30", "task.checkpoint_every=10"]
+        "task=tabular_single", "seeds=3", "task.steps=30", "task.checkpoint_every=10"]
     overrides = [*overrides, "algorithm=tpo"]
     run_config(overrides, tmp_path / "full")
 
@@ -117,7 +117,7 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path, monkeypatch,
 def test_resume_after_sigkill(tmp_path):
     """A real kill -9 mid-run: resuming from the last checkpoint reproduces the uninterrupted numbers."""
     # ~0.6 ms a step: the kill after the first checkpoint (step 50) lands over a second before the end
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=3000", "task.checkpoint_every=50",
             "logger=none"]
     run_cli([*args, f"hydra.run.dir={tmp_path / 'full'}"], tmp_path)
     killed = tmp_path / "killed"
@@ -141,7 +141,7 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def test_a_diverged_seed_is_marked_and_the_others_continue(tmp_path, monkeypatch):
-    overrides = ["task=tabular_single", "algorithm=pg", "seeds=3", "trainer.steps=10"]
+    overrides = ["task=tabular_single", "algorithm=pg", "seeds=3", "task.steps=10"]
     task_cls = type(build_task(compose_config(overrides)))
     trainer = trainer_class(task_cls)
     original = trainer.episode
@@ -167,7 +167,7 @@ def test_a_diverged_seed_is_marked_and_the_others_continue(tmp_path, monkeypatch
 def test_divergence_between_recorded_steps_is_dated_to_its_first_non_finite_step(tmp_path, monkeypatch):
     """MNIST records metrics every ``eval_every`` steps; the losses in between are checked then, each seed dated to
     its own first non-finite loss (a transient one counts)."""
-    overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=3",
+    overrides = ["task=mnist_bandit", "task.eval_every=5", "task.steps=10", "task.batch_size=16", "seeds=3",
                  "task.checkpoint_every=0"]
     task_cls = type(build_task(compose_config(overrides)))
     trainer = trainer_class(task_cls)
@@ -191,7 +191,7 @@ def test_divergence_between_recorded_steps_is_dated_to_its_first_non_finite_step
 
 
 def test_a_divergence_recorded_before_an_interruption_keeps_its_step_after_resuming(tmp_path, monkeypatch):
-    overrides = ["task=mnist_bandit", "task.eval_every=5", "trainer.steps=10", "task.batch_size=16", "seeds=2",
+    overrides = ["task=mnist_bandit", "task.eval_every=5", "task.steps=10", "task.batch_size=16", "seeds=2",
                  "task.checkpoint_every=5"]
     task_cls = type(build_task(compose_config(overrides)))
     trainer = trainer_class(task_cls)
@@ -242,7 +242,7 @@ def test_bad_values_name_the_key(override, key):
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
 def test_a_failing_job_does_not_stop_the_sweep(tmp_path, launcher):
-    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo,tpo_no_anchor,pg", "seeds=2", "trainer.steps=5",
+    result = run_cli(["-m", "task=tabular_single", "algorithm=tpo,tpo_no_anchor,pg", "seeds=2", "task.steps=5",
                       "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}", *launcher], tmp_path)
     statuses = {json.loads(p.read_text())["algorithm"]: json.loads(p.read_text())["status"]
                 for p in (tmp_path / "sweep").rglob("summary.json")}
@@ -268,7 +268,7 @@ def test_wandb_offline_writes_one_run_per_seed(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=5", "logger=wandb",
+    run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=5", "logger=wandb",
                 "logger.mode=offline", "logger.init_timeout=120", "experiment_name=wb"], tmp_path)  # a cold start
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2
@@ -276,7 +276,7 @@ def test_wandb_offline_writes_one_run_per_seed(tmp_path, monkeypatch):
 
 
 def test_mnist_bandit_learns(tmp_path):
-    summary = run_config(["task=mnist_bandit", "algorithm=tpo", "seeds=2", "trainer.steps=300",
+    summary = run_config(["task=mnist_bandit", "algorithm=tpo", "seeds=2", "task.steps=300",
                           "task.eval_every=100", "task.eval_step_label=updates"], tmp_path)
     frame = read_metrics(tmp_path)
     initial = frame[frame.step == 0]["error"].mean()
@@ -330,7 +330,7 @@ def test_subnormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush
     seen, report = [], TabularSingle.report
     monkeypatch.setattr(TabularSingle, "report",
                         lambda self, i, batches: (seen.append(_subnormals_flushed()), report(self, i, batches))[1])
-    run_config(["task=tabular_single", "algorithm=tpo", "trainer.steps=3", "logger=none",
+    run_config(["task=tabular_single", "algorithm=tpo", "task.steps=3", "logger=none",
                 f"flush_denormal={str(flush).lower()}"], tmp_path)
     assert seen == [flush] * 3
     assert not _subnormals_flushed()  # the process default is restored

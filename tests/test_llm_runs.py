@@ -71,8 +71,8 @@ def test_same_config_and_seed_give_identical_metrics(tiny_llm, gsm8k_dir, tmp_pa
 
 def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(Gsm8k, "score", text_score)
-    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "trainer.steps=4",
-                 "task.eval_every=2", "trainer.checkpoint_every=1"]
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "task.steps=4",
+                 "task.eval_every=2", "task.checkpoint_every=1"]
     run_config(overrides, tmp_path / "full")
     save = llm_train.StepLogger.on_save
 
@@ -103,8 +103,8 @@ def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path,
 
 def test_a_damaged_trl_checkpoint_is_refused_in_one_line(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(Gsm8k, "score", text_score)
-    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "trainer.steps=2",
-                 "trainer.checkpoint_every=1"]
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "task.steps=2",
+                 "task.checkpoint_every=1"]
     save = llm_train.StepLogger.on_save
 
     def killed_after_step_1(self, args, state, control, **kwargs):
@@ -147,14 +147,14 @@ def test_report_draws_fig9_from_llm_runs_with_sparse_test_accuracy(tmp_path):
             run_dir = tmp_path / "runs" / f"{model}_{algorithm}"
             run_dir.mkdir(parents=True)
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-            steps = np.arange(cfg.trainer.steps)
+            steps = np.arange(cfg.task.steps)
             reward = steps / steps[-1]
             test = np.where((steps % 5 == 0) | (steps == steps[-1]), reward, np.nan)
             pd.DataFrame({"step": steps, "seed": 0, "error": 1 - reward, "reward_mean": reward,
                           "test_accuracy": test}).to_csv(run_dir / "metrics.csv", index=False)
             (run_dir / "summary.json").write_text(json.dumps({
                 "status": "completed", "experiment": "fig9_gsm8k", "task": "gsm8k", "algorithm": algorithm,
-                "seeds": [0], "steps": int(cfg.trainer.steps)}))
+                "seeds": [0], "steps": int(cfg.task.steps)}))
     table = write_report([tmp_path / "runs"], tmp_path / "report", resamples=50)
     assert sorted(table.params) == ["model=qwen3_1_7b", "model=qwen3_1_7b", "model=r1_distill_qwen_1_5b",
                                     "model=r1_distill_qwen_1_5b"]

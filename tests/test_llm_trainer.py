@@ -184,7 +184,7 @@ def test_zero_variance_groups_give_zero_first_epoch_gradient(tiny_llm, gsm8k_dir
 
 def test_extra_epochs_keep_the_rollout_time_anchor(tiny_llm, gsm8k_dir, tmp_path):
     trainer, _ = make_trainer(tiny_llm, gsm8k_dir, tmp_path, "algorithm.epochs=2", "task.K=4", "optim.lr=0.05",
-                              "trainer.steps=1", score=alternating_score())
+                              "task.steps=1", score=alternating_score())
     calls = []
     group_loss = trainer.group_loss
 

@@ -49,7 +49,7 @@ def test_a_wheel_in_a_fresh_venv_trains_and_reports_from_any_folder(tmp_path):
     where = run([python, "-c", "import harness.locations as l; print(l.CONF)"], elsewhere).stdout.strip()
     assert where == str(site / "harness" / "conf")
     command = venv / "bin" / "tpo-bench"
-    run([command, "task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "logger=none",
+    run([command, "task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=30", "logger=none",
          "hydra.run.dir=run"], elsewhere)
     assert (elsewhere / "run" / "summary.json").exists()
     report = run([command, "report", "run", "--out", "report"], elsewhere)

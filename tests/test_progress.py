@@ -66,7 +66,7 @@ def test_a_piped_run_logs_progress_lines(task, episodes, extra, tmp_path):
     """``trainer.progress=auto`` with stdout and stderr pipes (as under nohup or SLURM): lines on stdout, not
     silence, for a bandit and a 200-episode token run. Bug caught: auto meaning "a bar on a terminal, else
     nothing"; a trainer that never reports its episodes."""
-    result = run_cli([f"task={task}", "algorithm=tpo", "seeds=2", f"trainer.steps={episodes}", "logger=none",
+    result = run_cli([f"task={task}", "algorithm=tpo", "seeds=2", f"task.steps={episodes}", "logger=none",
                       "hydra.run.dir=run", *extra], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith(f"{task}/tpo: episode")]

@@ -150,7 +150,7 @@ def token_task(config: dict, logp_old: str = "exact"):
     overrides = [
         "task=token_reversal", *algorithm, f"task.H={c['H']}", f"task.V={c['V']}", f"task.batch_size={c['batch_size']}",
         f"task.K={c['K']}", f"task.reward={c['reward']}", f"task.target={c['target']}", "seeds=1",
-        f"trainer.steps={c['steps']}", f"model.d_model={c['d_model']}", f"model.heads={c['heads']}",
+        f"task.steps={c['steps']}", f"model.d_model={c['d_model']}", f"model.heads={c['heads']}",
         f"model.layers={c['layers']}", f"model.ffn={c['d_model'] * c['ffn_mult']}",
         f"optim.lr={c['learning_rate'] * 10}", f"algorithm.epochs={epochs}", f"task.logp_old={logp_old}", "logger=none",
         "device=cpu"]
@@ -311,7 +311,7 @@ def tabular_task(config: dict):
     eta = [f"algorithm.eta={config['eta']}"] if config["algorithm"] == "dg" else []  # its tabular TPO has no η
     return build_task(compose_config([
         f"task={config['family']}", f"algorithm={config['algorithm']}", f"task.arms={config['arms']}", *sizes,
-        f"task.alpha={config['alpha']}", *eta, "seeds=1", f"trainer.steps={config['steps']}", "logger=none",
+        f"task.alpha={config['alpha']}", *eta, "seeds=1", f"task.steps={config['steps']}", "logger=none",
         "device=cpu"]))
 
 
@@ -370,7 +370,7 @@ def mnist_errors(name: str, monkeypatch) -> list[dict[str, float]]:
     task = build_task(compose_config([
         "task=mnist_bandit", f"algorithm={config['algorithm']}", f"task.batch_size={config['batch_size']}",
         f"task.lr={config['learning_rate']}", "task.mechanism=false", f"task.eval_every={config['steps']}", "seeds=1",
-        f"trainer.steps={config['steps']}",
+        f"task.steps={config['steps']}",
         "logger=none", "device=cpu", *([f"algorithm.eta={config['eta']}"] if config["algorithm"] in ("dg", "tpo")
                                        else [])]))
     task.train_images, task.train_labels = torch.from_numpy(images), torch.from_numpy(labels).long()
@@ -457,7 +457,7 @@ def test_our_defaults_are_the_references():
     defaults = json.loads((TRACES / "SOURCE.json").read_text())["defaults"]
     token, terminal = defaults["TransformerConfig"], defaults["TransformerRlvrConfig"]
     cfg = compose_config(["task=token_reversal", "algorithm=tpo"])
-    assert (cfg.task.H, cfg.task.V, cfg.task.batch_size, cfg.task.K, cfg.trainer.steps) == (
+    assert (cfg.task.H, cfg.task.V, cfg.task.batch_size, cfg.task.K, cfg.task.steps) == (
         token["sequence_length"], token["vocab_size"], token["batch_size"], token["k_candidates"],
         token["num_episodes"])
     assert cfg.optim.lr == pytest.approx(token["learning_rate"] * 10)
@@ -469,7 +469,7 @@ def test_our_defaults_are_the_references():
         task = build_task(compose_config(["task=token_reversal", f"algorithm={algorithm}", "seeds=1"]))
         assert task.algorithm.hp.clip_eps == token["ppo_epsilon"]
         assert updates_per_batch(task) == token["ppo_epochs"]
-    assert compose_config(["experiment=table3_terminal"]).trainer.steps == terminal["num_episodes"]
+    assert compose_config(["experiment=table3_terminal"]).task.steps == terminal["num_episodes"]
     mnist = compose_config(["task=mnist_bandit"]).task
     reference = defaults["MnistConfig"]
     assert (mnist.batch_size, mnist.lr, mnist.eval_every, mnist.steps) == (

@@ -21,7 +21,7 @@ RUNS = Path(__file__).resolve().parent.parent / "results" / "runs"
 def test_report_tables_figures_and_flags(tmp_path):
     sweep = tmp_path / "sweep"
     for algorithm, seeds in (("tpo", 3), ("pg", 3), ("dg", 2)):
-        run_config(["task=tabular_single", f"algorithm={algorithm}", f"seeds={seeds}", "trainer.steps=40"],
+        run_config(["task=tabular_single", f"algorithm={algorithm}", f"seeds={seeds}", "task.steps=40"],
                    sweep / algorithm)
     (sweep / "ppo").mkdir()
     (sweep / "ppo" / "summary.json").write_text(json.dumps(

@@ -28,7 +28,7 @@ def _size(preset: str, task: str) -> tuple[int, int]:
     cfg = compose_config([f"experiment={preset}", f"task={task}"] if preset == "demo_tabular" else
                          [f"experiment={preset}"])
     assert cfg.experiment_name == preset  # the runs carry their own preset's name (all were "demo")
-    return int(cfg.seeds), int(cfg.trainer.steps)
+    return int(cfg.seeds), int(cfg.task.steps)
 
 
 def write_demo(root: Path, seeds_of: dict | None = None, skip: tuple = ()) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import ROOT, compose_config, run_cli, run_config
 from harness import rundir
@@ -26,7 +27,7 @@ from harness.rundir import outputs
 from harness.trainers import trainer_class
 from common.checks import ConfigError
 
-TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
+TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=30", "task.checkpoint_every=10"]
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
@@ -47,7 +48,7 @@ def test_a_run_records_its_fingerprint_and_logging_keys_do_not_change_it(finishe
     same = ["logger=wandb", "logger.mode=offline", "threads=2", "cpu_matmul=onednn", "trainer.progress=true",
             "task.checkpoint_every=5", "experiment_name=other", "task.steps_to=[0.5]", "algorithm.eta=1"]
     assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, *same]))) == record["fingerprint"]
-    for change in ("algorithm.eta=3", "seeds=3", "trainer.steps=31", "flush_denormal=false", "task.alpha=0.2",
+    for change in ("algorithm.eta=3", "seeds=3", "task.steps=31", "flush_denormal=false", "task.alpha=0.2",
                    "seed_offset=2"):
         assert rundir.fingerprint(rundir.identity(compose_config([*TABULAR, change]))) != record["fingerprint"]
     assert (finished_run / ".hydra" / "config.yaml").exists()  # written by the fresh start, not by Hydra
@@ -111,6 +112,81 @@ def test_a_run_recorded_before_a_key_left_its_identity_still_resumes(tmp_path, m
         run_config([*TABULAR, "algorithm.eta=2", "trainer.resume=true"], run_dir)
 
 
+def _as_recorded_before_the_rename(run_dir: Path) -> None:
+    """Rewrite the run's identity.json and config as runs recorded them when the budget and checkpoint spacing were
+    ``trainer.steps`` and ``trainer.checkpoint_every`` (``task.steps`` then outside the identity); the fingerprint
+    stays the one its checkpoints were written under."""
+    import yaml
+
+    record = json.loads((run_dir / rundir.IDENTITY_FILE).read_text())
+    config = record["config"]
+    config["trainer"] = {"steps": config["task"].pop("steps")}
+    (run_dir / rundir.IDENTITY_FILE).write_text(json.dumps(record))
+    composed = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    composed["trainer"] = {"steps": "${task.steps}", "checkpoint_every": "${task.checkpoint_every}",
+                           **composed["trainer"]}
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(composed, sort_keys=False))
+
+
+@pytest.mark.parametrize("at", [5, 25])  # killed before its first checkpoint / after one (step 20)
+def test_a_run_recorded_under_a_renamed_key_resumes_to_the_same_numbers(tmp_path, monkeypatch, at):
+    """A run killed while its identity named its budget ``trainer.steps`` resumes under ``task.steps`` to the numbers
+    of an uninterrupted run; a longer budget is still refused, naming the key by its new name. Bug caught: a renamed
+    key read as a change of configuration (every run in a campaign's work folder refused at its next start)."""
+    run_dir = _interrupted_run(tmp_path, monkeypatch, at=at)
+    _as_recorded_before_the_rename(run_dir)
+    with pytest.raises(ConfigError, match="task.steps: 30 → 40"):
+        run_config([*TABULAR, "task.steps=40", "trainer.resume=true"], run_dir)
+    run_config([*TABULAR, "trainer.resume=auto"], run_dir)
+    run_config(TABULAR, tmp_path / "full")
+    assert (run_dir / "metrics.csv").read_bytes() == (tmp_path / "full" / "metrics.csv").read_bytes()
+    summary = json.loads((run_dir / outputs.SUMMARY_FILE).read_text())
+    assert summary["status"] == "completed" and len(summary["resumed_from"]) == (at > 20)
+
+
+def test_a_config_that_still_sets_a_renamed_key_is_refused_and_no_preset_does():
+    """A renamed key set anywhere (a preset's ``trainer: steps:`` block merges without complaint) is refused before
+    the run, naming the new key; no preset sets one. Bug caught: a preset's ``trainer.steps`` left behind, read by
+    nothing, so its run trained its task's default budget."""
+    from harness.config import experiment_presets, run_settings
+    from harness.identity import RENAMED
+
+    with pytest.raises(ConfigError, match=r"^trainer.steps is not a config key; it is task.steps now"):
+        run_settings(compose_config([*TABULAR, "+trainer.steps=5"]))
+    for preset in experiment_presets():
+        flat = rundir.flatten(OmegaConf.to_container(compose_config([f"experiment={preset}"])))
+        assert not set(RENAMED) & set(flat), preset
+
+
+def test_a_recorded_config_reads_its_renamed_key_resolved_as_the_run_ran_it(tmp_path):
+    """An old run's config.yaml interpolates ``trainer.steps: ${task.steps}`` or overrides it (600 beside the task's
+    1,000): the report and the campaign (a folder with no identity.json) read the run's own budget, 600. Bug caught:
+    renaming before resolving (the interpolation's text as the budget) or keeping the task's 1,000."""
+    import yaml
+
+    from harness.campaign.records import recorded_identity
+    from harness.report.load import read_config
+
+    config = OmegaConf.to_container(compose_config(["task=token_reversal", "task.steps=1000"]))
+    config["trainer"] = {"steps": 600, "checkpoint_every": "${task.checkpoint_every}", **config["trainer"]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    flat = read_config(tmp_path)
+    assert (flat["task.steps"], flat["task.checkpoint_every"]) == (600, 100) and "trainer.steps" not in flat
+    assert recorded_identity(tmp_path)["task"]["steps"] == 600
+
+
+def test_the_report_reads_a_renamed_key_under_its_new_name():
+    """A run's config recorded with ``trainer.steps`` (``task.steps`` there being the task's default, which it
+    overrode) reads as ``task.steps`` of the run's own budget, the old key gone, as a config written today would."""
+    from omegaconf import OmegaConf
+
+    from harness.report.load import as_current, flatten
+
+    today = flatten(OmegaConf.to_container(compose_config([*TABULAR, "task.steps=7"]), resolve=True))
+    recorded = {**today, "task.steps": 150, "trainer.steps": 7, "trainer.checkpoint_every": 10}
+    assert as_current(recorded) == as_current(dict(today))
+
+
 @pytest.mark.parametrize("epochs, same", [(1, True), (2, False)])
 def test_a_run_recorded_with_a_retired_key_at_its_value_is_the_same_configuration(epochs, same):
     """LLM runs recorded ``task.epochs: 1`` before an LLM run's epochs became ``algorithm.epochs`` alone (null: the
@@ -118,13 +194,13 @@ def test_a_run_recorded_with_a_retired_key_at_its_value_is_the_same_configuratio
     the report; at another it is still another configuration."""
     from omegaconf import OmegaConf
 
-    from harness.report.load import flatten, with_neutral_defaults
+    from harness.report.load import flatten, as_current
 
     config = OmegaConf.to_container(compose_config(["task=gsm8k", "algorithm=grpo"]), resolve=True)
     assert "epochs" not in config["task"]
     recorded = OmegaConf.create({**config, "task": {**config["task"], "epochs": epochs}})
     assert (rundir.identity(recorded) == rundir.identity(OmegaConf.create(config))) is same
-    assert ("task.epochs" in with_neutral_defaults(flatten(OmegaConf.to_container(recorded)))) is not same
+    assert ("task.epochs" in as_current(flatten(OmegaConf.to_container(recorded)))) is not same
 
 
 def run_config_task():
@@ -290,7 +366,7 @@ def test_a_concurrent_reader_never_sees_a_torn_row_or_an_empty_file(tmp_path):
 def test_a_reader_of_a_real_run_sees_whole_files(tmp_path):
     """metrics.csv and summary.json read repeatedly while a separate process trains and checkpoints."""
     run_dir = tmp_path / "run"
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=400", "task.checkpoint_every=20",
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=400", "task.checkpoint_every=20",
             "logger=none", f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env,
@@ -315,19 +391,19 @@ def test_a_reader_of_a_real_run_sees_whole_files(tmp_path):
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]])
 def test_a_sweep_with_a_failed_job_runs_every_job_then_exits_non_zero(tmp_path, launcher):
     sweep = tmp_path / "sweep"
-    args = ["-m", "task=tabular_single", "algorithm=tpo,grpo", "trainer.steps=5", "logger=none",
+    args = ["-m", "task=tabular_single", "algorithm=tpo,grpo", "task.steps=5", "logger=none",
             f"hydra.sweep.dir={sweep}", *launcher]
     first = run_cli(args, tmp_path)
     assert first.returncode == 0, first.stderr
     assert "sweep: 2 jobs (2 completed)" in first.stderr
-    (sweep / "algorithm=tpo,task=tabular_single,trainer.steps=5" / outputs.SUMMARY_FILE).unlink()
+    (sweep / "algorithm=tpo,task.steps=5,task=tabular_single" / outputs.SUMMARY_FILE).unlink()
     # the same sweep again without resume: both jobs refused (their folders hold runs), nothing overwritten
-    before = snapshot(sweep / "algorithm=grpo,task=tabular_single,trainer.steps=5")
+    before = snapshot(sweep / "algorithm=grpo,task.steps=5,task=tabular_single")
     again = run_cli(args, tmp_path)
     assert again.returncode == 1
     failed = [line for line in again.stderr.splitlines() if line.startswith("FAILED job")]
     assert len(failed) == 2 and all("already holds a run" in line for line in failed)
-    assert snapshot(sweep / "algorithm=grpo,task=tabular_single,trainer.steps=5") == before
+    assert snapshot(sweep / "algorithm=grpo,task.steps=5,task=tabular_single") == before
     # with resume=auto the finished job is skipped and the other resumes from its final checkpoint
     resumed = run_cli([*args, "trainer.resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -344,15 +420,15 @@ def test_a_refused_single_run_exits_2_and_leaves_no_folder(tmp_path, bad, messag
 
 
 def test_a_sweep_with_a_bad_value_in_one_job_reports_it_and_runs_the_others(tmp_path):
-    result = run_cli(["-m", "task=tabular_single", "algorithm.eta=1,0", "trainer.steps=5", "logger=none",
+    result = run_cli(["-m", "task=tabular_single", "algorithm.eta=1,0", "task.steps=5", "logger=none",
                       f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert result.returncode == 1
     assert "sweep: 2 jobs (1 completed, 1 failed)" in result.stderr
     failed = [line for line in result.stderr.splitlines() if line.startswith("FAILED job")]
     assert len(failed) == 1 and "algorithm.eta=0" in failed[0] and "algorithm.eta=0 is not valid" in failed[0]
-    good = json.loads((tmp_path / "sweep" / "algorithm.eta=1,task=tabular_single,trainer.steps=5" /
+    good = json.loads((tmp_path / "sweep" / "algorithm.eta=1,task.steps=5,task=tabular_single" /
                        outputs.SUMMARY_FILE).read_text())
-    bad = tmp_path / "sweep" / "algorithm.eta=0,task=tabular_single,trainer.steps=5"
+    bad = tmp_path / "sweep" / "algorithm.eta=0,task.steps=5,task=tabular_single"
     assert good["status"] == "completed"
     assert json.loads((bad / outputs.SUMMARY_FILE).read_text())["status"] == "failed"
     assert not (bad / outputs.METRICS_FILE).exists()
@@ -379,7 +455,7 @@ def test_a_sweep_killed_mid_way_finishes_with_the_same_command_and_numbers(tmp_p
     interrupted one resumes from its checkpoint, and every metrics.csv equals an uninterrupted sweep's."""
     def command(sweep: Path) -> list[str]:
         return [sys.executable, "-m", "harness", "-m", "task=tabular_multi", "algorithm=tpo,grpo", "seeds=50",
-                "trainer.steps=2000", "task.checkpoint_every=50", "logger=none", "trainer.resume=auto",
+                "task.steps=2000", "task.checkpoint_every=50", "logger=none", "trainer.resume=auto",
                 f"hydra.sweep.dir={sweep}"]
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
@@ -417,7 +493,7 @@ def _rewrite_checkpoint(run_dir: Path, change) -> None:
 @pytest.mark.parametrize("change, problem", [
     (lambda state: state.pop("task"), "has no valid task"),
     (lambda state: state.update(rows=-5), "has no valid rows"),
-    (lambda state: state.update(step=10_000), "past trainer.steps=30"),
+    (lambda state: state.update(step=10_000), "past task.steps=30"),
     (lambda state: state["task"].pop("logits"), "does not fit this task's state (KeyError"),
 ])
 def test_a_well_formed_checkpoint_of_the_wrong_shape_is_refused(tmp_path, monkeypatch, change, problem):
@@ -459,7 +535,7 @@ def test_nothing_to_do_leaves_the_launch_record_alone(finished_run, tmp_path):
 
 def test_a_second_launch_into_a_running_run_is_refused(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=3000", "task.checkpoint_every=50",
             "logger=none", f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     first = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env,
@@ -477,12 +553,12 @@ def test_a_second_launch_into_a_running_run_is_refused(tmp_path):
         first.kill()
         first.wait()
     # the lock of a process that died is stale: a resume takes it over
-    assert run_cli([*args, "trainer.resume=true", "trainer.steps=3000"], tmp_path).returncode == 0
+    assert run_cli([*args, "trainer.resume=true", "task.steps=3000"], tmp_path).returncode == 0
 
 
 def test_a_sweep_over_two_presets_keeps_their_jobs_apart(tmp_path):
     result = run_cli(["-m", "experiment=fig2_tabular_single,fig3_tabular_multi", "algorithm=tpo", "seeds=2",
-                      "trainer.steps=5", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+                      "task.steps=5", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "sweep: 2 jobs (2 completed)" in result.stderr
 

@@ -25,7 +25,7 @@ from harness.trainers import trainer_class
 from harness.config import build_task
 from common.checks import ConfigError
 
-TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "trainer.steps=30", "task.checkpoint_every=10"]
+TABULAR = ["task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=30", "task.checkpoint_every=10"]
 FOREIGN = {"notes.txt": "n", "draft.tmp": "d", "backup.tmp/file": "b", "wandb/offline-run-123/run.wandb": "w"}
 
 
@@ -52,7 +52,7 @@ def test_a_fresh_start_into_a_foreign_folder_is_refused_and_touches_nothing(tmp_
     user = tmp_path / "userdir"
     make(user, {**FOREIGN, ".hydra/config.yaml": "mine"})
     before = tree(user)
-    args = ["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=userdir"]
+    args = ["task=tabular_single", "task.steps=3", "logger=none", "hydra.run.dir=userdir"]
     result = run_cli(args, tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "is not empty and holds no run" in result.stderr
@@ -71,7 +71,7 @@ def test_a_folder_holding_only_this_launchs_hydra_log_counts_as_empty(tmp_path):
     """A new folder holding only this launch's Hydra log (__main__.log) counts as empty: the run starts there.
     Bug caught: harness.rundir._launch_files — `names.add(f"{HydraConfig.get().job.name}.log")` →
     `names.add(HydraConfig.get().job.name)`."""
-    result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=new"], tmp_path)
+    result = run_cli(["task=tabular_single", "task.steps=3", "logger=none", "hydra.run.dir=new"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "new" / "__main__.log").exists() and (tmp_path / "new" / "summary.json").exists()
 
@@ -198,7 +198,7 @@ def test_an_experiment_name_outside_outputs_is_refused_before_hydra_makes_a_fold
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
     for flags, name in (([], "../../x"), (["-m"], "ok,../../x")):
-        result = run_cli([*flags, "task=tabular_single", "trainer.steps=3", "logger=none", f"experiment_name={name}"],
+        result = run_cli([*flags, "task=tabular_single", "task.steps=3", "logger=none", f"experiment_name={name}"],
                          cwd)
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("Error: experiment_name='../../x' is not valid")
@@ -303,7 +303,7 @@ def test_sigterm_ends_in_one_line_and_the_run_resumes(tmp_path, stop):
     ``Interrupted:`` line and an interrupted summary; resume=auto finishes it.
     Bug caught: harness/__main__.py:main — the single run's `sys.exit(130)` → `raise` (the interrupt escapes
     main(): not one line)."""
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=3000", "task.checkpoint_every=50",
             "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env, text=True,
@@ -331,7 +331,7 @@ def test_a_schedulers_checkpoint_signal_saves_at_the_next_step_and_the_run_resum
     the job loses nothing, and the run resumed gives the numbers of a run never stopped. Sent while the modules load,
     the signal is kept until the first step.
     Bug caught: harness/trainers/batched.py — the checkpoint before the stop dropped (the resume starts from 0)."""
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=20", "trainer.steps=3000", "logger=none"]
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=20", "task.steps=3000", "logger=none"]
     clean = run_cli([*args, f"hydra.run.dir={tmp_path / 'clean'}"], tmp_path)
     assert clean.returncode == 0, clean.stderr
     run = tmp_path / "run"
@@ -379,7 +379,7 @@ def test_a_second_sigterm_during_the_closing_does_not_cost_the_summary(tmp_path)
     SIGTERM while it closes after the first; the run still ends in one line with its summary ("interrupted").
     Bug caught: harness/process.py:stop_by_interrupt without ``signal.signal(SIGTERM, SIG_IGN)`` (no summary.json:
     the campaign's runner-killed test failed so about once in 15 under load)."""
-    args = ["task=tabular_multi", "algorithm=grpo", "seeds=2", "trainer.steps=100000", "task.checkpoint_every=50",
+    args = ["task=tabular_multi", "algorithm=grpo", "seeds=2", "task.steps=100000", "task.checkpoint_every=50",
             "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     process = subprocess.Popen([sys.executable, "-c", SECOND_STOP_IN_THE_CLOSING, *args], cwd=tmp_path, env=env,
@@ -471,11 +471,11 @@ def test_a_launch_refused_by_another_launchs_lock_leaves_that_launchs_log(tmp_pa
     log_file.write_text("[2024-01-01][harness][INFO] - the winner's line\n")
     with open(log_file, "a") as held:  # the winner holds its log
         fcntl.flock(held, fcntl.LOCK_SH)
-        result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
+        result = run_cli(["task=tabular_single", "task.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
     assert result.returncode == 2 and "is being written by process" in result.stderr, result.stderr
     assert log_file.read_text() == "[2024-01-01][harness][INFO] - the winner's line\n"
     # the winner gone, its lines still there: kept too
-    result = run_cli(["task=tabular_single", "trainer.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
+    result = run_cli(["task=tabular_single", "task.steps=3", "logger=none", "hydra.run.dir=race"], tmp_path)
     assert result.returncode == 2 and log_file.read_text() == "[2024-01-01][harness][INFO] - the winner's line\n"
 
 
@@ -546,7 +546,7 @@ def test_an_interrupted_sweep_job_ends_in_one_line_naming_its_folder_and_how_to_
     command does.
     Bug caught: harness/__main__.py:_sweep_resume_hint — `Path(str(hydra_cfg.sweep.dir)).resolve()` →
     `Path(str(hydra_cfg.sweep.dir))`."""
-    args = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=3000", "task.checkpoint_every=50",
+    args = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=3000", "task.checkpoint_every=50",
             "logger=none", "seed_offset=0,100", "hydra.sweep.dir=sweep"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     process = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=env, text=True,

@@ -120,7 +120,7 @@ def test_a_candidates_label_names_its_overrides_and_its_runs_are_the_suites_cell
     assert first["overrides"] == ["task=tabular_single", "task.steps=12", "algorithm=tpo", "algorithm.eta=0.5"]
     assert (first["seeds"], first["chunk"]) == (6, 6)
     identity = campaign.cell_identity(first["preset"], tuple(first["overrides"]))
-    assert (identity["algorithm"]["eta"], identity["trainer"]["steps"]) == (0.5, 12)
+    assert (identity["algorithm"]["eta"], identity["task"]["steps"]) == (0.5, 12)
 
 
 def test_the_scorecard_is_the_paired_and_rliable_numbers_of_its_runs(tmp_path):

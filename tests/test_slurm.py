@@ -20,8 +20,8 @@ from conftest import ROOT, run_config
 pytest_plugins = ["slurm_cluster"]
 
 STEPS = 6000  # with a checkpoint every 1000: stopped after its first checkpoint, a few seconds in, it has more to do
-RESUMABLE = ["task=tabular_single", "algorithm=tpo", "seeds=1", "logger=none", f"trainer.steps={STEPS}",
-             "trainer.checkpoint_every=1000"]
+RESUMABLE = ["task=tabular_single", "algorithm=tpo", "seeds=1", "logger=none", f"task.steps={STEPS}",
+             "task.checkpoint_every=1000"]
 
 
 def sweep_args(cluster, sweep_dir: Path, *overrides: str) -> list[str]:
@@ -93,7 +93,7 @@ def test_slurm_sweep_runs_each_job_and_reports_the_failed_one(slurm_cluster, tmp
     Bug caught: conf/hydra/launcher/submitit_slurm_cpu.yaml asking for gpus_per_node: 1 (a CPU node has none)."""
     sweep_dir = tmp_path / "sweep"
     code, err = run_sweep(slurm_cluster, sweep_args(slurm_cluster, sweep_dir, "task=tabular_single", "seeds=1",
-                                                    "trainer.steps=20", "algorithm=tpo,grpo,tpo_token", "logger=none"),
+                                                    "task.steps=20", "algorithm=tpo,grpo,tpo_token", "logger=none"),
                           tmp_path / "sweep.err")
     assert code == 1, err
     jobs = {path.name.split(",")[0].removeprefix("algorithm="): path for path in sweep_dir.glob("algorithm=*")}

@@ -22,7 +22,7 @@ from conftest import ROOT, run_cli
 from harness import interrupts, rundir
 from harness.rundir import outputs
 
-SWEEP = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "trainer.steps=6000", "task.checkpoint_every=50",
+SWEEP = ["-m", "task=tabular_multi", "algorithm=grpo", "seeds=50", "task.steps=6000", "task.checkpoint_every=50",
          "logger=none", "seed_offset=0,100", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
          "hydra.sweep.dir=sweep"]
 
@@ -145,7 +145,7 @@ def test_an_interrupt_before_the_run_starts_is_one_line_and_leaves_no_folder(tmp
     ``_remove_launch_files`` call of the interrupted-before-start branch dropped (the folder stays with an empty
     ``__main__.log``). The composing window is short: a stop lands in it only now and then."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    arguments = ["experiment=fig4_mnist", "algorithm=tpo", "seeds=1", "trainer.steps=200", "logger=none",
+    arguments = ["experiment=fig4_mnist", "algorithm=tpo", "seeds=1", "task.steps=200", "logger=none",
                  "hydra.run.dir=run"]  # a valid run: it is built, not refused
 
     def stopped(command: list[str], ready, may_finish: bool = False) -> str | None:

@@ -25,8 +25,8 @@ def committed(runs: Path, preset: str, cell: str, config: dict, seeds: int, cpu_
 def launch(params: dict, command_line: list[str]):
     """The config a multirun's callbacks see: the preset's sweep and the command line's overrides."""
     return OmegaConf.create({
-        "experiment_name": "p", "seeds": 20, "task": {"name": "token_reversal", "H": 7},
-        "algorithm": {"name": "tpo"}, "trainer": {"steps": STEPS},
+        "experiment_name": "p", "seeds": 20, "task": {"name": "token_reversal", "H": 7, "steps": STEPS},
+        "algorithm": {"name": "tpo"},
         "hydra": {"sweeper": {"params": params}, "overrides": {"task": command_line}}})
 
 
@@ -61,13 +61,13 @@ def test_jobs_without_any_committed_run_of_their_task_and_algorithm_are_counted_
 
 def test_a_sweep_over_tasks_counts_each_tasks_own_steps(tmp_path):
     """A preset sweeping ``task=`` with no steps of its own: each job's episodes are its task's (conf/task), not the
-    launch's first task's. Bug caught: every job counted at the composed config's trainer.steps."""
+    launch's first task's. Bug caught: every job counted at the composed config's task.steps."""
     from harness import locations
 
     steps = {task: int(OmegaConf.load(locations.CONF / "task" / f"{task}.yaml").steps)
              for task in ("tabular_single", "tabular_multi")}
     config = launch({"task": "tabular_single,tabular_multi"}, ["experiment=p", "seeds=3"])
-    config.task.name, config.trainer.steps = "tabular_single", steps["tabular_single"]
+    config.task.name, config.task.steps = "tabular_single", steps["tabular_single"]
     line = sweep_plan(config, tmp_path / "runs")
     assert line.startswith(f"sweep p: 2 job(s), {3 * sum(steps.values()):,} seed-steps in all")
 

@@ -67,7 +67,7 @@ def assert_every_row_once(run_dir: Path) -> None:
 def test_event_files_hold_every_row_of_each_seed(tmp_path):
     """Bugs caught (tracking.py ``TensorBoardTracker``): a seed's values in another seed's file (seeds × names read
     as names × seeds), a row missing or written twice, a wrong CRC (TensorBoard drops the record)."""
-    summary = run_config([*OVERRIDES, "trainer.steps=8"], tmp_path)
+    summary = run_config([*OVERRIDES, "task.steps=8"], tmp_path)
     assert summary["status"] == "completed"
     assert sorted(path.name for path in (tmp_path / "tensorboard").iterdir()) == ["seed0", "seed1", "seed2"]
     assert all(len(list(folder.glob("events.out.tfevents.*"))) == 1 for folder in (tmp_path / "tensorboard").iterdir())
@@ -82,7 +82,7 @@ def test_a_resumed_run_holds_each_row_once_whatever_the_kill_cut_short(tmp_path)
     record (as a kill during a write leaves it): after the resume each seed's files hold every row once. Bugs
     caught: the resume not writing the kept rows (the cut file lacks some), or leaving the earlier launch's files
     (rows 0-7 twice)."""
-    overrides = [*OVERRIDES, "trainer.steps=20", "trainer.checkpoint_every=5"]
+    overrides = [*OVERRIDES, "task.steps=20", "task.checkpoint_every=5"]
     run_killed_at(overrides, tmp_path, get_task("tabular_single"), 8)
     (cut,) = (tmp_path / "tensorboard" / "seed0").glob("events.out.tfevents.*")
     cut.write_bytes(cut.read_bytes()[:len(cut.read_bytes()) // 2])

@@ -244,7 +244,7 @@ def test_default_epochs_and_dg_multi_epoch():
 
 # ---- runs --------------------------------------------------------------------------------------------------------
 def test_same_seed_gives_identical_metrics_and_resume_matches(tmp_path, monkeypatch):
-    overrides = [*TINY, "algorithm=grpo", "task.reward=terminal", "trainer.steps=6", "task.checkpoint_every=3"]
+    overrides = [*TINY, "algorithm=grpo", "task.reward=terminal", "task.steps=6", "task.checkpoint_every=3"]
     for name in ("a", "b"):
         run_config(overrides, tmp_path / name)
     assert (tmp_path / "a" / "metrics.csv").read_bytes() == (tmp_path / "b" / "metrics.csv").read_bytes()
@@ -255,7 +255,7 @@ def test_same_seed_gives_identical_metrics_and_resume_matches(tmp_path, monkeypa
 
 def test_tpo_learns_a_tiny_terminal_reversal(tmp_path):
     summary = run_config(["task=token_reversal", "algorithm=tpo", "task.reward=terminal", "task.H=3",
-                          "task.batch_size=32", "trainer.steps=60", "seeds=2"], tmp_path)
+                          "task.batch_size=32", "task.steps=60", "seeds=2"], tmp_path)
     frame = pd.read_csv(tmp_path / "metrics.csv")
     curve = frame.groupby("step")["error"].mean()
     assert curve.iloc[:3].mean() > 0.7  # 1 − 1/8 at initialisation

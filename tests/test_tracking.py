@@ -51,7 +51,7 @@ def fake_wandb(monkeypatch, succeed: int = 0) -> types.ModuleType:
     return module
 
 
-OVERRIDES = ["task=tabular_single", "algorithm=tpo", "seeds=3", "trainer.steps=6", "trainer.checkpoint_every=2",
+OVERRIDES = ["task=tabular_single", "algorithm=tpo", "seeds=3", "task.steps=6", "task.checkpoint_every=2",
              "logger=wandb", "logger.mode=online"]
 
 

@@ -48,14 +48,14 @@ def test_runs_log_update_metrics_only_where_an_update_reuses_its_batch(tmp_path)
     """GRPO, PPO, DAPO and CISPO (4 epochs) write a clip fraction per episode to metrics.csv; DG (1 epoch) and the
     bandits (one update per batch, where ρ = 1) write none."""
     for algorithm in ("grpo", "ppo", "dapo", "cispo", "dg"):
-        run_config([*TOKEN, f"algorithm={algorithm}", "trainer.steps=3"], tmp_path / algorithm)
+        run_config([*TOKEN, f"algorithm={algorithm}", "task.steps=3"], tmp_path / algorithm)
         frame = pd.read_csv(tmp_path / algorithm / "metrics.csv")
         if algorithm == "dg":
             assert not {"clip_fraction", "ratio_dev", "kl_snapshot"} & set(frame.columns)
             continue
         assert frame.clip_fraction.between(0, 1).all() and len(frame) == 3 * 2
         assert frame.ratio_dev.gt(0).all() and frame.kl_snapshot.ge(0).all()
-    run_config(["task=tabular_single", "algorithm=grpo", "trainer.steps=3"], tmp_path / "bandit")
+    run_config(["task=tabular_single", "algorithm=grpo", "task.steps=3"], tmp_path / "bandit")
     assert "clip_fraction" not in pd.read_csv(tmp_path / "bandit" / "metrics.csv").columns
 
 
@@ -94,8 +94,8 @@ def test_an_autograd_update_takes_another_aggregation():
 
 def test_a_trainer_reads_its_typed_settings_not_the_config_again(tmp_path, monkeypatch):
     """The run's settings are built and checked once, when the trainer is made (``harness.config.run_settings``);
-    the loop, the checkpoints and summary.json read them. A config changed after that (here: trainer.steps 4 → 7,
-    which no check saw) changes nothing. Bugs caught: the loop or summary.json re-reading ``cfg.trainer.steps``."""
+    the loop, the checkpoints and summary.json read them. A config changed after that (here: task.steps 4 → 7,
+    which no check saw) changes nothing. Bugs caught: the loop or summary.json re-reading ``cfg.task.steps``."""
     from omegaconf import open_dict
 
     from common.checks import ConfigError
@@ -108,13 +108,13 @@ def test_a_trainer_reads_its_typed_settings_not_the_config_again(tmp_path, monke
         def make(cfg):
             trainer = trainer_class(task_cls)(cfg)
             with open_dict(cfg):
-                cfg.trainer.steps = 7
+                cfg.task.steps = 7
             built.append(trainer)
             return trainer
         return make
 
     monkeypatch.setattr(run, "trainer_class", changed_after_the_checks)
-    cfg = compose_config(["task=tabular_single", "algorithm=tpo", "trainer.steps=4", "seeds=2", "seed_offset=3",
+    cfg = compose_config(["task=tabular_single", "algorithm=tpo", "task.steps=4", "seeds=2", "seed_offset=3",
                           "trainer.solved_below=0.5", "trainer.relapse_above=0.6", "logger=none"])
     (tmp_path / "run").mkdir()
     summary = run.train(cfg, tmp_path / "run")

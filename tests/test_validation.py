@@ -14,6 +14,7 @@ from algorithms.registry import declarations
 from conftest import CONF, compose_config, run_cli
 from harness.config import build_task, experiment_presets
 from harness.config import compose_config as harness_compose
+from tasks.base import RUN_KEYS
 from common.checks import ConfigError
 
 TOKEN, MNIST = "task=token_reversal", "task=mnist_bandit"
@@ -24,10 +25,9 @@ BAD_VALUES = [
     # top level and trainer (harness/config.py build_task)
     (["seeds=0"], "seeds=0 is not valid"),
     (["seed_offset=-1"], "seed_offset=-1 is not valid"),
-    (["trainer.steps=0"], "trainer.steps=0 is not valid"),
-    ([SINGLE, "trainer.checkpoint_every=-1"], "trainer.checkpoint_every=-1 is not valid; expected an integer >= 0"),
-    ([SINGLE, "task.checkpoint_every=-1"], "trainer.checkpoint_every=-1 is not valid"),  # trainer's default
-    ([SINGLE, "trainer.checkpoint_every=1.5"], "trainer.checkpoint_every=1.5 is not valid"),
+    (["task.steps=0"], "task.steps=0 is not valid"),
+    ([SINGLE, "task.checkpoint_every=-1"], "task.checkpoint_every=-1 is not valid; expected an integer >= 0"),
+    ([SINGLE, "task.checkpoint_every=1.5"], "task.checkpoint_every=1.5 is not valid"),
     ([SINGLE, "task.steps_to=[0.1,1.5]"], "task.steps_to=1.5 is not valid; expected a number in [0, 1]"),
     (["device=tpu"], "device='tpu' is not valid; valid choices: cpu, cuda"),
     (["cpu_matmul=mkl"], "cpu_matmul='mkl' is not valid; valid choices: auto, onednn, blas"),
@@ -35,7 +35,7 @@ BAD_VALUES = [
     ([SINGLE, "experiment_name=null"], "experiment_name=None is not valid; expected a non-empty name"),
     ([SINGLE, "logger.name=tensorbord"],
      "logger.name='tensorbord' is not valid; valid choices: wandb, tensorboard, none"),
-    ([MNIST, "trainer.steps=5"], "trainer.steps=5 is not valid with task.eval_every=200"),
+    ([MNIST, "task.steps=5"], "task.steps=5 is not valid with task.eval_every=200"),
     ([TOKEN, "task.dedup=1"], "task.dedup=1 is not valid"),  # 1 is not true
     # logger (harness/tracking.py check_logger_config)
     ([SINGLE, "logger=wandb", "logger.init_timeout=0"], "logger.init_timeout=0 is not valid; expected a number > 0"),
@@ -130,7 +130,7 @@ BAD_VALUES = [
 
 # boundary values that are valid and must still build
 GOOD_VALUES = [
-    [SINGLE, "trainer.checkpoint_every=0"],
+    [SINGLE, "task.checkpoint_every=0"],
     [SINGLE, "task.steps_to=[0.0,1.0]"],
     [SINGLE, "logger=wandb", "logger.init_timeout=0.5"],
     [TOKEN, "algorithm=grpo", "algorithm.beta=0"],
@@ -176,13 +176,14 @@ def test_every_numeric_task_key_has_a_row(task):
     if task == "token_reversal":
         files += [CONF / "model" / "transformer.yaml", CONF / "optim" / "muon.yaml", CONF / "optim" / "adam.yaml"]
     keys = [(override.split("=")[0], overrides) for overrides, _ in BAD_VALUES for override in overrides]
-    covered = {key for key, overrides in keys if TOY_CONFIGS[task] in overrides or key.startswith("trainer.")}
+    run_keys = {f"task.{name}" for name in RUN_KEYS}  # checked alike for every task (harness.config.run_settings)
+    covered = {key for key, overrides in keys if TOY_CONFIGS[task] in overrides or key.startswith("trainer.")
+               or key in run_keys}
     for path in files:
         group = "task" if path.parent.name == "task" else path.parent.name
         for key, value in yaml.safe_load(path.read_text()).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                names = {f"{group}.{key}", f"trainer.{key}"}  # task.steps / checkpoint_every are trainer defaults
-                assert names & covered, f"{path.name}: no BAD_VALUES row for {group}.{key}"
+                assert f"{group}.{key}" in covered, f"{path.name}: no BAD_VALUES row for {group}.{key}"
 
 
 # ---- experiment presets ----------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_a_run_keeps_the_group_of_the_launch_that_started_it(tmp_path, monkeypat
 
 def test_a_two_hyperparameter_sweep_gives_each_point_its_group(tmp_path):
     result = run_cli(["-m", "task=tabular_single", "algorithm=tpo", "task.alpha=0.1,0.2", "task.arms=10,20", "seeds=2",
-                      "trainer.steps=3", *OFFLINE, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+                      "task.steps=3", *OFFLINE, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     found = {}
     for job in (tmp_path / "sweep").glob("*/wandb"):
@@ -176,7 +176,7 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
         seen["checkpoint"] = (run_dir / "checkpoint.pt").exists()
 
     pause_at(monkeypatch, "tabular_single", 4, read_before_the_checkpoint)
-    summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=8", "trainer.checkpoint_every=0",
+    summary = run_config(["task=tabular_single", "seeds=2", "task.steps=8", "task.checkpoint_every=0",
                           *OFFLINE], run_dir)
     assert seen == {"steps": [[0, 1, 2, 3]] * 2, "checkpoint": False}
 
@@ -200,7 +200,7 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
 
 # ---- one run for a configuration's seeds ----------------------------------------------------------------------------
 
-SINGLE_RUN = ["task=tabular_single", "seeds=3", "trainer.steps=8", *OFFLINE]
+SINGLE_RUN = ["task=tabular_single", "seeds=3", "task.steps=8", *OFFLINE]
 METRICS = ("error", "misalignment")
 
 
@@ -312,7 +312,7 @@ def test_a_resume_does_not_log_again_the_rows_wandb_holds_past_the_checkpoint(tm
     """Ctrl-C at step 8 with checkpoints every 5: the interrupted launch's runs hold rows 0-7, the resume restarts at
     5 and reproduces rows 5-7, which must not reach W&B a second time: with a run per seed, and with one run for
     both seeds (``logger.seed_runs=1``)."""
-    overrides = ["task=tabular_single", "seeds=2", "trainer.steps=20", "trainer.checkpoint_every=5", *OFFLINE,
+    overrides = ["task=tabular_single", "seeds=2", "task.steps=20", "task.checkpoint_every=5", *OFFLINE,
                  f"logger.seed_runs={seed_runs}"]
     run_killed_at(overrides, tmp_path / "run", get_task("tabular_single"), 8)
     run_config([*overrides, "trainer.resume=auto"], tmp_path / "run")
@@ -326,8 +326,8 @@ def test_after_a_kill_9_the_resume_sends_wandb_the_rows_it_lost(tmp_path, seed_r
     seconds of rows, which lie before the checkpoint and are not produced again; the resume sends them, to each
     seed's run or to the configuration's."""
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "harness", "task=tabular_single", "seeds=2", "trainer.steps=3000",
-               "trainer.checkpoint_every=500", *OFFLINE, f"logger.seed_runs={seed_runs}", "trainer.resume=auto",
+    command = [sys.executable, "-m", "harness", "task=tabular_single", "seeds=2", "task.steps=3000",
+               "task.checkpoint_every=500", *OFFLINE, f"logger.seed_runs={seed_runs}", "trainer.resume=auto",
                f"hydra.run.dir={run_dir}"]
     # each launch with a wandb service of its own, as from a shell (not this worker's, which earlier tests started and
     # which would outlive the kill holding the run's id)
@@ -387,7 +387,7 @@ def test_starting_wandb_does_not_hold_the_first_steps(tmp_path, monkeypatch):
     gate = threading.Event()
     wandb = slow_wandb(monkeypatch, init_gate=gate)
     pause_at(monkeypatch, "tabular_single", 3, gate.set)
-    summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=6", "logger=wandb", "logger.mode=online"],
+    summary = run_config(["task=tabular_single", "seeds=2", "task.steps=6", "logger=wandb", "logger.mode=online"],
                          tmp_path)
     assert summary["status"] == "completed"
     assert [[row["step"] for row in run.logged] for run in wandb.runs] == [list(range(6))] * 2
@@ -403,7 +403,7 @@ def test_a_wandb_that_cannot_keep_up_loses_rows_not_training_time(tmp_path, monk
     pause_at(monkeypatch, "tabular_single", 11, gate.set)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        summary = run_config(["task=tabular_single", "seeds=2", "trainer.steps=12", "logger=wandb",
+        summary = run_config(["task=tabular_single", "seeds=2", "task.steps=12", "logger=wandb",
                               "logger.mode=online"], tmp_path)
     messages = [str(w.message) for w in caught if "W&B" in str(w.message)]
     assert len(messages) == 1 and "W&B cannot keep up" in messages[0], messages

@@ -84,7 +84,8 @@ from harness.campaign.listing import plan_summary
 from harness.campaign.local import LocalLauncher, pinned_load
 from harness.campaign.locks import LOCKS, OLD_LOCK, campaign_lock, results_lock
 from harness.campaign.planning import MARGIN, breadth_first, calibrate, fit_plan, plan, progress, seconds_needed
-from harness.campaign.queue import (CELL_KEYS, GPU_OVERRIDE, MEM_GB, QUEUES, check_cells, check_only, check_resources,
+from harness.artefacts import QUEUES
+from harness.campaign.queue import (CELL_KEYS, GPU_OVERRIDE, MEM_GB, check_cells, check_only, check_resources,
                                     expand, load_queue, queue_cells, selected)
 from harness.campaign.records import (BUDGET, DONE, REPLACED, damaged_finish, damaged_record, differences, finished,
                                       recorded_identity, replace_stale, set_aside_damaged, work_mismatch)

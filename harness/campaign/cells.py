@@ -166,4 +166,4 @@ def node_refusal(preset: str, overrides: tuple[str, ...]) -> str | None:
 
 
 def preset_steps(preset: str, overrides: tuple[str, ...]) -> int:
-    return int(cell_identity(preset, overrides)["trainer"]["steps"])
+    return int(cell_identity(preset, overrides)["task"]["steps"])

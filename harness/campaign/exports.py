@@ -172,7 +172,7 @@ def _changes(folder: Path, record: dict, steps: int, expected: dict) -> list[str
     may differ in, else a longer step budget; [] when it is the cell's."""
     changes = differences(recorded_identity(folder), expected, _exported_ignores())
     if not changes and record["steps"] > steps:
-        changes = [f"trainer.steps: {record['steps']} → {steps}"]
+        changes = [f"task.steps: {record['steps']} → {steps}"]
     return changes
 
 

@@ -211,7 +211,8 @@ def progress(job: Job, work: Path) -> float:
         lines = file.read().split(b"\n")[:-1]  # complete lines only: a write cut short ends without its newline
     last = lines[-1].split(b",")[0] if lines else b""
     try:
-        every = int(OmegaConf.load(config).trainer.checkpoint_every)
+        recorded = OmegaConf.load(config)  # a run recorded before RENAMED: trainer.checkpoint_every, which may differ
+        every = int(recorded.trainer.get("checkpoint_every", recorded.task.checkpoint_every))
     except Exception:  # noqa: BLE001 - a damaged config: nothing a resume could keep (the run refuses it itself)
         return 0.0
     if not last.isdigit() or every <= 0:

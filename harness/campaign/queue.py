@@ -9,11 +9,10 @@ from pathlib import Path
 import yaml
 
 from common.checks import ConfigError
-from harness import cli, locations
+from harness import artefacts, cli
 from harness.campaign import cells as composed
 from harness.campaign.cells import CellError, cell_identity
 
-QUEUES = locations.CONF / "campaign"
 CELL_KEYS = ("priority", "preset", "name", "seeds", "cost", "overrides", "chunk", "cpus", "mem_gb", "time_min", "gpus",
              "gpu_hours", "like", "scale", "grid")
 REQUIRED = ("priority", "preset", "name", "seeds", "cost")  # a cell's keys without a default
@@ -53,9 +52,9 @@ def queue_file(name: str) -> str:
 
 
 def load_queue(name: str) -> dict:
-    path = Path(name) if name.endswith(".yaml") else QUEUES / f"{name}.yaml"
+    path = Path(name) if name.endswith(".yaml") else artefacts.QUEUES / f"{name}.yaml"
     if not path.exists():
-        choices = ", ".join(sorted(p.stem for p in QUEUES.glob("*.yaml")))
+        choices = ", ".join(artefacts.queues())
         raise cli.Refusal(f"Error: campaign queue {name!r} not found; valid choices: {choices}")
     queue = yaml.safe_load(path.read_text()) or {}
     located = [(cell, where) for entry, where in _entries(queue.get("cells"), path)
@@ -90,8 +89,6 @@ def _entries(cells, path: Path) -> list[tuple[dict, str]]:
 def _declared_entries(queue: str) -> list[tuple[dict, str]]:
     """(entry, where a refusal finds it) of every entry the presets declare for ``queue`` (``artefact.campaign.
     <queue>``, harness/artefacts.py), in the queue's order; an entry's preset is the one that declares it."""
-    from harness import artefacts
-
     located = []
     try:
         declared = artefacts.queue_entries(queue)

@@ -110,7 +110,7 @@ def work_mismatch(job: Job, work: Path) -> list[str]:
             return []  # a launch that failed before any work: the harness starts it afresh
     expected = _strip(cell_identity(job.preset, job.overrides), BUDGET)
     expected.update(seeds=job.seeds, seed_offset=job.offset)
-    expected.setdefault("trainer", {})["steps"] = job.steps
+    expected["task"]["steps"] = job.steps
     return differences(recorded_identity(folder), expected)
 
 

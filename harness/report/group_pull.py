@@ -29,14 +29,14 @@ from omegaconf import OmegaConf
 from algorithms import Groups, Rollout
 from algorithms.registry import ALGORITHMS, Algorithm, build, get_algorithm
 from algorithms.scores import Spread
-from harness import cli, locations
+from harness import artefacts, cli, locations
 
 PRESETS = {"σ": "beyond_amplification", "σ floor": "beyond_amplification_floor",
            "shrunk σ": "beyond_amplification_shrinkage", "ranks": "beyond_amplification_rank"}
 
 
 def _preset(name: str) -> dict:
-    return yaml.safe_load((locations.CONF / "experiment" / f"{name}.yaml").read_text()) or {}
+    return yaml.safe_load((artefacts.PRESETS / f"{name}.yaml").read_text()) or {}
 
 
 def variants() -> dict[str, dict]:

@@ -24,7 +24,7 @@ import yaml
 
 from algorithms.registry import neutral_hyperparameters
 from harness import cli
-from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RETIRED
+from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RENAMED, RETIRED
 from harness.rundir import CONFIG_FILES, EXPORTED_METRICS
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
@@ -77,14 +77,18 @@ def read_config(run_dir: Path) -> dict:
     if path is None:
         return {}
     with open(path) as handle:
-        return with_neutral_defaults(
+        return as_current(
             _resolve(flatten(yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})))
 
 
-def with_neutral_defaults(flat: dict) -> dict:
-    """``flat`` with every absent ``NEUTRAL_DEFAULTS`` key whose section (``optim.``, ``task.``) it has, and without
-    the algorithm's neutral hyperparameters at their default (``algorithms.registry.neutral_hyperparameters``) or a
-    ``RETIRED`` key at its value, so that runs from before and after a key joined or left the configs read alike."""
+def as_current(flat: dict) -> dict:
+    """``flat`` with its ``RENAMED`` keys under their new names, every absent ``NEUTRAL_DEFAULTS`` key whose section
+    (``optim.``, ``task.``) it has, and without the algorithm's neutral hyperparameters at their default
+    (``algorithms.registry.neutral_hyperparameters``) or a ``RETIRED`` key at its value, so that runs from before and
+    after a key joined, was renamed or left the configs read alike (as ``harness.rundir`` reads their identity)."""
+    for old, new in RENAMED.items():
+        if old in flat:
+            flat[new] = flat.pop(old)
     for key, value in RETIRED.items():
         if key in flat and _value_text(flat[key]) == _value_text(value):
             del flat[key]
@@ -212,9 +216,9 @@ def _read_summary(run_dir: Path) -> dict:
     return summary
 
 
-# Keys every run's config holds. The harness writes a config whole, trainer last: one that lacks a key was cut at the
-# end of a line (one cut mid-line has no newline at its end)
-CONFIG_KEYS = ("experiment_name", "task.name", "algorithm.name", "seeds", "trainer.steps")
+# Keys every run's config holds. The harness writes a config whole, trainer.progress last: one that lacks a key was
+# cut at the end of a line (one cut mid-line has no newline at its end)
+CONFIG_KEYS = ("experiment_name", "task.name", "algorithm.name", "seeds", "task.steps", "trainer.progress")
 
 
 def _read_config_checked(run_dir: Path) -> dict:
@@ -241,7 +245,7 @@ def _read_config_checked(run_dir: Path) -> dict:
 def _run_record(run_dir: Path) -> dict:
     summary = _read_summary(run_dir)
     config = _read_config_checked(run_dir)
-    steps = summary.get("steps", config.get("trainer.steps"))
+    steps = summary.get("steps", config.get("task.steps"))
     return {
         "run_dir": str(run_dir), "source": "local",
         "experiment": summary.get("experiment") or config.get("experiment_name", "default"),
@@ -397,7 +401,7 @@ def load_wandb(path: str, api=None, filters: dict | None = None,
         api = wandb.Api()
     groups: dict[str, list] = {}
     for whole in api.runs(path, filters=filters):
-        config = with_neutral_defaults(_resolve(flatten(dict(whole.config))))
+        config = as_current(_resolve(flatten(dict(whole.config))))
         for run, config in _seed_runs(whole, config):
             _add_member(groups, path, run, config)
     records, frames = [], []
@@ -533,7 +537,7 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         "experiment": config.get("experiment_name", "default"), "task": config.get("task.name"),
         "algorithm": config.get("algorithm.name"), "status": _combined_status(statuses),
         "seed_ids": () if frame is None else tuple(sorted(seeds)),
-        "steps": config.get("trainer.steps"),
+        "steps": config.get("task.steps"),
         "last_step": None if frame is None else max(last_steps) if last_steps else int(frame["step"].max()),
         "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
         "config": {k: v for k, v in config.items() if k != "seed"},

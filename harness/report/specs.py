@@ -300,11 +300,6 @@ def section4(*names: str) -> tuple[Series, ...]:
     return tuple(_S4[name] for name in names)
 
 
-BASELINES = ("tpo", "grpo", "rloo", "dr_grpo", "dapo", "gspo", "cispo")  # beyond_terminal_baselines' comparison
-RELAPSE_VARIANTS = ("beyond_relapse", "beyond_relapse_skip", "beyond_relapse_scale", "beyond_relapse_adam")
-SPREAD_VARIANTS = ("beyond_amplification", "beyond_amplification_floor", "beyond_amplification_shrinkage",
-                   "beyond_amplification_rank")
-
 LLM_LEARN = (("llm_cpu_learn", "CPU, 4 prompts × K = 8, 50 steps, 64 held-out puzzles"),
              ("llm_gpu_learn", "GPU, 16 prompts × K = 16, 100 steps, 256 held-out puzzles"))
 
@@ -385,6 +380,18 @@ def tables_of(declared: list[tuple[str, dict]]) -> dict[str, Table]:
 
 
 TABLES: dict[str, Table] = tables_of(artefacts.declared_tables())
+
+
+def row_values(table: str, key: str) -> tuple:
+    """The values of ``key`` in a declared table's rows, in their order, each once: a figure of the same comparison
+    draws the methods or variants its table declares, not a second list of them."""
+    return tuple(dict.fromkeys(row[key] for row in TABLES[table].rows if key in row))
+
+
+BASELINES = values_of("beyond_terminal_baselines", "algorithm")  # the methods its table compares
+RELAPSE_VARIANTS = row_values("beyond_relapse", "experiment")  # the optimizers its table pairs
+SPREAD_VARIANTS = row_values("beyond_amplification", "experiment")  # the standardisation variants its table pairs
+
 
 def panels(preset: str, rows: tuple[dict, ...], cols: tuple[dict, ...], series, where: dict | None = None,
            **kwargs) -> tuple[Panel, ...]:

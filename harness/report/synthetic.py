@@ -20,7 +20,7 @@ def make_config(experiment: str, task: str, algorithm: str, seeds: int, steps: i
     config = {"task": {"name": task, "steps": steps, "steps_to": [0.05, 0.01]},
               "algorithm": {"name": algorithm, "epochs": None, "eta": 1.0}, "logger": {"name": "none"},
               "experiment_name": experiment, "seeds": seeds, "seed_offset": seed_offset, "device": "cpu",
-              "threads": 1, "trainer": {"steps": "${task.steps}", "resume": False}}
+              "threads": 1, "trainer": {"resume": False, "progress": False}}
     for key, value in params.items():
         group, name = key.split(".", 1)
         config[group][name] = value

@@ -59,7 +59,7 @@ def _budget(cfg) -> tuple[int, int]:
     """(seeds, steps) of a composed preset: an LLM preset trains one seed a run and sweeps ``seed_offset``, so its
     seeds are its runs' times the offsets it sweeps."""
     offsets = (cfg.hydra.sweeper.params or {}).get("seed_offset")
-    return int(cfg.seeds) * (len(str(offsets).split(",")) if offsets is not None else 1), int(cfg.trainer.steps)
+    return int(cfg.seeds) * (len(str(offsets).split(",")) if offsets is not None else 1), int(cfg.task.steps)
 
 
 def one_seed_runs(preset: str) -> bool:

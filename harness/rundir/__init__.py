@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness.identity import LEFT_OUT_AT_VALUE, NOT_IDENTITY
+from harness.identity import LEFT_OUT_AT_VALUE, NOT_IDENTITY, RENAMED
 from harness.rundir import outputs
 from common.checks import ConfigError
 from algorithms.registry import neutral_hyperparameters
@@ -115,16 +115,19 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` less the keys in NOT_IDENTITY, and the NEUTRAL_DEFAULTS and RETIRED keys (the algorithm's neutral
-    hyperparameters too) at their value, in place; also applied to a recorded identity, so that a run recorded before
-    a key joined NOT_IDENTITY, or left the configs, still resumes."""
+    """``config`` with its RENAMED keys under their new names, less the keys in NOT_IDENTITY, and the NEUTRAL_DEFAULTS
+    and RETIRED keys (the algorithm's neutral hyperparameters too) at their value, in place; also applied to a
+    recorded identity, so that a run recorded before a key joined NOT_IDENTITY, was renamed, or left the configs,
+    still resumes."""
+    for old, new in RENAMED.items():
+        old_node, leaf = _parent(config, old)
+        if leaf in old_node:
+            new_node, new_leaf = _parent(config, new, create=True)
+            new_node[new_leaf] = old_node.pop(leaf)
     for dotted in (*NOT_IDENTITY, *LEFT_OUT_AT_VALUE):
-        *parents, leaf = dotted.split(".")
-        node = config
-        for parent in parents:
-            node = node.get(parent, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict) and leaf in node and (
-                dotted not in LEFT_OUT_AT_VALUE or _canonical(node[leaf]) == _canonical(LEFT_OUT_AT_VALUE[dotted])):
+        node, leaf = _parent(config, dotted)
+        if leaf in node and (dotted not in LEFT_OUT_AT_VALUE
+                             or _canonical(node[leaf]) == _canonical(LEFT_OUT_AT_VALUE[dotted])):
             node.pop(leaf)
     algorithm = config.get("algorithm")
     if isinstance(algorithm, dict):
@@ -132,6 +135,16 @@ def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
             if key in algorithm and _canonical(algorithm[key]) == _canonical(default):
                 algorithm.pop(key)
     return config
+
+
+def _parent(config: dict[str, Any], dotted: str, create: bool = False) -> tuple[dict[str, Any], str]:
+    """(the mapping that holds ``dotted``'s last part, that part); where the config has none, an empty mapping, or
+    with ``create`` the mappings made in it."""
+    *parents, leaf = dotted.split(".")
+    node = config
+    for parent in parents:
+        node = (node.setdefault(parent, {}) if create else node.get(parent, {})) if isinstance(node, dict) else {}
+    return (node if isinstance(node, dict) else {}), leaf
 
 
 def _canonical(node: Any) -> Any:

@@ -33,7 +33,7 @@ MAX_PENDING_LOSSES = 4096  # steps between divergence checks for a task that rec
 
 
 class BatchedTrainer(Trainer):
-    """The step loop of a batched task: checkpoints every ``trainer.checkpoint_every`` steps and at the end, a
+    """The step loop of a batched task: checkpoints every ``task.checkpoint_every`` steps and at the end, a
     metrics row per seed at each step the task reports one, a seed's numbers NaN from the step its loss is first
     non-finite."""
 
@@ -57,7 +57,7 @@ class BatchedTrainer(Trainer):
         steps = self.settings.steps
         if checkpoint["step"] > steps:
             raise outputs.CheckpointError(f"{run_dir / outputs.CHECKPOINT_FILE} is at step {checkpoint['step']}, "
-                                          f"past trainer.steps={steps}; {outputs.CHECKPOINT_HELP}")
+                                          f"past task.steps={steps}; {outputs.CHECKPOINT_HELP}")
         try:
             self.task.load_state_dict(checkpoint["task"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:

@@ -67,9 +67,6 @@ def check_llm_config(cfg: DictConfig, algorithm, task, world_size: int) -> int:
                           "adapter disabled); valid choices: task.lora_rank > 0, or task.ref_kl=0")
     if task.vllm and not str(cfg.device).startswith("cuda"):
         raise ConfigError("task.vllm=true needs device=cuda; valid choices here: task.vllm=false")
-    if not isinstance(cfg.trainer.checkpoint_every, int) or cfg.trainer.checkpoint_every < 0:
-        raise ConfigError(f"trainer.checkpoint_every={cfg.trainer.checkpoint_every!r} is not valid; expected 0 or "
-                          "a positive integer")
     return int(epochs)
 
 
