@@ -223,14 +223,21 @@ def test_a_claimed_run_folder_is_refused_in_one_line_and_not_submitted(tmp_path,
     assert [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()] == [by_lock, by_job]
 
 
-def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattached_or_submitted(tmp_path,
+@pytest.mark.parametrize("client", [True, False])
+def test_dry_run_on_slurm_prints_each_jobs_resources_and_whether_it_is_reattached_or_submitted(tmp_path, client,
                                                                                                 monkeypatch, capsys):
     """Each job to run with its cpus, memory, time limit (given, or its cell's cost × seeds × steps × 2, at least
-    10 min) and GPUs, and what the run would do with it; nothing is submitted.
+    10 min) and GPUs, and what the run would do with it; nothing is submitted; on a machine without SLURM's client
+    too (``client=False``: planning a submission before logging in to the cluster).
 
-    Bug caught: ``resources`` without ``TIME_MARGIN`` (a time limit of the bare estimate: a slower node cuts it off)."""
+    Bugs caught: ``resources`` without ``TIME_MARGIN`` (a time limit of the bare estimate: a slower node cuts it
+    off); ``sbatch --test-only`` asked through submitit's executor where there is no srun (its RuntimeError)."""
+    import shutil
+
     import submitit
 
+    if not client:
+        monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
     monkeypatch.setattr(submitit.AutoExecutor, "submit", no_submission)
     monkeypatch.setattr(campaign_slurm, "slurm_active_jobs", lambda: {"21": "RUNNING"})
     cells = [dict(CELLS[0], name="slow", cost=12.0),  # 12 s × 150: 0.5 h a seed

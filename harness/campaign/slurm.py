@@ -8,6 +8,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -559,6 +560,8 @@ class SlurmLauncher(Launcher):
         """sbatch's error for the job's submission, asked with ``sbatch --test-only`` (nothing is submitted) once
         per resources; None when sbatch would take it (or is not here to ask)."""
         resources = self.resources(job)
+        if shutil.which("sbatch") is None or shutil.which("srun") is None:  # submitit's executor needs both
+            return None
         if resources not in self._tested:
             executor = self.executor([job], f"{MARK}test-only")._executor  # submitit's: the script it would submit
             script = executor._make_submission_file_text(shlex.join(self.command(job)), uuid.uuid4().hex)
