@@ -108,6 +108,17 @@ def test_the_group_names_the_identity_keys_the_launch_overrode():
             == "default/gsm8k/grpo/epochs=3,model.name=smollm2_135m,optim.name=adamw,lora_rank=0,ref_kl=0")
 
 
+def test_a_run_recorded_under_a_renamed_key_keeps_its_group():
+    """A run launched as ``trainer.steps=200`` (its recorded overrides, read back when it resumes) keeps the group it
+    started in, where the key sorted after ``task.*``; launched today as ``task.steps=200`` it names the same value.
+    Bug caught: the renamed key dropped from the group (a resumed run's rows in another group than its first)."""
+    cfg = compose_config(["experiment=table3_terminal", "task.H=7", "task.target=copy", "task.steps=200"])
+    assert wandb_group(cfg, ["task.H=7", "task.target=copy", "trainer.steps=200"]) == (
+        "table3_terminal/token_reversal/tpo/H=7,target=copy,steps=200")
+    assert wandb_group(cfg, ["task.H=7", "task.target=copy", "task.steps=200"]) == (
+        "table3_terminal/token_reversal/tpo/H=7,steps=200,target=copy")
+
+
 def test_a_run_keeps_the_group_of_the_launch_that_started_it(tmp_path, monkeypatch):
     """The group comes from the run's ``.hydra/overrides.yaml`` (its fresh start's launch), which a resume keeps."""
     calls = []
