@@ -523,7 +523,7 @@ def test_runs_find_this_repository_first_and_the_machines_own_paths_after_it(inh
 
 @pytest.mark.parametrize("queue", ["section4_gpu", "section4_sweeps_gpu"])
 def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue(queue):
-    """The GPU queues' cells are paper queue cells (Section 4's mechanism, P6; its sweeps, P15 taken to 30 seeds in
+    """The GPU queues' cells are paper queue cells (Section 4's mechanism, P6; its sweeps, P14 taken to 30 seeds in
     P19) with all seeds batched on a GPU: same preset, name, seeds and configuration but the device (which the
     report ignores), so their runs land in the paper's cell folders."""
     paper = {(c["preset"], c["name"]): c for c in campaign.load_queue("paper")["cells"]}  # a cell's last listing
@@ -545,7 +545,7 @@ def test_gpu_jobs_side_by_side_each_compute_their_seeds_in_chunks_that_fit_their
     from tasks.memory import estimate_memory
 
     overrides = ("task.K=64", "algorithm=grpo", "device=cuda")
-    job = campaign.Job("P15", "fig12_k_sweep", "k64_grpo", overrides, 0, 30, 2000, 1.0, 1.0)
+    job = campaign.Job("P14", "fig12_k_sweep", "k64_grpo", overrides, 0, 30, 2000, 1.0, 1.0)
 
     def need(chunk: int) -> float:  # the run's own memory estimate at that chunk, composed independently
         config = OmegaConf.create(campaign.cell_identity("fig12_k_sweep", (*overrides, f"task.seed_chunk={chunk}")))
