@@ -112,6 +112,13 @@ class Task:
                               f"{default.value}")
 
     @classmethod
+    def inert_keys(cls, algorithm: type[Algorithm]) -> frozenset[str]:
+        """Config keys on which a run of ``algorithm`` does not depend, whatever their value (most tasks: none). A
+        report's cell that sets one reads such a run where no run has the cell's own value, so that one configuration
+        is never run twice (``harness/report/tables.py``)."""
+        return frozenset()
+
+    @classmethod
     def supports(cls, algorithm: type[Algorithm]) -> bool:
         """Whether the task can run the algorithm: it offers one of its rollout shapes (a task may refine this)."""
         return algorithm.rollout_for(cls.rollouts) is not None

@@ -310,6 +310,12 @@ class TokenReversal(Task):
                                          "token accuracy", low=0, high=1, high_open=True)
 
     @classmethod
+    def inert_keys(cls, algorithm) -> frozenset[str]:
+        """task.match rescales single-sample methods only (reproduction notes §6.8): a grouped or token-candidate
+        method's run is the same under prompts and interactions."""
+        return frozenset() if algorithm.rollout_for(cls.rollouts) is Rollout.SINGLE else frozenset({"task.match"})
+
+    @classmethod
     def memory_estimate(cls, cfg, seeds):
         from algorithms import ALGORITHMS
 

@@ -252,6 +252,26 @@ def test_the_paper_queue_picks_points_of_its_presets_and_lists_no_cell_by_hand()
         assert list(point) == list(sweep) and all(point[axis] in sweep[axis] for axis in sweep), cell
 
 
+def test_no_two_cells_of_the_paper_queue_run_one_configuration():
+    """Cells that differ only in a key their runs do not depend on (``Task.inert_keys``: a grouped method's
+    task.match) would run the same configuration twice; the report reads one for both."""
+    from algorithms.registry import get_algorithm
+    from harness.report.tables import preset_config
+    from tasks import get_task
+
+    seen, grouped_interactions = {}, 0
+    for cell in campaign.load_queue("paper")["cells"]:
+        point = dict(override.split("=", 1) for override in cell["overrides"])
+        preset = preset_config(cell["preset"])
+        task = get_task(point.get("task", preset.task.name))
+        algorithm = get_algorithm(point.get("algorithm", preset.algorithm.name))
+        inert = task.inert_keys(algorithm)
+        grouped_interactions += "task.match" in inert and point.get("task.match") == "interactions"
+        one = (cell["preset"], tuple(sorted((key, value) for key, value in point.items() if key not in inert)))
+        assert seen.setdefault(one, cell["name"]) == cell["name"], (cell["name"], seen[one])
+    assert grouped_interactions == 0  # the queue's only use of task.match=interactions is the single-sample methods'
+
+
 def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):
     """A queue brings every cell of a sweep to 10 seeds before any to 30: the later listing runs seeds 10-29 only,
     and a seed done counts once, in the listing that holds it."""

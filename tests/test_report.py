@@ -202,6 +202,45 @@ def test_a_shorter_run_of_another_configuration_is_superseded_not_a_conflict(tmp
     assert resolve("short").status == "partial"  # nothing longer: the short run is what there is
 
 
+def test_a_grouped_methods_interaction_matched_cell_reads_its_prompt_matched_runs(tmp_path):
+    """task.match changes only single-sample methods (``TokenReversal.inert_keys``): TPO's interaction-matched cell
+    reads the prompt-matched runs and says so, PPO's stays missing, a run of the cell's own value is preferred
+    unless it failed, and a missing grouped cell's command runs the one configuration (the preset's task.match)."""
+    from harness.report import synthetic
+    from harness.report.tables import Report, command
+
+    steps = np.array([0, 10, 19])
+    for algorithm, final in (("tpo", 0.25), ("ppo", 0.5)):
+        config = synthetic.make_config("table3_terminal", "token_reversal", algorithm, 2, 20,
+                                       **{"task.H": 7, "task.match": "prompts"})
+        synthetic.write_run(tmp_path / "runs" / algorithm, config, {"error": np.full((2, 3), final)}, steps=steps)
+
+    def cell(report, algorithm, match):
+        return report.resolve("table3_terminal", {"algorithm.name": algorithm, "task.match": match, "task.H": 7},
+                              (2, 20, "preset"))
+
+    report = Report(*load_runs([tmp_path / "runs"]))
+    read = cell(report, "tpo", "interactions")
+    assert read.status == "ok" and read.run_dirs == cell(report, "tpo", "prompts").run_dirs
+    assert read.flags == ["the task.match=prompts runs (the same configuration here)"]
+    assert report.matrix(read, "error").values[:, -1].mean() == pytest.approx(0.25)
+    assert cell(report, "ppo", "interactions").status == "missing"
+    assert not cell(report, "tpo", "prompts").flags
+    assert "task.match=prompts" in command("table3_terminal", {"algorithm.name": "grpo", "task.match": "interactions"})
+    assert "task.match=interactions" in command("table3_terminal", {"algorithm.name": "ppo",
+                                                                    "task.match": "interactions"})
+    own = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20,
+                                **{"task.H": 7, "task.match": "interactions"})
+    synthetic.write_run(tmp_path / "runs" / "tpo_interactions", own, status="failed")
+    report = Report(*load_runs([tmp_path / "runs"]))
+    assert cell(report, "tpo", "interactions").flags == read.flags  # a failed run of its own: the alike runs
+    synthetic.write_run(tmp_path / "runs" / "tpo_interactions", own, {"error": np.full((2, 3), 0.75)}, steps=steps)
+    report = Report(*load_runs([tmp_path / "runs"]))
+    exact = cell(report, "tpo", "interactions")
+    assert exact.status == "ok" and not exact.flags
+    assert report.matrix(exact, "error").values[:, -1].mean() == pytest.approx(0.75)
+
+
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):
     from harness.report.load import find_run_dirs
 
@@ -259,8 +298,8 @@ def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are
     read as complete)."""
     from harness.report import synthetic
 
-    steps = np.arange(20)
-    config = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 3, 20,
+    steps = np.arange(20)  # PPO: a single-sample method's runs fill one cell (a grouped one's, both matchings')
+    config = synthetic.make_config("table3_terminal", "token_reversal", "ppo", 3, 20,
                                    **{"task.H": 7, "task.match": "prompts", "task.reward": "terminal"})
     synthetic.write_run(tmp_path / "runs" / "a", config, {"error": np.linspace(1, 0, 60).reshape(3, 20)},
                         steps=steps)

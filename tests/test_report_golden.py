@@ -45,7 +45,7 @@ def synthetic_budget(preset: str) -> tuple[int, int]:
 
 MISSING = ("table1_vocab_sweep", "algorithm.name=ppo task.V=16")
 PARTIAL = ("table1_vocab_sweep", "algorithm.name=dg task.V=8")  # 2 of 3 seeds
-FAILED = ("table3_terminal", "algorithm.name=grpo_no_kl task.match=interactions task.H=10")
+FAILED = ("table3_terminal", "algorithm.name=ppo task.match=interactions task.H=10")  # single-sample: no alike runs
 INTERRUPTED = ("table2_variations", "task.reward=sequential task.target=flip algorithm.name=ppo")
 CONFLICT = ("fig13_masking", "task.K=32 algorithm.name=grpo_masked")  # a second run with another beta
 SHORTER = ("table5_eta_sweep", "algorithm.name=tpo algorithm.eta=4")  # plus an older 100-step smoke run
@@ -251,7 +251,7 @@ def test_missing_partial_failed_interrupted_conflict_and_merged_cells(report):
 def test_table3_cells_get_per_seed_dynamics_of_ours_alone(report):
     """Table 3's cells have no per-seed data from the paper: each cell with runs gets ours, from its own seeds."""
     dynamics = json.loads((report / "table3_dynamics.json").read_text())
-    assert len(dynamics) == 8 * 5 - 1 and "GRPO (no KL), Interact., H=10" not in dynamics  # the failed cell
+    assert len(dynamics) == 8 * 5 - 1 and "PPO, Interact., H=10" not in dynamics  # the failed cell
     tpo = dynamics["TPO, Prompt, H=7"]
     error = values("table3_terminal algorithm.name=tpo task.match=prompts task.H=7", SEEDS, DEFAULT_STEPS,
                    False)["error"]

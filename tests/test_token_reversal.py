@@ -198,6 +198,19 @@ def test_interaction_matching_scales_batch_and_lr_only_for_single_sample_methods
     assert task.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * (math.sqrt(2) if single else 1))
     # common random numbers: the first B of the B·K prompts are the prompt-matched prompts
     assert torch.equal(task.rollout_batch(3).prompts[:, :4], prompts.rollout_batch(3).prompts)
+    # what the report relies on to read a grouped method's interaction-matched cell from its prompt-matched runs
+    assert ("task.match" in tr.TokenReversal.inert_keys(ALGORITHMS[algorithm])) == (not single)
+
+
+@pytest.mark.parametrize("algorithm,same", [("grpo", True), ("ppo", False)])
+def test_a_grouped_methods_run_is_the_same_under_either_matching(tmp_path, algorithm, same):
+    """task.match is inert for a grouped method (``TokenReversal.inert_keys``): its run writes the same metrics
+    under prompts and interactions, byte for byte; a single-sample method's does not."""
+    overrides = [*TINY, f"algorithm={algorithm}", "task.reward=terminal", "task.steps=3"]
+    for match in ("prompts", "interactions"):
+        run_config([*overrides, f"task.match={match}"], tmp_path / match)
+    written = [(tmp_path / match / "metrics.csv").read_bytes() for match in ("prompts", "interactions")]
+    assert (written[0] == written[1]) == same
 
 
 def test_model_and_optim_nodes_are_top_level():

@@ -22,12 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from algorithms.registry import get_algorithm
 from common.checks import ConfigError
 from harness import locations
 from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
 from harness.identity import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
+from tasks import get_task
 
 CONF = locations.CONF
 DONE = ("completed", "diverged")
@@ -120,6 +122,16 @@ def norm(value):
     return str(value)
 
 
+@functools.cache
+def inert_keys(task: str, algorithm: str) -> frozenset[str]:
+    """The config keys a run of ``algorithm`` on ``task`` does not depend on (``Task.inert_keys``); none for a name
+    the registries do not know."""
+    try:
+        return get_task(task).inert_keys(get_algorithm(algorithm))
+    except (ConfigError, ValueError):  # ConfigError: an unknown task; ValueError: an unknown algorithm
+        return frozenset()
+
+
 GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model", "task.name": "task"}  # a group's file name
 
 
@@ -132,6 +144,7 @@ def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) ->
     own = key.get("experiment", preset)
     point = {name: value for name, value in key.items() if name != "experiment"}
     own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
+    key = one_configuration(own, key)
     names = sorted((name for name in key if name not in ("experiment", "metric")),
                    key=lambda name: (name != "algorithm.name", name))
     base = " ".join(["python -m harness -m", f"experiment={own}",
@@ -139,6 +152,18 @@ def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) ->
     have = set(have)
     missing = [seed for seed in range(seeds) if seed not in have] if have else []  # none there: the plain sweep
     return seeds_command(base, missing, one_seed_runs(own)) or base
+
+
+def one_configuration(preset: str, key: dict) -> dict:
+    """``key`` with every key its method's runs do not depend on (``inert_keys``) at the preset's own value, so that
+    the cells of one configuration (a grouped method's prompt- and interaction-matched cells) share one command."""
+    from omegaconf import OmegaConf
+
+    cfg = preset_config(preset)
+    if cfg is None or "algorithm.name" not in key:
+        return key
+    inert = inert_keys(str(key.get("task.name", cfg.task.name)), str(key["algorithm.name"]))
+    return {name: OmegaConf.select(cfg, name) if name in inert else value for name, value in key.items()}
 
 
 def seeds_command(base: str, seeds: Iterable[int], one_seed: bool) -> str:
@@ -221,7 +246,8 @@ class Report:
 
     def __init__(self, runs: pd.DataFrame, curves: pd.DataFrame, resamples: int = stats.RESAMPLES,
                  seed: int = stats.SEED):
-        self.runs, self.curves, self.resamples, self.seed = runs, curves, resamples, seed
+        self.runs = runs.assign(inert=[inert_keys(task, name) for task, name in zip(runs.task, runs.algorithm)])
+        self.curves, self.resamples, self.seed = curves, resamples, seed
         self._index = self._blocks(curves)
         self.with_data = {run for run, _ in self._index}
         self._resolved: dict[tuple, Resolved] = {}
@@ -255,7 +281,9 @@ class Report:
             return 0, 0, "largest run"
         return int(mine.seeds.max() or 0), int(mine.steps.max() or 0), "largest run"
 
-    def matching(self, preset: str, key: dict) -> pd.DataFrame:
+    def matching(self, preset: str, key: dict, inert: bool = False) -> pd.DataFrame:
+        """The runs of the cell ``key``: with every value of the key; ``inert``: or differing only in keys their run
+        does not depend on (``Task.inert_keys``: a grouped method's ``task.match``)."""
         runs = self.runs
         own = key.get("experiment", preset)
         experiments = [own, *SHARED_RUNS.get(own, ())]
@@ -265,13 +293,26 @@ class Report:
                 continue
             column = {"algorithm.name": "algorithm", "task.name": "task"}.get(name)
             values = runs[column] if column else runs["config"].map(lambda c, name=name: c.get(name))
-            mask &= (values.map(norm) == norm(value)).to_numpy()
+            same = (values.map(norm) == norm(value)).to_numpy()
+            mask &= same | np.fromiter((name in keys for keys in runs.inert), bool, len(runs)) if inert else same
         return runs[mask]
 
     def resolve(self, preset: str, key: dict, budget: tuple[int, int, str]) -> Resolved:
+        """The cell's runs: those of its own values; where none is usable, those of the same configuration through
+        an inert key (``matching``), flagged with the value they hold."""
         cache_key = (preset, key_text(key), budget)
         if cache_key not in self._resolved:
-            self._resolved[cache_key] = self.resolve_runs(self.matching(preset, key), budget)
+            resolved = self.resolve_runs(self.matching(preset, key), budget)
+            if not resolved.usable:
+                alike = self.matching(preset, key, inert=True)
+                shared = self.resolve_runs(alike, budget)
+                if shared.usable:
+                    config = alike[alike.run.isin(shared.owners)].config.iloc[0]
+                    read = {name: config.get(name) for name in key if norm(config.get(name)) != norm(key[name])
+                            and name not in ("experiment", "metric", "algorithm.name", "task.name")}
+                    shared.flags.insert(0, f"the {key_text(read)} runs (the same configuration here)")
+                    resolved = shared
+            self._resolved[cache_key] = resolved
         return self._resolved[cache_key]
 
     def resolve_runs(self, candidates: pd.DataFrame, budget: tuple[int, int, str]) -> Resolved:
