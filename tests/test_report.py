@@ -204,41 +204,48 @@ def test_a_shorter_run_of_another_configuration_is_superseded_not_a_conflict(tmp
 
 def test_a_grouped_methods_interaction_matched_cell_reads_its_prompt_matched_runs(tmp_path):
     """task.match changes only single-sample methods (``TokenReversal.inert_keys``): TPO's interaction-matched cell
-    reads the prompt-matched runs and says so, PPO's stays missing, a run of the cell's own value is preferred
-    unless it failed, and a missing grouped cell's command runs the one configuration (the preset's task.match)."""
+    reads the prompt-matched runs (the preset's value) and says so, even beside runs of its own value; PPO's stays
+    missing; runs of the other value fill a cell only where its one configuration has none; every command runs the
+    one configuration, counting its seeds, and H = 10's lands in Fig 1b's preset whichever matching the cell names."""
+    import shutil
+
     from harness.report import synthetic
-    from harness.report.tables import Report, command
+    from harness.report.tables import Report, command, fill_command
 
     steps = np.array([0, 10, 19])
-    for algorithm, final in (("tpo", 0.25), ("ppo", 0.5)):
-        config = synthetic.make_config("table3_terminal", "token_reversal", algorithm, 2, 20,
-                                       **{"task.H": 7, "task.match": "prompts"})
-        synthetic.write_run(tmp_path / "runs" / algorithm, config, {"error": np.full((2, 3), final)}, steps=steps)
 
-    def cell(report, algorithm, match):
-        return report.resolve("table3_terminal", {"algorithm.name": algorithm, "task.match": match, "task.H": 7},
-                              (2, 20, "preset"))
+    def write(name, algorithm, match, final, seeds=2):
+        config = synthetic.make_config("table3_terminal", "token_reversal", algorithm, seeds, 20,
+                                       **{"task.H": 7, "task.match": match})
+        synthetic.write_run(tmp_path / "runs" / name, config, {"error": np.full((seeds, 3), final)}, steps=steps)
 
-    report = Report(*load_runs([tmp_path / "runs"]))
-    read = cell(report, "tpo", "interactions")
-    assert read.status == "ok" and read.run_dirs == cell(report, "tpo", "prompts").run_dirs
+    def cell(algorithm, match):
+        report = Report(*load_runs([tmp_path / "runs"]))
+        resolved = report.resolve("table3_terminal", {"algorithm.name": algorithm, "task.match": match,
+                                                      "task.H": 7}, (2, 20, "preset"))
+        final = report.matrix(resolved, "error").values[:, -1].mean() if resolved.usable else None
+        return resolved, final
+
+    write("tpo", "tpo", "prompts", 0.25)
+    write("ppo", "ppo", "prompts", 0.5)
+    write("tpo_interactions", "tpo", "interactions", 0.75, seeds=1)  # an older, partial run of the same configuration
+    read, final = cell("tpo", "interactions")
+    assert read.status == "ok" and final == pytest.approx(0.25)
     assert read.flags == ["the task.match=prompts runs (the same configuration here)"]
-    assert report.matrix(read, "error").values[:, -1].mean() == pytest.approx(0.25)
-    assert cell(report, "ppo", "interactions").status == "missing"
-    assert not cell(report, "tpo", "prompts").flags
-    assert "task.match=prompts" in command("table3_terminal", {"algorithm.name": "grpo", "task.match": "interactions"})
+    assert cell("tpo", "prompts")[0].flags == [] and cell("ppo", "interactions")[0].status == "missing"
+    shutil.rmtree(tmp_path / "runs" / "tpo")  # the one configuration has no runs: the other value's fill the cells
+    own, final = cell("tpo", "interactions")
+    assert own.status == "partial" and final == pytest.approx(0.75) and "the task" not in own.flags[0]
+    other = cell("tpo", "prompts")[0]
+    assert other.flags[0] == "the task.match=interactions runs (the same configuration here)"
+    full = "python -m harness -m experiment=table3_terminal algorithm=tpo task.H=7 task.match=prompts"
+    assert fill_command("table3_terminal", {"algorithm.name": "tpo", "task.match": "interactions", "task.H": 7},
+                        own, (2, 20, "preset")) == full  # not "seeds=1 seed_offset=1" of the other value's runs
     assert "task.match=interactions" in command("table3_terminal", {"algorithm.name": "ppo",
                                                                     "task.match": "interactions"})
-    own = synthetic.make_config("table3_terminal", "token_reversal", "tpo", 2, 20,
-                                **{"task.H": 7, "task.match": "interactions"})
-    synthetic.write_run(tmp_path / "runs" / "tpo_interactions", own, status="failed")
-    report = Report(*load_runs([tmp_path / "runs"]))
-    assert cell(report, "tpo", "interactions").flags == read.flags  # a failed run of its own: the alike runs
-    synthetic.write_run(tmp_path / "runs" / "tpo_interactions", own, {"error": np.full((2, 3), 0.75)}, steps=steps)
-    report = Report(*load_runs([tmp_path / "runs"]))
-    exact = cell(report, "tpo", "interactions")
-    assert exact.status == "ok" and not exact.flags
-    assert report.matrix(exact, "error").values[:, -1].mean() == pytest.approx(0.75)
+    for match in ("prompts", "interactions"):
+        assert command("table3_terminal", {"algorithm.name": "grpo", "task.match": match, "task.H": 10}) == \
+            "python -m harness -m experiment=fig1b_sparse algorithm=grpo task.H=10 task.match=prompts"
 
 
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):

@@ -142,9 +142,9 @@ def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) ->
     its ``seeds`` (ids ``have``, from runs of its full length) gets one command per missing range (``seeds=n
     seed_offset=a``, joined by ``; ``): the runs that complete it, which the report merges with the ones there."""
     own = key.get("experiment", preset)
+    key = one_configuration(own, key)
     point = {name: value for name, value in key.items() if name != "experiment"}
     own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
-    key = one_configuration(own, key)
     names = sorted((name for name in key if name not in ("experiment", "metric")),
                    key=lambda name: (name != "algorithm.name", name))
     base = " ".join(["python -m harness -m", f"experiment={own}",
@@ -159,11 +159,12 @@ def one_configuration(preset: str, key: dict) -> dict:
     the cells of one configuration (a grouped method's prompt- and interaction-matched cells) share one command."""
     from omegaconf import OmegaConf
 
-    cfg = preset_config(preset)
-    if cfg is None or "algorithm.name" not in key:
+    cfg = preset_config(preset, task=key.get("task.name"))
+    if cfg is None:
         return key
-    inert = inert_keys(str(key.get("task.name", cfg.task.name)), str(key["algorithm.name"]))
-    return {name: OmegaConf.select(cfg, name) if name in inert else value for name, value in key.items()}
+    inert = inert_keys(str(cfg.task.name), str(key.get("algorithm.name", cfg.algorithm.name)))
+    own = {name: OmegaConf.select(cfg, name) for name in inert}
+    return {name: own[name] if own.get(name) is not None else value for name, value in key.items()}
 
 
 def seeds_command(base: str, seeds: Iterable[int], one_seed: bool) -> str:
@@ -191,7 +192,8 @@ def fill_command(preset: str, key: dict, resolved: Resolved, budget: tuple[int, 
     """``command`` for a resolved cell: seed ranges only where the seed count is the preset's (or the paper's),
     counting the seeds of full-length runs (an interrupted run's seeds are run again by a full one)."""
     known = budget[2] != "largest run" and not {"seeds", "seed_offset"} & set(key)
-    return command(preset, key, resolved.finished_seeds if known else (), budget[0] if known else 0)
+    have = resolved.finished_seeds if resolved.fill_seeds is None else resolved.fill_seeds
+    return command(preset, key, have if known else (), budget[0] if known else 0)
 
 
 _RANGE = re.compile(r"^(?P<base>.*) seeds=(?P<n>\d+) seed_offset=(?P<a>\d+(?:,\d+)*)$")
@@ -235,6 +237,7 @@ class Resolved:
     finished_seeds: list[int] = field(default_factory=list)  # the seed ids of runs that reached the budget's steps
     flags: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
+    fill_seeds: list[int] | None = None  # the finished seeds of the cell's one configuration, where they differ
 
     @property
     def usable(self) -> bool:
@@ -246,7 +249,8 @@ class Report:
 
     def __init__(self, runs: pd.DataFrame, curves: pd.DataFrame, resamples: int = stats.RESAMPLES,
                  seed: int = stats.SEED):
-        self.runs = runs.assign(inert=[inert_keys(task, name) for task, name in zip(runs.task, runs.algorithm)])
+        pairs = zip(runs.get("task", ()), runs.get("algorithm", ()))  # a Report of no runs has no columns
+        self.runs = runs.assign(inert=[inert_keys(task, name) for task, name in pairs])
         self.curves, self.resamples, self.seed = curves, resamples, seed
         self._index = self._blocks(curves)
         self.with_data = {run for run, _ in self._index}
@@ -298,20 +302,27 @@ class Report:
         return runs[mask]
 
     def resolve(self, preset: str, key: dict, budget: tuple[int, int, str]) -> Resolved:
-        """The cell's runs: those of its own values; where none is usable, those of the same configuration through
-        an inert key (``matching``), flagged with the value they hold."""
+        """The cell's runs: those of its one configuration (``one_configuration``: a grouped method's interaction-
+        matched cell reads the prompt-matched runs), else of its own values, else of any value of the keys its runs
+        do not depend on; flagged where they hold another value than the cell's. Its command completes the one
+        configuration (``fill_seeds``)."""
         cache_key = (preset, key_text(key), budget)
         if cache_key not in self._resolved:
-            resolved = self.resolve_runs(self.matching(preset, key), budget)
-            if not resolved.usable:
-                alike = self.matching(preset, key, inert=True)
-                shared = self.resolve_runs(alike, budget)
-                if shared.usable:
-                    config = alike[alike.run.isin(shared.owners)].config.iloc[0]
-                    read = {name: config.get(name) for name in key if norm(config.get(name)) != norm(key[name])
-                            and name not in ("experiment", "metric", "algorithm.name", "task.name")}
-                    shared.flags.insert(0, f"the {key_text(read)} runs (the same configuration here)")
-                    resolved = shared
+            one = one_configuration(key.get("experiment", preset), key)
+            fill_seeds = None
+            for cell, inert in [(one, False), *([(key, False)] if one != key else []), (key, True)]:
+                candidates = self.matching(preset, cell, inert)
+                resolved = self.resolve_runs(candidates, budget)
+                fill_seeds = resolved.finished_seeds if fill_seeds is None else fill_seeds
+                if resolved.usable:
+                    break
+            if resolved.usable:
+                held = candidates[candidates.run.isin(resolved.owners)].config.iloc[0]
+                read = {name: held.get(name) for name, value in key.items() if norm(held.get(name)) != norm(value)
+                        and name not in ("experiment", "metric", "algorithm.name", "task.name")}
+                if read:
+                    resolved.flags.insert(0, f"the {key_text(read)} runs (the same configuration here)")
+            resolved.fill_seeds = fill_seeds
             self._resolved[cache_key] = resolved
         return self._resolved[cache_key]
 
