@@ -114,8 +114,8 @@ class Task:
     @classmethod
     def inert_keys(cls, algorithm: type[Algorithm]) -> frozenset[str]:
         """Config keys on which a run of ``algorithm`` does not depend, whatever their value (most tasks: none). A
-        report's cell that sets one reads such a run where no run has the cell's own value, so that one configuration
-        is never run twice (``harness/report/tables.py``)."""
+        report's cell that sets one reads the runs of the preset's own value, and its command runs that value, so
+        that one configuration is never run twice (``harness/report/tables.py``)."""
         return frozenset()
 
     @classmethod

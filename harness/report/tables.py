@@ -251,6 +251,7 @@ class Report:
                  seed: int = stats.SEED):
         pairs = zip(runs.get("task", ()), runs.get("algorithm", ()))  # a Report of no runs has no columns
         self.runs = runs.assign(inert=[inert_keys(task, name) for task, name in pairs])
+        self.inert_names = frozenset().union(*self.runs.inert)  # the keys some run does not depend on
         self.curves, self.resamples, self.seed = curves, resamples, seed
         self._index = self._blocks(curves)
         self.with_data = {run for run, _ in self._index}
@@ -309,20 +310,22 @@ class Report:
         cache_key = (preset, key_text(key), budget)
         if cache_key not in self._resolved:
             one = one_configuration(key.get("experiment", preset), key)
-            fill_seeds = None
-            for cell, inert in [(one, False), *([(key, False)] if one != key else []), (key, True)]:
+            tries = [(one, False), *([(key, False)] if one != key else []),
+                     *([(key, True)] if self.inert_names & set(key) else [])]  # else the same runs again
+            tried = []
+            for cell, inert in tries:
                 candidates = self.matching(preset, cell, inert)
-                resolved = self.resolve_runs(candidates, budget)
-                fill_seeds = resolved.finished_seeds if fill_seeds is None else fill_seeds
-                if resolved.usable:
+                tried.append(self.resolve_runs(candidates, budget))
+                if tried[-1].usable:
                     break
+            resolved = tried[-1]
             if resolved.usable:
                 held = candidates[candidates.run.isin(resolved.owners)].config.iloc[0]
                 read = {name: held.get(name) for name, value in key.items() if norm(held.get(name)) != norm(value)
                         and name not in ("experiment", "metric", "algorithm.name", "task.name")}
                 if read:
                     resolved.flags.insert(0, f"the {key_text(read)} runs (the same configuration here)")
-            resolved.fill_seeds = fill_seeds
+            resolved.fill_seeds = tried[0].finished_seeds
             self._resolved[cache_key] = resolved
         return self._resolved[cache_key]
 
