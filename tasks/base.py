@@ -95,6 +95,13 @@ class Task:
     def check_steps(cls, cfg: DictConfig, steps: int) -> None:
         """Refuse a step budget the task's configuration cannot use (before any work); most tasks accept any."""
 
+    @classmethod
+    def epochs_for(cls, algorithm: Algorithm) -> int:
+        """The updates per rollout batch a run of ``algorithm`` on this task makes: the algorithm's epochs (its
+        ``default_epochs`` where ``algorithm.epochs`` is null) on a multi-epoch task, else one. The report reads a run
+        recorded with a null ``algorithm.epochs`` at this number, so a cell that names it finds the run."""
+        return algorithm.epochs if cls.multi_epoch else 1
+
     def require_single_update(self) -> None:
         """A task without ``multi_epoch`` takes exactly one update per batch: refuse a multi-epoch request."""
         epochs = self.algorithm.hp.epochs

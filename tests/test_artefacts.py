@@ -67,7 +67,7 @@ def test_the_paper_queue_is_its_presets_declarations(tmp_path):
     copy.write_text(text)
     cells = load_queue(str(copy))["cells"]
     assert cells == load_queue("paper")["cells"]
-    assert len({cell["preset"] for cell in cells}) > 10 and len(cells) > 200
+    assert len({cell["preset"] for cell in cells}) > 10 and len(cells) > 150
 
 
 def test_a_declared_queue_without_entries_or_a_misspelt_cells_is_refused(presets, tmp_path):

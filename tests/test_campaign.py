@@ -253,23 +253,29 @@ def test_the_paper_queue_picks_points_of_its_presets_and_lists_no_cell_by_hand()
 
 
 def test_no_two_cells_of_the_paper_queue_run_one_configuration():
-    """Cells that differ only in a key their runs do not depend on (``Task.inert_keys``: a grouped method's
-    task.match) would run the same configuration twice; the report reads one for both."""
+    """Two cells whose runs would compute the same numbers (identities equal but for the budget, keys that move
+    only rounding, and keys their method does not depend on: ``Task.inert_keys``, a null ``algorithm.epochs`` at
+    the number it stands for) are one configuration run twice; a figure reads the other's runs instead (report
+    SHARED_RUNS: Section 4's K = 32 cells are Fig 10's). Two kinds are left: Table 2's bag-of-tokens reverse copy
+    is Table 1's V = 2, both run before this check; Fig 6's TPO there is Table 5's η = 1, which its table cannot
+    read without naming η (its GRPO has none)."""
     from algorithms.registry import get_algorithm
-    from harness.report.tables import preset_config
+    from harness.identity import BUDGET, RESULT_NEUTRAL
+    from harness.report.load import epochs_for, flatten
     from tasks import get_task
 
-    seen, grouped_interactions = {}, 0
+    owners: dict[str, set[str]] = {}
     for cell in campaign.load_queue("paper")["cells"]:
-        point = dict(override.split("=", 1) for override in cell["overrides"])
-        preset = preset_config(cell["preset"])
-        task = get_task(point.get("task", preset.task.name))
-        algorithm = get_algorithm(point.get("algorithm", preset.algorithm.name))
-        inert = task.inert_keys(algorithm)
-        grouped_interactions += "task.match" in inert and point.get("task.match") == "interactions"
-        one = (cell["preset"], tuple(sorted((key, value) for key, value in point.items() if key not in inert)))
-        assert seen.setdefault(one, cell["name"]) == cell["name"], (cell["name"], seen[one])
-    assert grouped_interactions == 0  # the queue's only use of task.match=interactions is the single-sample methods'
+        config = flatten(campaign_cells.cell_identity(cell["preset"], tuple(cell["overrides"])))
+        task, algorithm = config["task.name"], config["algorithm.name"]
+        if config.get("algorithm.epochs", 0) is None:
+            config["algorithm.epochs"] = epochs_for(task, algorithm)
+        left_out = {*BUDGET, *RESULT_NEUTRAL, *get_task(task).inert_keys(get_algorithm(algorithm))}
+        what = json.dumps({key: value for key, value in config.items() if key not in left_out}, sort_keys=True)
+        owners.setdefault(what, set()).add(f"{cell['preset']}/{cell['name']}")
+    twice = sorted(sorted(cells) for cells in owners.values() if len(cells) > 1)
+    assert [[cell.split("/")[0] for cell in pair] for pair in twice] == [
+        ["fig6_variations", "table5_eta_sweep"], *[["table1_vocab_sweep", "table2_variations"]] * 4], twice
 
 
 def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):
@@ -545,13 +551,14 @@ def test_runs_find_this_repository_first_and_the_machines_own_paths_after_it(inh
 def test_the_gpu_queue_runs_paper_cells_whose_runs_count_as_done_for_the_paper_queue(queue):
     """The GPU queues' cells are paper queue cells (Section 4's mechanism, P6; its sweeps, P14 taken to 30 seeds in
     P19) with all seeds batched on a GPU: same preset, name, seeds and configuration but the device (which the
-    report ignores), so their runs land in the paper's cell folders."""
-    paper = {(c["preset"], c["name"]): c for c in campaign.load_queue("paper")["cells"]}  # a cell's last listing
+    report ignores), so their runs land in the paper's cell folders; the listing it twins holds as many seeds (Fig
+    10's TPO and GRPO are listed at 10 seeds for Section 4's mechanism, at 30 for its sweeps)."""
+    paper = {(c["preset"], c["name"], c["seeds"]): c for c in campaign.load_queue("paper")["cells"]}
     gpu_cells = campaign.load_queue(queue)["cells"]
     assert gpu_cells
     for cell in gpu_cells:
-        twin = paper[(cell["preset"], cell["name"])]
-        assert cell["seeds"] == twin["seeds"] == cell["chunk"] and cell["gpus"] == 1
+        twin = paper[(cell["preset"], cell["name"], cell["seeds"])]
+        assert cell["seeds"] == cell["chunk"] and cell["gpus"] == 1
         overrides = tuple(cell["overrides"])
         assert campaign.differences(campaign.cell_identity(cell["preset"], overrides),
                                     campaign.cell_identity(twin["preset"], tuple(twin["overrides"])),

@@ -246,6 +246,48 @@ def test_a_grouped_methods_interaction_matched_cell_reads_its_prompt_matched_run
     for match in ("prompts", "interactions"):
         assert command("table3_terminal", {"algorithm.name": "grpo", "task.match": match, "task.H": 10}) == \
             "python -m harness -m experiment=fig1b_sparse algorithm=grpo task.H=10 task.match=prompts"
+    # Fig 8 shares Table 3's runs, whose H = 10 are Fig 1b's: followed on to where they run
+    assert command("fig8_ablations", {"algorithm.name": "grpo", "task.match": "prompts", "task.H": 10}) == \
+        "python -m harness -m experiment=fig1b_sparse algorithm=grpo task.H=10 task.match=prompts"
+
+
+def test_a_cell_naming_epochs_reads_the_runs_that_left_them_at_their_default(tmp_path):
+    """A run recorded with a null algorithm.epochs made its method's default number of updates on its task
+    (``Task.epochs_for``: TPO 4 and DG 1 on token reversal, one on a single-update bandit): Fig 15's 4-epoch and
+    Fig 17's 1-epoch cells read Fig 10's and Table 2's runs (report SHARED_RUNS), 8 epochs stays missing, and the
+    commands that complete them run the shared preset's configuration, its epochs left null."""
+    from harness.report import synthetic
+    from harness.report.load import read_config
+    from harness.report.tables import Report, command
+
+    steps = np.array([0, 10, 19])
+
+    def write(preset, algorithm, final, **params):
+        config = synthetic.make_config(preset, "token_reversal", algorithm, 2, 20, **params)
+        synthetic.write_run(tmp_path / "runs" / preset / algorithm, config, {"error": np.full((2, 3), final)},
+                            steps=steps)
+
+    def final(preset, key):
+        report = Report(*load_runs([tmp_path / "runs"]))
+        resolved = report.resolve(preset, key, (2, 20, "preset"))
+        return report.matrix(resolved, "error").values[:, -1].mean() if resolved.usable else resolved.status
+
+    write("fig10_diagnostics", "tpo", 0.25, **{"task.K": 32})
+    write("fig10_diagnostics_tpo_1ep", "tpo", 0.5, **{"task.K": 32, "algorithm.epochs": 1})
+    write("table2_variations", "dg", 0.75, **{"task.reward": "sequential", "task.target": "copy"})
+    tpo = {"algorithm.name": "tpo", "task.K": 32}
+    assert [final("fig15_epoch_sweep", {**tpo, "algorithm.epochs": epochs}) for epochs in (4, 1, 8)] == [
+        0.25, 0.5, "missing"]
+    dg = {"algorithm.name": "dg", "task.reward": "sequential", "task.target": "copy"}
+    assert [final("fig17_dg_epochs", {**dg, "algorithm.epochs": epochs}) for epochs in (1, 4)] == [0.75, "missing"]
+    assert command("fig15_epoch_sweep", {**tpo, "algorithm.epochs": 4}) == \
+        "python -m harness -m experiment=fig10_diagnostics algorithm=tpo task.K=32"
+    assert command("fig17_dg_epochs", {**dg, "algorithm.epochs": 1}) == \
+        "python -m harness -m experiment=table2_variations algorithm=dg task.reward=sequential task.target=copy"
+    assert "algorithm.epochs=4" in command("fig17_dg_epochs", {**dg, "algorithm.epochs": 4})
+    bandit = synthetic.make_config("fig2_tabular_single", "tabular_single", "tpo", 2, 20)
+    synthetic.write_run(tmp_path / "bandit", bandit, {"error": np.full((2, 3), 0.5)}, steps=steps)
+    assert read_config(tmp_path / "bandit")["algorithm.epochs"] == 1
 
 
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):

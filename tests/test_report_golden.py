@@ -14,6 +14,7 @@ between CPUs do not reach the rendered digits. make test reruns this module unde
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import zlib
@@ -26,7 +27,7 @@ import pytest
 from harness.report import tables
 from harness.report.build import write_report
 from harness.report.load import load_runs
-from harness.report.specs import SHARED_RUNS, TABLES
+from harness.report.specs import TABLES
 from harness.report.synthetic import make_config, write_run
 from harness.report.tables import Report
 
@@ -75,33 +76,59 @@ def values(name: str, seeds: int, steps: np.ndarray, mnist: bool) -> dict[str, n
     return out
 
 
-def run_keys() -> dict[tuple[str, str], dict]:
-    """Every distinct (experiment, config key) the tables ask for, whatever the order of its keys (two tables of a
-    preset may share a cell); a cell that a preset reads from another's runs (``SHARED_RUNS``) is written once,
-    under the preset that owns it."""
-    keys, seen = {}, set()
+def run_keys() -> dict[tuple[str, str], tuple[dict, str, dict]]:
+    """Every distinct run the tables ask for, (experiment, config key) → (the preset that runs it, the config it
+    records): a cell another preset's runs serve (``SHARED_RUNS``; the preset its report command names) is written
+    once, under that preset, with that preset's values of every key a table names, as its real runs hold them:
+    (experiment, key text) → (key, owner, recorded key)."""
+    cells = []
     for spec in SPECS.values():
         for _, _, key in spec.cells():
             key = {k: v for k, v in key.items() if k != "metric"}
             experiment = key.pop("experiment", spec.preset)
-            if (experiment, frozenset(key.items())) not in seen:
-                seen.add((experiment, frozenset(key.items())))
-                keys[(experiment, tables.key_text(key))] = key
-    owned = {(experiment, frozenset(key.items())) for (experiment, _), key in keys.items()}
-    return {(experiment, text): key for (experiment, text), key in keys.items()
-            if not any((source, frozenset(key.items())) in owned for source in SHARED_RUNS.get(experiment, ()))}
+            cells.append((tables._preset_of(tables.command(experiment, key)), experiment, key))
+    keys, written = {}, set()
+    for owner, experiment, key in sorted(cells, key=lambda cell: cell[0] != cell[1]):  # as its owner names it
+        one = tables.one_configuration(experiment, key)
+        recorded = {**preset_values(owner), **{k: v for k, v in one.items()
+                                               if k not in tables._left_at_default(owner, one)}}
+        if (owner, frozenset(recorded.items())) not in written:
+            written.add((owner, frozenset(recorded.items())))
+            keys[(experiment, tables.key_text(key))] = (key, owner, recorded)
+    return keys
 
 
-def write(root: Path, experiment: str, key: dict, suffix: str = "", seeds: int = SEEDS, offset: int = 0,
-          **kwargs) -> Path:
+@functools.cache
+def preset_values(preset: str) -> dict:
+    """The preset's value of every key a table's cells name that it sets (a sweep of one value included)."""
+    from omegaconf import OmegaConf
+
+    cfg = tables.preset_config(preset)
+    if cfg is None:
+        return {}
+    sweep = {name: str(values).split(",") for name, values in cfg.hydra.sweeper.params.items()}
+    named = {name for spec in SPECS.values() for _, _, key in spec.cells() for name in key} - {
+        "experiment", "metric", "algorithm.name"}
+    values = {}
+    for name in sorted(named):
+        swept = sweep.get(tables.GROUP_CHOICE.get(name, name))
+        value = (tables._number(swept[0]) if len(swept) == 1 else None) if swept else OmegaConf.select(cfg, name)
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def write_cell(root: Path, experiment: str, key: dict, suffix: str = "", seeds: int = SEEDS, offset: int = 0,
+          owner: str = "", recorded: dict | None = None, **kwargs) -> Path:
     """A cell's run, in a folder named by its cell (``suffix`` for a second run of it): the same name whatever the
-    order of the tables, so a table added to a preset changes no other golden."""
+    order of the tables, so a table added to a preset changes no other golden. ``owner`` and ``recorded``: the
+    preset that runs it and the config keys it records (``run_keys``)."""
     mnist = experiment == "fig4_mnist"
     steps = STEPS.get(experiment, DEFAULT_STEPS)
     configured = kwargs.pop("configured", int(steps[-1]) + 50)
-    params = {k: v for k, v in key.items() if k != "algorithm.name"} | kwargs.pop("params", {})
-    config = make_config(experiment, "mnist_bandit" if mnist else "token_reversal", key["algorithm.name"], seeds,
-                         configured, seed_offset=offset, **params)
+    params = {k: v for k, v in (recorded or key).items() if k != "algorithm.name"} | kwargs.pop("params", {})
+    config = make_config(owner or experiment, "mnist_bandit" if mnist else "token_reversal", key["algorithm.name"],
+                         seeds, configured, seed_offset=offset, **params)
     data = values(f"{experiment} {tables.key_text(key)}", SEEDS, steps, mnist)
     data = {m: v[offset:offset + seeds] for m, v in data.items()}
     logged = kwargs.pop("logged", len(steps))
@@ -113,8 +140,9 @@ def write(root: Path, experiment: str, key: dict, suffix: str = "", seeds: int =
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("golden") / "runs"
-    for (experiment, text), key in run_keys().items():
+    for (experiment, text), (key, owner, recorded) in run_keys().items():
         cell = (experiment, text)
+        write = functools.partial(write_cell, owner=owner, recorded=recorded)
         if cell == MISSING:
             continue
         if cell == PARTIAL:

@@ -7,6 +7,7 @@ small. ``runs`` holds the rest: status, seed ids, configured steps, the flattene
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -23,6 +24,7 @@ import pandas as pd
 import yaml
 
 from algorithms.registry import neutral_hyperparameters
+from common.checks import ConfigError
 from harness import cli
 from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RENAMED, RETIRED
 from harness.rundir import CONFIG_FILES, EXPORTED_METRICS
@@ -85,7 +87,9 @@ def as_current(flat: dict) -> dict:
     """``flat`` with its ``RENAMED`` keys under their new names, every absent ``NEUTRAL_DEFAULTS`` key whose section
     (``optim.``, ``task.``) it has, and without the algorithm's neutral hyperparameters at their default
     (``algorithms.registry.neutral_hyperparameters``) or a ``RETIRED`` key at its value, so that runs from before and
-    after a key joined, was renamed or left the configs read alike (as ``harness.rundir`` reads their identity)."""
+    after a key joined, was renamed or left the configs read alike (as ``harness.rundir`` reads their identity); a
+    null ``algorithm.epochs`` reads as the updates per batch the run made (``Task.epochs_for``), so that a cell
+    naming the number (Fig 15's 4 epochs, Fig 17's 1) finds the runs that left it at the default."""
     for old, new in RENAMED.items():
         if old in flat:
             flat[new] = flat.pop(old)
@@ -99,7 +103,22 @@ def as_current(flat: dict) -> dict:
     for key, value in neutral_hyperparameters(flat.get("algorithm.name")).items():
         if f"algorithm.{key}" in flat and _value_text(flat[f"algorithm.{key}"]) == _value_text(value):
             del flat[f"algorithm.{key}"]
+    if "algorithm.epochs" in flat and flat["algorithm.epochs"] is None:
+        flat["algorithm.epochs"] = epochs_for(flat.get("task.name"), flat.get("algorithm.name"))
     return flat
+
+
+@functools.cache
+def epochs_for(task, algorithm) -> int | None:
+    """The updates per batch of a run of ``algorithm`` on ``task`` with a null ``algorithm.epochs``; None for a
+    name the registries do not know."""
+    from algorithms.registry import get_algorithm
+    from tasks import get_task
+
+    try:
+        return get_task(str(task)).epochs_for(get_algorithm(str(algorithm))())
+    except (ConfigError, ValueError):  # ConfigError: an unknown task; ValueError: an unknown algorithm
+        return None
 
 
 def _value_text(value) -> str:

@@ -203,14 +203,19 @@ def fmt_value(value) -> str:
 # presets whose table cells also read another preset's runs of the same configuration (the config fingerprints
 # agree; only the experiment's name differs): Fig 1b is Table 3's prompt-matched H = 10 column, the modern
 # baselines' comparison reads TPO and GRPO from Table 3's prompt-matched H = 7 column, and Fig 8's TPO, GRPO and
-# GRPO (no KL) rows are Table 3's prompt-matched runs (H = 10 TPO and GRPO: Fig 1b's). Sharing is not transitive:
+# GRPO (no KL) rows are Table 3's prompt-matched runs (H = 10 TPO and GRPO: Fig 1b's); Section 4's sweeps (Figs 12,
+# 13, 15) read their K = 32 cells of TPO and GRPO with 4 epochs, and TPO with 1, from Fig 10's runs, the same
+# regime (docs/reproduction.md §6.10); Fig 6's prompt-matched PPO and DG and Fig 17's DG with 1 epoch are Table 2's
+# (PPO and DG sample one answer per prompt under either grouping). Sharing is not transitive:
 # a preset lists every one it reads. A sharing table pins the keys that tell the shared runs apart (Fig 8:
 # task.match=prompts, or Table 3's interaction-matched runs of the same H would join its cells).
 PROMPT_MATCHED = {"task.match": "prompts"}
 SHARED_RUNS = {"table3_terminal": ("fig1b_sparse",), "beyond_terminal_baselines": ("table3_terminal",),
                "beyond_relapse": ("table3_terminal",), "fig8_ablations": ("table3_terminal", "fig1b_sparse"),
-               "fig13_masking": ("fig12_k_sweep",), "fig15_epoch_sweep": ("fig12_k_sweep",)}
-K32 = {"task.K": 32}  # Figs 13 and 15 read Fig 12's K = 32 runs (TPO and GRPO, 4 epochs: their configuration)
+               "fig12_k_sweep": ("fig10_diagnostics",), "fig13_masking": ("fig10_diagnostics",),
+               "fig15_epoch_sweep": ("fig10_diagnostics", "fig10_diagnostics_tpo_1ep"),
+               "fig6_variations": ("table2_variations",), "fig17_dg_epochs": ("table2_variations",)}
+K32 = {"task.K": 32}  # Figs 13 and 15 are Section 4's regime at K = 32
 
 
 def report_sources(preset: str) -> list[str]:

@@ -27,6 +27,7 @@ from common.checks import ConfigError
 from harness import locations
 from harness.rundir.outputs import atomic_write_bytes
 from harness.report import paper, stats
+from harness.report.load import epochs_for
 from harness.identity import BUDGET, IGNORED
 from harness.report.specs import SHARED_RUNS, Stat, Table, fmt_value, label
 from tasks import get_task
@@ -89,8 +90,6 @@ def task_budget(preset: str, task: str | None, conf: Path = CONF) -> tuple[int, 
 def outside_grid(preset: str, key: dict) -> list[str] | None:
     """The keys of a cell that the preset neither sweeps over nor sets to the cell's value ([] = the cell is a point
     of the preset's sweep); None when the preset does not compose."""
-    from omegaconf import OmegaConf
-
     cfg = preset_config(preset)
     if cfg is None:
         return None
@@ -101,10 +100,33 @@ def outside_grid(preset: str, key: dict) -> list[str] | None:
         if name in ("experiment", "metric"):
             continue
         swept = GROUP_CHOICE.get(name, name)
-        inside = norm(value) in sweep[swept] if swept in sweep else norm(OmegaConf.select(cfg, name)) == norm(value)
-        if not inside:
+        if not (norm(value) in sweep[swept] if swept in sweep else norm(_preset_value(cfg, name, key)) == norm(value)):
             outside.append(name)
     return outside
+
+
+def _preset_value(cfg, name: str, key: dict):
+    """The value a preset's runs of the cell ``key`` hold for ``name``; a null ``algorithm.epochs`` as the number
+    of updates it stands for (``load.as_current``)."""
+    from omegaconf import OmegaConf
+
+    own = OmegaConf.select(cfg, name)
+    if name == "algorithm.epochs" and own is None:
+        return epochs_for(cfg.task.name, key.get("algorithm.name", cfg.algorithm.name))
+    return own
+
+
+def _left_at_default(preset: str, key: dict) -> set[str]:
+    """The keys of ``key`` a command for ``preset`` leaves out: an ``algorithm.epochs`` the preset neither sweeps
+    nor sets, at the number its null stands for (so the runs hold null, like the preset's others)."""
+    from omegaconf import OmegaConf
+
+    cfg = preset_config(preset)
+    if cfg is None or "algorithm.epochs" not in key or "algorithm.epochs" in cfg.hydra.sweeper.params:
+        return set()
+    at_default = OmegaConf.select(cfg, "algorithm.epochs") is None and norm(key["algorithm.epochs"]) == norm(
+        _preset_value(cfg, "algorithm.epochs", key))
+    return {"algorithm.epochs"} if at_default else set()
 
 
 def _number(text: str):
@@ -137,15 +159,20 @@ GROUP_CHOICE = {"algorithm.name": "algorithm", "model.name": "model", "task.name
 
 def command(preset: str, key: dict, have: Iterable[int] = (), seeds: int = 0) -> str:
     """The exact sweep command that produces the runs of one cell: in the preset whose runs the cell shares
-    (``SHARED_RUNS``) when the cell is a point of that preset's sweep, so that no seed is run twice; overrides in one
-    order (the algorithm, then by name), so cells over the same runs get the same command. A cell that has some of
-    its ``seeds`` (ids ``have``, from runs of its full length) gets one command per missing range (``seeds=n
-    seed_offset=a``, joined by ``; ``): the runs that complete it, which the report merges with the ones there."""
+    (``SHARED_RUNS``, followed on) when the cell is a point of that preset's sweep, so that no seed is run twice;
+    overrides in one order (the algorithm, then by name), so cells over the same runs get the same command. A cell
+    that has some of its ``seeds`` (ids ``have``, from runs of its full length) gets one command per missing range
+    (``seeds=n seed_offset=a``, joined by ``; ``): the runs that complete it, which the report merges with the ones
+    there."""
     own = key.get("experiment", preset)
     key = one_configuration(own, key)
     point = {name: value for name, value in key.items() if name != "experiment"}
-    own = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []), own)
-    names = sorted((name for name in key if name not in ("experiment", "metric")),
+    for _ in SHARED_RUNS:  # to the preset that runs it: Fig 8's H = 10 is Table 3's, whose H = 10 is Fig 1b's
+        own, before = next((shared for shared in SHARED_RUNS.get(own, ()) if outside_grid(shared, point) == []),
+                           own), own
+        if own == before:
+            break
+    names = sorted((name for name in key if name not in ("experiment", "metric", *_left_at_default(own, key))),
                    key=lambda name: (name != "algorithm.name", name))
     base = " ".join(["python -m harness -m", f"experiment={own}",
                      *(f"{GROUP_CHOICE.get(name, name)}={fmt_value(key[name])}" for name in names)])

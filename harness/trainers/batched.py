@@ -179,9 +179,8 @@ class GroupTrainer(BatchedTrainer):
 
 
 def updates_per_batch(task: Task) -> int:
-    """The epochs of loss and optimizer step per rollout batch: the algorithm's where the task allows more than one
-    (``Task.multi_epoch``), else one."""
-    return task.algorithm.epochs if task.multi_epoch else 1
+    """The epochs of loss and optimizer step per rollout batch (``Task.epochs_for``)."""
+    return task.epochs_for(task.algorithm)
 
 
 def update_metric_names(task: Task) -> tuple[str, ...]:

@@ -32,13 +32,11 @@ from harness.llm.trainer import RLVRTrainer, make_reward_function
 from harness.session import Session
 from harness.trainers.base import Resume, Trainer
 from harness.tracking import TRL_PREFIX, TRL_STEP
+from tasks.llm.base import LLMTask
 from common.checks import (
     ConfigError, check_non_negative, check_number, check_positive_float)
 
 log = logging.getLogger(__name__)
-# Updates per rollout batch when algorithm.epochs is null: the trainer's, not the algorithm's default_epochs (the
-# paper does not say; verl's default), so an LLM run reads its epochs from one place
-DEFAULT_EPOCHS = 1
 STATE_FILE = "tpo_bench_state.json"  # in each TRL checkpoint folder: metrics rows written, pending evaluation
 
 
@@ -57,7 +55,7 @@ def check_llm_config(cfg: DictConfig, algorithm, task, world_size: int) -> int:
                           f"{'reads per-token log-probs' if algorithm.token_level else 'divides by the length itself'}"
                           "; valid choices: sum")
     check_llm_optim(cfg.optim)
-    epochs = algorithm.hp.epochs if algorithm.hp.epochs is not None else DEFAULT_EPOCHS
+    epochs = LLMTask.epochs_for(algorithm)
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "

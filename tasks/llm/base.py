@@ -32,8 +32,15 @@ class LLMTask(Task):
     trainer = "trl"
     rollouts = frozenset({Rollout.GROUP})
     multi_epoch = True  # TRL's num_iterations (harness/trainers/trl.py)
+    # Updates per rollout batch when algorithm.epochs is null: the trainer's, not the algorithm's default_epochs (the
+    # paper does not say; verl's default), so an LLM run reads its epochs from one place
+    default_epochs: ClassVar[int] = 1
     metric_names = METRICS
     columns: ClassVar[tuple[str, ...]] = ()  # dataset columns ``score`` reads besides the prompt
+
+    @classmethod
+    def epochs_for(cls, algorithm) -> int:
+        return cls.default_epochs if algorithm.hp.epochs is None else algorithm.hp.epochs
 
     @dataclass(frozen=True)
     class Settings(Task.Settings):
