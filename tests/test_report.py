@@ -285,9 +285,10 @@ def test_a_cell_naming_epochs_reads_the_runs_that_left_them_at_their_default(tmp
     assert command("fig17_dg_epochs", {**dg, "algorithm.epochs": 1}) == \
         "python -m harness -m experiment=table2_variations algorithm=dg task.reward=sequential task.target=copy"
     assert "algorithm.epochs=4" in command("fig17_dg_epochs", {**dg, "algorithm.epochs": 4})
-    bandit = synthetic.make_config("fig2_tabular_single", "tabular_single", "tpo", 2, 20)
-    synthetic.write_run(tmp_path / "bandit", bandit, {"error": np.full((2, 3), 0.5)}, steps=steps)
-    assert read_config(tmp_path / "bandit")["algorithm.epochs"] == 1
+    for task in ("tabular_single", "gsm8k"):  # one update per batch; an LLM run: the TRL trainer's one
+        config = synthetic.make_config("any", task, "tpo", 2, 20)
+        synthetic.write_run(tmp_path / task, config, {"error": np.full((2, 3), 0.5)}, steps=steps)
+        assert read_config(tmp_path / task)["algorithm.epochs"] == 1
 
 
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):

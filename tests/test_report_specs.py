@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.report import paper
-from harness.report.specs import FIGURES, TABLES
-from harness.report.tables import CONF, outside_grid
+from harness.report.specs import FIGURES, SHARED_RUNS, TABLES
+from harness.report.tables import CONF, _preset_of, command, outside_grid
 
 
 def check_cell(default: str, key: dict) -> list[str]:
@@ -35,6 +35,18 @@ def test_every_figure_line_is_in_its_presets_grid(name):
             for x in xs:
                 problems += check_cell(panel.preset, {**panel.where, **series.key, **x})
     assert not problems, problems
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_a_cells_command_runs_it_where_the_report_reads_it(name):
+    """A cell's fill command goes to the preset whose runs serve it (``SHARED_RUNS``, followed on); the report
+    reads the cell's own preset and those it lists, not further: a command that lands beyond them would run seeds
+    the cell never reads (Fig 8's H = 10 lands in Fig 1b's, which Fig 8 lists beside Table 3's)."""
+    table = TABLES[name]
+    for _, _, key in table.cells():
+        own = key.get("experiment", table.preset)
+        target = _preset_of(command(table.preset, key))
+        assert target in (own, *SHARED_RUNS.get(own, ())), (key, target)
 
 
 def test_every_published_number_belongs_to_a_table_cell():

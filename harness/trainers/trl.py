@@ -32,7 +32,7 @@ from harness.llm.trainer import RLVRTrainer, make_reward_function
 from harness.session import Session
 from harness.trainers.base import Resume, Trainer
 from harness.tracking import TRL_PREFIX, TRL_STEP
-from tasks.llm.base import LLMTask
+from tasks import get_task
 from common.checks import (
     ConfigError, check_non_negative, check_number, check_positive_float)
 
@@ -55,7 +55,7 @@ def check_llm_config(cfg: DictConfig, algorithm, task, world_size: int) -> int:
                           f"{'reads per-token log-probs' if algorithm.token_level else 'divides by the length itself'}"
                           "; valid choices: sum")
     check_llm_optim(cfg.optim)
-    epochs = LLMTask.epochs_for(algorithm)
+    epochs = get_task(str(cfg.task.name)).epochs_for(algorithm)  # the run's task: the report reads it so too
     if task.batch_size % (world_size * task.micro_batch_groups):
         raise ConfigError(f"task.batch_size={task.batch_size} is not valid: it must be a multiple of devices "
                           f"({world_size}) × task.micro_batch_groups ({task.micro_batch_groups}), so every "
