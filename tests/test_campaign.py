@@ -261,15 +261,13 @@ def test_no_two_cells_of_the_paper_queue_run_one_configuration():
     read without naming η (its GRPO has none)."""
     from algorithms.registry import get_algorithm
     from harness.identity import BUDGET, RESULT_NEUTRAL
-    from harness.report.load import epochs_for, flatten
+    from harness.report.load import as_current, flatten
     from tasks import get_task
 
     owners: dict[str, set[str]] = {}
-    for cell in campaign.load_queue("paper")["cells"]:
-        config = flatten(campaign_cells.cell_identity(cell["preset"], tuple(cell["overrides"])))
+    for cell in campaign.load_queue("paper")["cells"]:  # read as the report reads a run's config (null epochs too)
+        config = as_current(flatten(campaign_cells.cell_identity(cell["preset"], tuple(cell["overrides"]))))
         task, algorithm = config["task.name"], config["algorithm.name"]
-        if config.get("algorithm.epochs", 0) is None:
-            config["algorithm.epochs"] = epochs_for(task, algorithm)
         left_out = {*BUDGET, *RESULT_NEUTRAL, *get_task(task).inert_keys(get_algorithm(algorithm))}
         what = json.dumps({key: value for key, value in config.items() if key not in left_out}, sort_keys=True)
         owners.setdefault(what, set()).add(f"{cell['preset']}/{cell['name']}")
