@@ -259,21 +259,70 @@ def test_no_two_cells_of_the_paper_queue_run_one_configuration():
     SHARED_RUNS: Section 4's K = 32 cells are Fig 10's). Two kinds are left: Table 2's bag-of-tokens reverse copy
     is Table 1's V = 2, both run before this check; Fig 6's TPO there is Table 5's η = 1, which its table cannot
     read without naming η (its GRPO has none)."""
+    owners: dict[str, set[str]] = {}
+    for cell in campaign.load_queue("paper")["cells"]:
+        what, _ = _what_runs_compute(cell["preset"], cell["overrides"])
+        owners.setdefault(what, set()).add(f"{cell['preset']}/{cell['name']}")
+    twice = sorted(sorted(cells) for cells in owners.values() if len(cells) > 1)
+    assert [[cell.split("/")[0] for cell in pair] for pair in twice] == [
+        ["fig6_variations", "table5_eta_sweep"], *[["table1_vocab_sweep", "table2_variations"]] * 4], twice
+
+
+def _what_runs_compute(preset: str, overrides: list[str]) -> tuple[str, dict]:
+    """A composed cell's configuration as the report compares runs (``as_current``: a null ``algorithm.epochs`` at
+    the number it stands for), less the budget, the keys that move only rounding and the keys its method does not
+    depend on (``Task.inert_keys``), as JSON; and the budget's keys."""
     from algorithms.registry import get_algorithm
     from harness.identity import BUDGET, RESULT_NEUTRAL
     from harness.report.load import as_current, flatten
     from tasks import get_task
 
-    owners: dict[str, set[str]] = {}
-    for cell in campaign.load_queue("paper")["cells"]:  # read as the report reads a run's config (null epochs too)
-        config = as_current(flatten(campaign_cells.cell_identity(cell["preset"], tuple(cell["overrides"]))))
-        task, algorithm = config["task.name"], config["algorithm.name"]
-        left_out = {*BUDGET, *RESULT_NEUTRAL, *get_task(task).inert_keys(get_algorithm(algorithm))}
-        what = json.dumps({key: value for key, value in config.items() if key not in left_out}, sort_keys=True)
-        owners.setdefault(what, set()).add(f"{cell['preset']}/{cell['name']}")
-    twice = sorted(sorted(cells) for cells in owners.values() if len(cells) > 1)
-    assert [[cell.split("/")[0] for cell in pair] for pair in twice] == [
-        ["fig6_variations", "table5_eta_sweep"], *[["table1_vocab_sweep", "table2_variations"]] * 4], twice
+    config = as_current(flatten(campaign_cells.cell_identity(preset, tuple(overrides))))
+    left_out = {*BUDGET, *RESULT_NEUTRAL,
+                *get_task(config["task.name"]).inert_keys(get_algorithm(config["algorithm.name"]))}
+    what = json.dumps({key: value for key, value in config.items() if key not in left_out}, sort_keys=True)
+    return what, {key: config.get(key) for key in BUDGET}
+
+
+def _header_commands() -> list[tuple[str, list[str]]]:
+    """Every ``python -m harness -m experiment=...`` line of a paper or beyond-the-paper preset's header (the
+    commands its comment tells a user to run), as (preset, overrides), less launcher options and comments."""
+    commands = []
+    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        for line in path.read_text().splitlines():
+            found = re.match(r"#\s+python -m harness -m experiment=(\S+)(.*)", line)
+            if found and not found[1].startswith("demo_"):
+                words = found[2].split("#")[0].split("(")[0].split()
+                commands.append((found[1], [word for word in words if not word.startswith(("hydra/", "hydra."))]))
+    return commands
+
+
+def test_no_two_header_commands_of_the_presets_run_one_configuration():
+    """A preset's header command runs its own cells only: a configuration whose runs another preset holds (Fig 8's
+    TPO and GRPO are Table 3's; Table 3's H = 10 TPO, GRPO and DG are Fig 1b's; a grouped method's
+    interaction-matched cell is its prompt-matched one) run again would give the report two runs of one seed, which
+    it refuses to average. Same seeds and budget, same configuration as the queue compares them; the pairs left are
+    the queue's (its check says why)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    owners: dict[str, list[tuple[str, set[int]]]] = {}
+    twice = []
+    commands = _header_commands()
+    assert {"table3_terminal", "fig8_ablations", "fig12_k_sweep", "fig1b_sparse"} <= {preset for preset, _ in commands}
+    for preset, words in commands:
+        sweep = (yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()).get("hydra") or {}
+                 ).get("sweeper", {}).get("params") or {}
+        overrides = OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in sweep.items()), *words])
+        for job in (job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch):
+            what, budget = _what_runs_compute(preset, job)
+            what = json.dumps([what, budget["task.steps"]])
+            seeds = set(range(budget["seed_offset"] or 0, (budget["seed_offset"] or 0) + budget["seeds"]))
+            label = f"{preset} {' '.join(job)}"
+            twice += [sorted([label, other]) for other, held in owners.get(what, []) if held & seeds]
+            owners.setdefault(what, []).append((label, seeds))
+    assert [[label.split()[0] for label in pair] for pair in sorted(twice)] == [
+        ["fig6_variations", "table5_eta_sweep"], *[["table1_vocab_sweep", "table2_variations"]] * 4], sorted(twice)
 
 
 def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):
