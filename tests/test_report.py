@@ -289,6 +289,10 @@ def test_a_cell_naming_epochs_reads_the_runs_that_left_them_at_their_default(tmp
         config = synthetic.make_config("any", task, "tpo", 2, 20)
         synthetic.write_run(tmp_path / task, config, {"error": np.full((2, 3), 0.5)}, steps=steps)
         assert read_config(tmp_path / task)["algorithm.epochs"] == 1
+    retired = synthetic.make_config("any", "gsm8k", "tpo", 2, 20)  # an LLM run recorded with the retired key
+    retired["task"]["epochs"] = 2
+    synthetic.write_run(tmp_path / "retired", retired, {"error": np.full((2, 3), 0.5)}, steps=steps)
+    assert read_config(tmp_path / "retired")["algorithm.epochs"] == 2
 
 
 def test_run_folders_are_listed_in_natural_order_of_their_seed_ranges(tmp_path):

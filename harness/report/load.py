@@ -88,14 +88,17 @@ def as_current(flat: dict) -> dict:
     (``optim.``, ``task.``) it has, and without the algorithm's neutral hyperparameters at their default
     (``algorithms.registry.neutral_hyperparameters``) or a ``RETIRED`` key at its value, so that runs from before and
     after a key joined, was renamed or left the configs read alike (as ``harness.rundir`` reads their identity); a
-    null ``algorithm.epochs`` reads as the updates per batch the run made (``Task.epochs_for``), so that a cell
-    naming the number (Fig 15's 4 epochs, Fig 17's 1) finds the runs that left it at the default."""
+    null ``algorithm.epochs`` reads as the updates per batch the run made (``Task.epochs_for``; a recorded LLM run's
+    retired ``task.epochs``, which the TRL trainer read then), so that a cell naming the number (Fig 15's 4 epochs,
+    Fig 17's 1) finds the runs that left it at the default."""
     for old, new in RENAMED.items():
         if old in flat:
             flat[new] = flat.pop(old)
     for key, value in RETIRED.items():
         if key in flat and _value_text(flat[key]) == _value_text(value):
             del flat[key]
+    if "algorithm.epochs" in flat and flat["algorithm.epochs"] is None and "task.epochs" in flat:
+        flat["algorithm.epochs"] = flat["task.epochs"]  # an LLM run of before the retirement: its updates per batch
     sections = {key.split(".", 1)[0] for key in flat if "." in key}
     for key, value in NEUTRAL_DEFAULTS.items():
         if key.split(".", 1)[0] in sections:
