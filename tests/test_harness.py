@@ -58,6 +58,17 @@ def test_summary_records_the_commit_the_run_launched_with(tmp_path, monkeypatch)
     assert json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["commit"] == "at-launch"
 
 
+def test_a_run_from_a_checkout_records_the_checkouts_commit():
+    """The commit a run records is the repository's HEAD (whichever folder of the package asks), -dirty with
+    uncommitted changes to tracked files; None only outside a checkout."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode:
+        pytest.skip("the tests run outside a git checkout")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    assert outputs.git_commit() == head.stdout.strip() + ("-dirty" if dirty else "")
+
+
 def test_same_config_and_seed_give_identical_metrics(tmp_path, tiny_mnist):
     for name in ("a", "b"):
         run_config([*tiny_mnist, "algorithm=dg"], tmp_path / name)

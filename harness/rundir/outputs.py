@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.locations import CHECKOUT
+
 
 log = logging.getLogger(__name__)
 METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, ERROR_FILE = "metrics.csv", "summary.json", "checkpoint.pt", "error.txt"
@@ -89,12 +91,11 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 def git_commit() -> str | None:
     """The code's git commit, suffixed "-dirty" when tracked files have uncommitted changes; None outside git."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():  # an installed package: not a checkout (whatever repository holds the venv)
+    if not (CHECKOUT / ".git").exists():  # an installed package: not a checkout (whatever repository holds the venv)
         return None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=CHECKOUT,
                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
