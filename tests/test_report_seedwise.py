@@ -97,6 +97,20 @@ def test_seeds_restricts_every_method_to_those_ids_before_pairing(tmp_path, caps
     assert rows["GRPO"][:2] == ["2", "10.0 [10.0, 10.0]"] and rows["GRPO"][2] == "+10.0 [10.0, 10.0]"
 
 
+def test_without_algorithms_a_cell_lists_the_grouped_methods_whose_runs_it_reads(tmp_path, capsys):
+    """``--where task.match=interactions``: PPO's interaction-matched run and TPO's prompt-matched one, which a
+    grouped method's interaction-matched cell reads (its ``task.match`` is inert), are both listed; a TPO run of
+    another H is not. Bug caught: the listing matching every key exactly (PPO alone)."""
+    for algorithm, match, H in (("tpo", "prompts", 7), ("ppo", "interactions", 7), ("tpo", "prompts", 8)):
+        write_run(tmp_path / f"{algorithm}_h{H}", make_config(EXPERIMENT, "token_reversal", algorithm, 3, 4,
+                                                               **{"task.match": match, "task.H": H}),
+                  {"error": np.full((3, 4), 0.5 if algorithm == "tpo" else 0.25)})
+    rows = _run(capsys, "methods", tmp_path, "--where", "task.match=interactions,task.H=7", "--threshold", "0.05",
+                "--resamples", "200")
+    assert {label: row[:2] for label, row in rows.items()} == {"TPO": ["3", "50.0 [50.0, 50.0]"],
+                                                              "PPO": ["3", "25.0 [25.0, 25.0]"]}
+
+
 def test_the_papers_seeds_from_curves_and_from_the_dynamics_json_agree(tmp_path, capsys):
     """The same per-seed curves as an ``.npz`` and as ``fig1b_seed_dynamics.json`` (``dynamics``' per-seed finals,
     run means and late-phase means) give the same rows, window by window. Bug caught: ``paper_side`` not selecting

@@ -120,7 +120,8 @@ def parse_seeds(text: str) -> list[int]:
 def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list[int] | None,
                preset: str | None, metric: str = METRIC) -> list[Cell]:
     """Each algorithm's cell (``where``'s keys and the algorithm) of ``metric``, resolved as the report's tables
-    resolve it, restricted to ``seeds`` when given; no ``algorithms``: every one with runs, in the paper's order."""
+    resolve it, restricted to ``seeds`` when given; no ``algorithms``: every one with runs the cell reads (a grouped
+    method's that differ only in a key it does not depend on, ``Task.inert_keys``), in the paper's order."""
     runs, curves = load_runs(paths, metrics=[metric])
     if runs.empty:
         raise cli.Refusal(f"no runs under {', '.join(map(str, paths))}")
@@ -132,7 +133,7 @@ def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list
         preset = own.pop()
     report = Report(runs, curves)
     key = parse_cell(where.replace(",", " "))
-    algorithms = algorithms or sorted(set(report.matching(preset, key).algorithm), key=algorithm_rank)
+    algorithms = algorithms or sorted(set(report.matching(preset, key, inert=True).algorithm), key=algorithm_rank)
     budget = report.budget(preset)
     cells = []
     for algorithm in algorithms:
