@@ -69,6 +69,28 @@ def test_a_run_from_a_checkout_records_the_checkouts_commit():
     assert outputs.git_commit() == head.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def test_a_run_on_a_gpu_records_its_name_beside_the_hosts_cpu(monkeypatch):
+    from harness.trainers.base import device_hardware
+    from tasks.models.linear import cpu_model
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"GPU {torch.device(device).index}")
+    assert device_hardware(torch.device("cuda", 1)) == {"device": "cuda:1", "cpu": cpu_model(), "gpu": "GPU 1"}
+    assert device_hardware("cpu") == {"device": "cpu", "cpu": cpu_model()}
+
+
+def test_a_seeds_mean_of_a_metric_is_over_its_finite_values(tmp_path):
+    """A metric that is infinite at one step (a KL to a snapshot with a zero probability) or NaN between its
+    logging steps: each seed's mean is over its finite values, and no seed drops out of the mean over seeds."""
+    from harness.rundir.summary import summarize
+
+    pd.DataFrame({"step": [0, 1, 2] * 2, "seed": [0] * 3 + [1] * 3, "error": [0.5, 0.25, 0.0, 0.5, 0.5, 0.5],
+                  "kl": [1.0, np.inf, 3.0, np.nan, 4.0, -np.inf]}).to_csv(tmp_path / outputs.METRICS_FILE,
+                                                                          index=False)
+    mean = summarize(tmp_path, ("error", "kl"), [])["mean"]
+    assert mean["kl"]["per_seed"] == [2.0, 4.0] and mean["kl"]["mean"] == 3.0 and mean["kl"]["n"] == 2
+    assert mean["error"]["per_seed"] == [0.25, 0.5]
+
+
 def test_same_config_and_seed_give_identical_metrics(tmp_path, tiny_mnist):
     for name in ("a", "b"):
         run_config([*tiny_mnist, "algorithm=dg"], tmp_path / name)

@@ -14,6 +14,7 @@ from conftest import run_config
 from harness.report import write_report
 from llm_helpers import tiny_overrides
 from tasks.llm.base import METRICS
+from tasks.models.linear import cpu_model
 from tasks.llm.gsm8k import Gsm8k
 
 
@@ -36,6 +37,7 @@ def test_two_training_steps(task, algorithm, tiny_llm, gsm8k_dir, tmp_path):
     assert np.isfinite(metrics.kl_ref).all() == (task == "gsm8k")  # ref KL needs LoRA: on for GSM8K only
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["final"]["reward_mean"]["n"] == 1 and written["hardware"]["processes"] == 1
+    assert written["hardware"]["cpu"] == cpu_model() and "gpu" not in written["hardware"]
 
 
 @pytest.mark.parametrize("algorithm", ["rloo", "dr_grpo", "dapo", "gspo", "cispo", "grpo_masked"])

@@ -70,7 +70,7 @@ def summarize(run_dir: Path, metric_names: tuple[str, ...], thresholds: list[flo
         return {"final": {}, "mean": {}, "steps_to": {}, "last_step": None}
     last = frame.sort_values("step").groupby("seed").tail(1).sort_values("seed")
     final = {name: seed_statistics(last[name].to_numpy(dtype=float)) for name in metric_names if name in frame}
-    means = frame.groupby("seed").mean()  # by seed, as ``last``; pandas skips NaN
+    means = frame.replace([np.inf, -np.inf], np.nan).groupby("seed").mean()  # by seed, as ``last``; NaN skipped
     mean = {name: seed_statistics(means[name].to_numpy(dtype=float)) for name in metric_names if name in frame}
     mean_curve = frame.groupby("step")["error"].mean() if "error" in frame else None
     reached = {str(t): steps_to(mean_curve, t) for t in thresholds} if mean_curve is not None else {}

@@ -76,5 +76,15 @@ class Trainer:
         return f"the last checkpoint in {run_dir} resumes with trainer.resume=true"
 
     def hardware(self) -> dict[str, Any]:
-        """What summary.json records about where the run ran."""
+        """What summary.json records about where the run ran (``device_hardware`` and what the trainer adds)."""
         raise NotImplementedError
+
+
+def device_hardware(device: torch.device | str) -> dict[str, Any]:
+    """The device, the CPU's model (timings and float rounding come from it; on a GPU the host still runs the
+    loop) and, on CUDA, the GPU's name."""
+    from tasks.models.linear import cpu_model
+
+    device = torch.device(device)
+    return {"device": str(device), "cpu": cpu_model(),
+            **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {})}

@@ -24,7 +24,7 @@ from harness.progress import Progress
 from harness.rundir import outputs
 from harness.config import build_task
 from harness.session import Session
-from harness.trainers.base import Resume, Trainer
+from harness.trainers.base import Resume, Trainer, device_hardware
 from tasks.base import RolloutBatch, StepOutput, Task
 from tasks.models import linear
 
@@ -130,7 +130,7 @@ class BatchedTrainer(Trainer):
             progress.close()
 
     def hardware(self) -> dict[str, Any]:
-        return {"device": str(self.device), "cpu": linear.cpu_model(), "cpu_matmul": linear.backend()}
+        return {**device_hardware(self.device), "cpu_matmul": linear.backend()}
 
 
 class GroupTrainer(BatchedTrainer):

@@ -30,7 +30,7 @@ from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
 from harness.llm.trainer import RLVRTrainer, make_reward_function
 from harness.session import Session
-from harness.trainers.base import Resume, Trainer
+from harness.trainers.base import Resume, Trainer, device_hardware
 from harness.tracking import TRL_PREFIX, TRL_STEP
 from tasks import get_task
 from common.checks import (
@@ -305,5 +305,4 @@ class TRLTrainer(Trainer):
 
     def hardware(self) -> dict[str, Any]:
         accelerator = self.trl_trainer.accelerator
-        return {"device": str(accelerator.device), "processes": accelerator.num_processes,
-                **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {})}
+        return {**device_hardware(accelerator.device), "processes": accelerator.num_processes}
