@@ -213,6 +213,12 @@ def run_cells(suite: Suite, candidates: list[Candidate], args: argparse.Namespac
 
 # ---- the scorecard -----------------------------------------------------------------------------------------------
 
+def _shown(run: Path, results: Path) -> str:
+    """A run folder as the report shows it, from the results folder's parent (results/runs/...): committed
+    scorecards name no folder of the machine that wrote them."""
+    return str(run.relative_to(results.parent)) if run.is_relative_to(results.parent) else str(run)
+
+
 def _runs(suite: Suite, labels: list[str], results: Path):
     """(Report, runs' cell and label per run) of every run folder of the suite's cells for ``labels``."""
     from harness.report.load import load_runs
@@ -476,6 +482,7 @@ def write(suite: Suite, candidate: Candidate, results: Path, out: Path, command:
     compared = comparison(suite, candidate, results, resamples)
     table = task_table(compared)
     cells = oriented(table)
+    cells["runs"] = cells.runs.map(lambda runs: " ".join(_shown(Path(run), results) for run in runs.split()))
     frame = aggregate_frame(compared)
     families = family_deltas(compared, suite)
     fig = figure(compared, frame, families, f"Scorecard: {text('algorithm', candidate.label)}, {suite.name} suite "

@@ -22,6 +22,7 @@ FORBIDDEN = {
     "named host": re.compile(r"\b[Hh]ost\s[A-C]\b"),
     "path outside the repository": re.compile(r"\.\./shared\b"),
     "outside reference folder": re.compile(r"\bshared/referenc[e]"),
+    "folder of the machine that wrote it": re.compile(r"(?<![\w*.~])/(?:work|root|home)/\w"),
 }
 
 
@@ -65,7 +66,7 @@ def test_the_patterns_catch_what_they_should(tmp_path):
     samples = {
         # pieces joined at run time, so that this file does not match
         "hit.md": "see spec" + " §2.7; fixed in issue" + " 17 (sessions" + " 6-8, session" + " 9) on host" + " C; .."
-                  + "/shared/data; shared/" + "reference/x.md",
+                  + "/shared/data; shared/" + "reference/x.md; /wo" + "rk/main/results/runs",
         "clean.md": "see docs/reproduction.md §2.7; an AMD EPYC (AVX2) machine; the host's rounding; tasks/llm/data",
     }
     for name, text in samples.items():
@@ -74,7 +75,7 @@ def test_the_patterns_catch_what_they_should(tmp_path):
     assert all(hit.startswith("hit.md:1: ") for hit in hits)
     assert sorted(hit.split(": ", 1)[1].split(" (")[0] for hit in hits) == sorted([
         "citation of an outside spec", "issue number", "work-session number", "work-session number", "named host",
-        "path outside the repository", "outside reference folder"])
+        "path outside the repository", "outside reference folder", "folder of the machine that wrote it"])
 
 
 def test_no_file_cites_outside_documents_or_project_history():

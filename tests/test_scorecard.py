@@ -139,6 +139,8 @@ def test_the_scorecard_is_the_paired_and_rliable_numbers_of_its_runs(tmp_path):
     window = {"mean": lambda s: s.mean(1), "final": lambda s: s[:, -1]}
 
     cells = pd.read_csv(out / "scorecard_cells.csv")
+    assert (cells.runs == [f"results/runs/scorecard_quick/{cell}/{algorithm}/seeds0-{SEEDS - 1}"
+                           for cell, algorithm in zip(cells.cell, cells.algorithm)]).all()
     for cell in "abc":
         for baseline in ("tpo", "pg", "dg", "ppo"):
             for name, reduce in window.items():
