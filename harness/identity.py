@@ -33,9 +33,13 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
 }
 # Keys removed from the configs after runs were recorded, at the value those runs hold: a recorded run with one at
 # that value reads as without it (its identity, and its config for the report), so it still resumes and counts as
-# done; at any other value it stays a run of another configuration. task.epochs: an LLM run's updates per batch are
+# done; at any other value it reads as RETIRED_INTO says. task.epochs: an LLM run's updates per batch are
 # algorithm.epochs (null: the TRL trainer's 1), no second key.
 RETIRED: dict[str, Any] = {"task.epochs": 1}
+# A retired key at another value: the key that holds what it set now. The recorded value moves there where that key
+# is null and is dropped where it is not, as the code of then read them (the TRL trainer's updates per batch were
+# algorithm.epochs, else task.epochs): a recorded run reads as the current run that computes the same numbers.
+RETIRED_INTO = {"task.epochs": "algorithm.epochs"}
 # Keys renamed after runs were recorded: a recorded run's old key reads as the new one (its identity, its config for
 # the report), its value replacing the new key's. The run's budget and checkpoint spacing were trainer.steps and
 # trainer.checkpoint_every, set by default to the task's task.steps and task.checkpoint_every: one key each now.

@@ -187,20 +187,28 @@ def test_the_report_reads_a_renamed_key_under_its_new_name():
     assert as_current(recorded) == as_current(dict(today))
 
 
-@pytest.mark.parametrize("epochs, same", [(1, True), (2, False)])
-def test_a_run_recorded_with_a_retired_key_at_its_value_is_the_same_configuration(epochs, same):
-    """LLM runs recorded ``task.epochs: 1`` before an LLM run's epochs became ``algorithm.epochs`` alone (null: the
-    TRL trainer's 1): at that value the key reads as absent, to the run files (resume, the campaign's done) and to
-    the report; at another it is still another configuration."""
+@pytest.mark.parametrize("task_epochs, algorithm_epochs, reads_as", [(1, None, None), (2, None, 2), (2, 3, 3)])
+def test_a_run_recorded_with_a_retired_key_reads_as_the_run_that_computes_the_same(task_epochs, algorithm_epochs,
+                                                                                  reads_as):
+    """LLM runs recorded with ``task.epochs`` before an LLM run's epochs became ``algorithm.epochs`` alone (null: the
+    TRL trainer's 1; the trainer read algorithm.epochs, else task.epochs): at 1 the key reads as absent, at another
+    value as ``algorithm.epochs`` where that was null, to the run files (resume, the campaign's done) and to the
+    report alike; never as another value."""
     from omegaconf import OmegaConf
 
     from harness.report.load import flatten, as_current
 
-    config = OmegaConf.to_container(compose_config(["task=gsm8k", "algorithm=grpo"]), resolve=True)
-    assert "epochs" not in config["task"]
-    recorded = OmegaConf.create({**config, "task": {**config["task"], "epochs": epochs}})
-    assert (rundir.identity(recorded) == rundir.identity(OmegaConf.create(config))) is same
-    assert ("task.epochs" in as_current(flatten(OmegaConf.to_container(recorded)))) is not same
+    def run(task_epochs, algorithm_epochs):
+        config = OmegaConf.to_container(compose_config(["task=gsm8k", "algorithm=grpo"]), resolve=True)
+        assert "epochs" not in config["task"] and config["algorithm"]["epochs"] is None
+        task = {**config["task"], **({"epochs": task_epochs} if task_epochs is not None else {})}
+        return OmegaConf.create({**config, "task": task, "algorithm": {**config["algorithm"],
+                                                                       "epochs": algorithm_epochs}})
+
+    recorded, current = run(task_epochs, algorithm_epochs), run(None, reads_as)
+    assert rundir.identity(recorded) == rundir.identity(current)
+    assert rundir.identity(recorded) != rundir.identity(run(None, 1 if reads_as is None else None))
+    assert as_current(flatten(OmegaConf.to_container(recorded))) == as_current(flatten(OmegaConf.to_container(current)))
 
 
 def run_config_task():

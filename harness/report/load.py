@@ -26,7 +26,7 @@ import yaml
 from algorithms.registry import neutral_hyperparameters
 from common.checks import ConfigError
 from harness import cli
-from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RENAMED, RETIRED
+from harness.identity import BUDGET, IGNORED, NEUTRAL_DEFAULTS, RENAMED, RETIRED, RETIRED_INTO
 from harness.rundir import CONFIG_FILES, EXPORTED_METRICS
 from harness.rundir.outputs import METRICS_FILE, SUMMARY_FILE, summary_files
 from harness.tracking import SEED_IDS, STEP_METRIC, TRL_PREFIX, TRL_STEP
@@ -86,19 +86,22 @@ def read_config(run_dir: Path) -> dict:
 def as_current(flat: dict) -> dict:
     """``flat`` with its ``RENAMED`` keys under their new names, every absent ``NEUTRAL_DEFAULTS`` key whose section
     (``optim.``, ``task.``) it has, and without the algorithm's neutral hyperparameters at their default
-    (``algorithms.registry.neutral_hyperparameters``) or a ``RETIRED`` key at its value, so that runs from before and
+    (``algorithms.registry.neutral_hyperparameters``) or a ``RETIRED`` key at its value (at another: as
+    ``RETIRED_INTO`` says), so that runs from before and
     after a key joined, was renamed or left the configs read alike (as ``harness.rundir`` reads their identity); a
-    null ``algorithm.epochs`` reads as the updates per batch the run made (``Task.epochs_for``; a recorded LLM run's
-    retired ``task.epochs``, which the TRL trainer read then), so that a cell naming the number (Fig 15's 4 epochs,
-    Fig 17's 1) finds the runs that left it at the default."""
+    null ``algorithm.epochs`` reads as the updates per batch the run made (``Task.epochs_for``), so that a cell
+    naming the number (Fig 15's 4 epochs, Fig 17's 1) finds the runs that left it at the default."""
     for old, new in RENAMED.items():
         if old in flat:
             flat[new] = flat.pop(old)
     for key, value in RETIRED.items():
         if key in flat and _value_text(flat[key]) == _value_text(value):
             del flat[key]
-    if "algorithm.epochs" in flat and flat["algorithm.epochs"] is None and "task.epochs" in flat:
-        flat["algorithm.epochs"] = flat["task.epochs"]  # an LLM run of before the retirement: its updates per batch
+    for old, new in RETIRED_INTO.items():
+        if old in flat:
+            value = flat.pop(old)
+            if flat.get(new) is None:
+                flat[new] = value
     sections = {key.split(".", 1)[0] for key in flat if "." in key}
     for key, value in NEUTRAL_DEFAULTS.items():
         if key.split(".", 1)[0] in sections:

@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness.identity import LEFT_OUT_AT_VALUE, NOT_IDENTITY, RENAMED
+from harness.identity import LEFT_OUT_AT_VALUE, NOT_IDENTITY, RENAMED, RETIRED_INTO
 from harness.rundir import outputs
 from common.checks import ConfigError
 from algorithms.registry import neutral_hyperparameters
@@ -116,7 +116,8 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
 def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with its RENAMED keys under their new names, less the keys in NOT_IDENTITY, and the NEUTRAL_DEFAULTS
-    and RETIRED keys (the algorithm's neutral hyperparameters too) at their value, in place; also applied to a
+    and RETIRED keys (the algorithm's neutral hyperparameters too) at their value, a RETIRED key at another value
+    read as RETIRED_INTO says, in place; also applied to a
     recorded identity, so that a run recorded before a key joined NOT_IDENTITY, was renamed, or left the configs,
     still resumes."""
     for old, new in RENAMED.items():
@@ -129,6 +130,13 @@ def _without_volatile(config: dict[str, Any]) -> dict[str, Any]:
         if leaf in node and (dotted not in LEFT_OUT_AT_VALUE
                              or _canonical(node[leaf]) == _canonical(LEFT_OUT_AT_VALUE[dotted])):
             node.pop(leaf)
+    for old, new in RETIRED_INTO.items():
+        old_node, leaf = _parent(config, old)
+        if leaf in old_node:
+            value = old_node.pop(leaf)
+            new_node, new_leaf = _parent(config, new, create=True)
+            if new_node.get(new_leaf) is None:
+                new_node[new_leaf] = value
     algorithm = config.get("algorithm")
     if isinstance(algorithm, dict):
         for key, default in neutral_hyperparameters(algorithm.get("name")).items():
