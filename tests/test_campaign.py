@@ -291,30 +291,37 @@ def _header_commands() -> list[tuple[str, list[str]]]:
     for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
         for line in path.read_text().splitlines():
             found = re.match(r"#\s+python -m harness -m experiment=(\S+)(.*)", line)
+            assert found or "python -m harness -m" not in line, f"{path.name}: a command this test cannot read: {line}"
             if found and not found[1].startswith("demo_"):
                 words = found[2].split("#")[0].split("(")[0].split()
                 commands.append((found[1], [word for word in words if not word.startswith(("hydra/", "hydra."))]))
     return commands
 
 
-def test_no_two_header_commands_of_the_presets_run_one_configuration():
+def _sweep_jobs(preset: str, words: list[str]) -> list[list[str]]:
+    """The jobs of ``python -m harness -m experiment=<preset> <words>`` as Hydra's basic sweeper expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweep = (yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()).get("hydra") or {}
+             ).get("sweeper", {}).get("params") or {}
+    overrides = OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in sweep.items()), *words])
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def test_the_header_commands_of_the_presets_run_each_configuration_once():
     """A preset's header command runs its own cells only: a configuration whose runs another preset holds (Fig 8's
     TPO and GRPO are Table 3's; Table 3's H = 10 TPO, GRPO and DG are Fig 1b's; a grouped method's
     interaction-matched cell is its prompt-matched one) run again would give the report two runs of one seed, which
     it refuses to average. Same seeds and budget, same configuration as the queue compares them; the pairs left are
-    the queue's (its check says why)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    the queue's (its check says why). And the header commands together run every configuration of every preset's
+    sweep (``hydra.sweeper.params``), whichever preset's header runs it."""
     owners: dict[str, list[tuple[str, set[int]]]] = {}
     twice = []
     commands = _header_commands()
     assert {"table3_terminal", "fig8_ablations", "fig12_k_sweep", "fig1b_sparse"} <= {preset for preset, _ in commands}
     for preset, words in commands:
-        sweep = (yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()).get("hydra") or {}
-                 ).get("sweeper", {}).get("params") or {}
-        overrides = OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in sweep.items()), *words])
-        for job in (job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch):
+        for job in _sweep_jobs(preset, words):
             what, budget = _what_runs_compute(preset, job)
             what = json.dumps([what, budget["task.steps"]])
             seeds = set(range(budget["seed_offset"] or 0, (budget["seed_offset"] or 0) + budget["seeds"]))
@@ -323,6 +330,10 @@ def test_no_two_header_commands_of_the_presets_run_one_configuration():
             owners.setdefault(what, []).append((label, seeds))
     assert [[label.split()[0] for label in pair] for pair in sorted(twice)] == [
         ["fig6_variations", "table5_eta_sweep"], *[["table1_vocab_sweep", "table2_variations"]] * 4], sorted(twice)
+    run = {json.loads(what)[0] for what in owners}
+    left_out = [f"{preset} {' '.join(job)}" for preset in sorted({preset for preset, _ in commands})
+                for job in _sweep_jobs(preset, []) if _what_runs_compute(preset, job)[0] not in run]
+    assert not left_out, left_out
 
 
 def test_a_cell_listed_again_holds_the_seeds_beyond_its_earlier_listing(tmp_path):

@@ -59,14 +59,34 @@ def test_summary_records_the_commit_the_run_launched_with(tmp_path, monkeypatch)
 
 
 def test_a_run_from_a_checkout_records_the_checkouts_commit():
-    """The commit a run records is the repository's HEAD (whichever folder of the package asks), -dirty with
-    uncommitted changes to tracked files; None only outside a checkout."""
+    """The commit a run records is the repository's HEAD, whichever folder of the package asks."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if head.returncode:
+    if head.returncode or not (ROOT / ".git").exists():
         pytest.skip("the tests run outside a git checkout")
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    assert outputs.git_commit() == head.stdout.strip() + ("-dirty" if dirty else "")
+    assert outputs.git_commit().removesuffix("-dirty") == head.stdout.strip()
+
+
+def test_the_commit_is_dirty_with_changed_code_not_with_changed_results(tmp_path, monkeypatch):
+    """A changed tracked file marks the commit -dirty, unless it is under results/ (reports a campaign rewrites while
+    its runs train); an untracked file never does; outside a checkout there is no commit."""
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    monkeypatch.setattr(outputs, "CHECKOUT", tmp_path)
+    assert outputs.git_commit() is None
+    (tmp_path / "results").mkdir()
+    for name in ("code.py", "results/table.md"):
+        (tmp_path / name).write_text("one\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "results" / "table.md").write_text("two\n")
+    (tmp_path / "new.py").write_text("untracked\n")
+    assert outputs.git_commit() == head
+    (tmp_path / "code.py").write_text("two\n")
+    assert outputs.git_commit() == f"{head}-dirty"
 
 
 def test_a_run_on_a_gpu_records_its_name_beside_the_hosts_cpu(monkeypatch):

@@ -90,13 +90,14 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def git_commit() -> str | None:
-    """The code's git commit, suffixed "-dirty" when tracked files have uncommitted changes; None outside git."""
+    """The code's git commit, suffixed "-dirty" when tracked files other than results/ (outputs: the campaign
+    rewrites reports there while it runs) have uncommitted changes; None outside a checkout."""
     if not (CHECKOUT / ".git").exists():  # an installed package: not a checkout (whatever repository holds the venv)
         return None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=CHECKOUT,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results"],
+                               cwd=CHECKOUT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if commit.returncode:
