@@ -592,8 +592,8 @@ def conflict_note(where: str, flag: str, run_dirs: Iterable[str]) -> str:
 def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str,
             drawer: Drawer | None = None) -> str:
     """Markdown caption: two human lines (``human_caption``), then the provenance: every line's runs, their configs,
-    seeds, steps, hardware, CPU seconds (every process of a run) and wall seconds (its last process), and every declared line without runs (status missing), so that the caption says
-    whether the figure is complete."""
+    seeds, steps, hardware, CPU seconds (every process of a run) and wall seconds (its last process), and every
+    declared line without runs (status missing), so that the caption says whether the figure is complete."""
     by_dir = runs.set_index("run_dir")
     lines = []
     if drawer is not None:
