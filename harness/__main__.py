@@ -30,6 +30,7 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness import interrupts, rundir, sweep  # noqa: E402
+from harness.command import tools_help  # noqa: E402
 from harness.rundir import outputs  # noqa: E402
 from harness.config import CONFIG_DIR  # noqa: E402
 from harness.report.load import finished_run_problem  # noqa: E402
@@ -125,9 +126,10 @@ def _failed(error: Exception, cfg: DictConfig, hydra_cfg, run_dir: Path, multiru
         return
     where = (f"; traceback in {run_dir / outputs.ERROR_FILE}" if written else
              f"; its failure could not be recorded in {run_dir} (the warning above says why)" if recorded else "")
-    log.exception("run failed%s", where)
-    if not multirun:
+    if not multirun:  # raised: Hydra prints its traceback once
+        log.error("run failed%s", where)
         raise error
+    log.exception("run failed%s", where)
 
 
 def _sweep_resume_hint(hydra_cfg) -> str:
@@ -217,8 +219,9 @@ class LaunchLog:
                 return False
             if self.path.read_text(errors="replace") != "".join(self._lines):
                 return False
-            for handler in self.handlers:
+            for handler in self.handlers:  # detached too: a closed FileHandler reopens its file on the next record
                 handler.close()
+                logging.getLogger().removeHandler(handler)
             self.path.unlink()
             return True
         except OSError:
@@ -322,6 +325,7 @@ def config_groups_help(*, _root_: DictConfig | None = None) -> str:
 
 
 OmegaConf.register_new_resolver("harness_config_groups", config_groups_help, replace=True)
+OmegaConf.register_new_resolver("harness_tools", tools_help, replace=True)
 
 
 def check_launch(argv: list[str]) -> None:
@@ -447,15 +451,17 @@ class _LaunchCheck:
 
 
 def _check_values(job: list, cfg: DictConfig) -> None:
-    """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices) that would fail
-    only once the run allocates: seed ids beyond int64 (``check_seed_ids``), a run whose memory estimate exceeds
-    ``memory_cap_gb`` (tasks/memory.py ``check_memory``). Other values are checked where they are read."""
+    """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices), as its run
+    would check them before any work (``harness.config.check_config``), and its memory estimate against
+    ``memory_cap_gb`` (tasks/memory.py ``check_memory``): a sweep with one bad job launches none. What cannot be
+    checked here (a value that does not resolve outside the run, a check that needs what only the run builds) is left
+    to the run."""
     import copy
 
     from omegaconf import open_dict
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import ConfigAttributeError
 
-    from common.checks import check_seed_ids
+    from harness.config import check_config
     from tasks.memory import check_memory
 
     cfg = copy.deepcopy(cfg)
@@ -463,15 +469,23 @@ def _check_values(job: list, cfg: DictConfig) -> None:
         with open_dict(cfg):
             for override in job:
                 key = override.key_or_group
-                if override.is_delete() or override.package is not None or key.startswith("hydra."):
+                if override.package is not None or key.startswith("hydra."):
+                    continue
+                if override.is_delete():
+                    parent, _, leaf = key.rpartition(".")
+                    node = OmegaConf.select(cfg, parent) if parent else cfg
+                    if isinstance(node, DictConfig) and leaf in node:
+                        del node[leaf]
                     continue
                 OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
-        llm = OmegaConf.select(cfg, "task.kind", default=None) == "llm"
-        check_seed_ids(cfg.get("seeds"), cfg.get("seed_offset"), llm=llm)
+        check_config(cfg)
         check_memory(cfg)
-    except (OmegaConfBaseException, ValueError) as error:  # a value OmegaConf cannot set or resolve: Hydra says so
-        if isinstance(error, ConfigError):
-            raise
+    except ConfigError:
+        raise
+    except ConfigAttributeError as error:
+        if any(override.is_delete() and override.key_or_group == error.full_key for override in job):
+            raise ConfigError(f"~{error.full_key} removes a key the run reads; set it to a value instead") from None
+    except Exception:  # noqa: BLE001 - a value OmegaConf cannot set or resolve, a check only the run can make
         return
 
 

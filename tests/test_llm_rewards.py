@@ -93,6 +93,16 @@ def test_gsm8k_reads_gzipped_files_in_a_given_folder(gsm8k_dir, tmp_path):
     assert [row["answer"] for row in task.train_rows(0, 4)][:4] == ["0", "2", "4", "6"]
 
 
+def test_gsm8k_reads_a_relative_data_dir_from_the_folder_the_command_runs_in(gsm8k_dir, tmp_path, monkeypatch):
+    """An installed package has no repository: a relative ``task.data_dir`` is the user's folder's, as MNIST's."""
+    (tmp_path / "mine").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "mine" / f"{split}.jsonl").write_bytes((gsm8k_dir / f"{split}.jsonl").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    task = make_task("gsm8k", "task.source=local", "task.data_dir=mine")
+    assert [row["answer"] for row in task.train_rows(0, 4)][:4] == ["0", "2", "4", "6"]
+
+
 def test_tagged_answer_and_json():
     assert tagged_answer("think <answer>a</answer> more <answer> b </answer>") == "b"
     assert tagged_answer("<answer>unclosed") is None

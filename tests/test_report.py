@@ -347,7 +347,8 @@ def test_a_figures_variant_presets_are_told_apart_and_a_long_title_wraps_to_the_
 def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are_missing(tmp_path):
     """Fig 7 with runs for one of its 8 cells: one panel, no "no runs" placeholders; the caption opens with two
     human lines (what, seeds, episodes, the band) and names the panels not drawn; provenance below a heading lists
-    every declared line without runs as missing.
+    every declared line without runs as missing, and a run's CPU seconds (every process) beside its wall seconds
+    (the last process), in the caption and the README's runs table.
     Bug caught: harness.report.figures.caption without the rows of ``drawer.unrun`` (the caption of a partial figure
     read as complete)."""
     from harness.report import synthetic
@@ -356,12 +357,16 @@ def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are
     config = synthetic.make_config("table3_terminal", "token_reversal", "ppo", 3, 20,
                                    **{"task.H": 7, "task.match": "prompts", "task.reward": "terminal"})
     synthetic.write_run(tmp_path / "runs" / "a", config, {"error": np.linspace(1, 0, 60).reshape(3, 20)},
-                        steps=steps)
+                        steps=steps, cpu_seconds=7.5, wall_seconds=2.0)  # as a resumed run: its last process short
     out = tmp_path / "report"
     from harness.report import tables
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tables, "preset_budget", lambda preset: (3, 20))
         write_report([tmp_path / "runs"], out, tables="none", figures="fig7", resamples=50)
+    runs_table = [line for line in (out / "README.md").read_text().splitlines() if "| ppo " in line]
+    header = next(line for line in (out / "README.md").read_text().splitlines() if "| algorithm " in line)
+    cells = dict(zip((c.strip() for c in header.split("|")), (c.strip() for c in runs_table[0].split("|"))))
+    assert (cells["CPU s"], cells["wall s"]) == ("7.5", "2")
     caption = (out / "fig7.caption.md").read_text().splitlines()
     assert caption[0].startswith("**Fig 7") and "3 seeds, 20 episodes" in caption[0]
     assert "95% percentile bootstrap" in caption[1] and "Not drawn, no runs yet: Prompt, H=8; Prompt, H=9" in caption[1]
@@ -369,6 +374,7 @@ def test_a_figure_draws_only_the_panels_with_runs_and_its_caption_says_which_are
     assert "Lines without runs yet: " in caption[1]
     rows = [line.split(" | ") for line in caption if line.startswith("| ") and " | " in line][1:]
     assert [row[2] for row in rows].count("ok") == 1
+    assert [row[7:] for row in rows if row[2] == "ok"] == [["7.5", "2.0 |"]]  # CPU s of every process, wall s
     missing = [(row[0].strip("| "), row[1]) for row in rows if row[2] == "missing"]
     assert len(missing) == 39 and len(set(missing)) == 39  # every other line of the 8 panels × 5 methods, once
     from matplotlib import image

@@ -602,6 +602,38 @@ def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, 
     assert "run failed" in text and "error.txt" not in text and "could not be recorded" in text
 
 
+def test_a_run_that_fails_before_it_writes_says_why_once_and_leaves_no_folder(tmp_path, monkeypatch, capfd):
+    """A single run that fails before writing anything: its folder and log go, and its error is printed once (by
+    Hydra), not followed by a second traceback or a logging error from a log file removed under its handler.
+    Bugs caught: ``LaunchLog.remove_if_own`` closing its handler without detaching it (the next record reopened the
+    file in the removed folder); ``_failed`` logging the traceback of an error it then raises."""
+    import harness.__main__ as entry
+
+    run_dir = tmp_path / "run"
+
+    def fail(cfg, folder, *_):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(entry, "train", fail)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(sys, "argv", ["harness", "task=tabular_single", "logger=none", f"hydra.run.dir={run_dir}"])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(SystemExit):
+            entry.main()
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+    printed = capfd.readouterr()
+    text = printed.out + printed.err  # Hydra's console log is stdout, its error report stderr
+    assert "RuntimeError: boom" in text and text.count("Traceback") == 1, text
+    assert "Logging error" not in text and "FileNotFoundError" not in text, text
+    assert not run_dir.exists()
+
+
 def test_build_task_checks_the_memory_estimate_but_not_on_the_meta_device():
     """build_task refuses a run over memory_cap_gb, but not on the meta device, which allocates nothing.
     Bug caught: harness/config.py:build_task — `if device.type != "meta":` → `if cfg.device != "meta":`."""

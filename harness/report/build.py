@@ -77,6 +77,7 @@ def results_table(report: Report) -> pd.DataFrame:
             for threshold in run["config"].get("task.steps_to", ()):
                 row[f"steps to {float(threshold):g}"] = _steps(stats.point(Stat("steps_to", threshold=threshold),
                                                                            matrix))
+        row["CPU s"] = run["cpu_seconds"]
         row["wall s"] = run["wall_seconds"]
         row["flags"] = ", ".join(flags)
         rows.append(row)
@@ -318,7 +319,8 @@ def _runs_section(table: pd.DataFrame) -> list[str]:
                 "strictly below). Flags: failed runs (never in a table); interrupted or shorter runs (in a table "
                 "only while their cell has no full-length run, and then marked †); diverged runs; partial runs "
                 "(fewer steps than the preset, or a configuration whose runs, their seed ranges merged as a "
-                "table merges them, hold fewer seeds than the preset: its cells are marked †).\n"]
+                "table merges them, hold fewer seeds than the preset: its cells are marked †). CPU s: the run's "
+                "cost, every process of it (a resumed run's too); wall s: its last process alone.\n"]
     for (experiment, task), part in table.groupby(["experiment", "task"], sort=True):
         part = part.iloc[sorted(range(len(part)), key=lambda i: algorithm_rank(part.algorithm.iloc[i]))]  # TPO 1st
         shown = part.drop(columns=["experiment", "task"]).dropna(axis=1, how="all")

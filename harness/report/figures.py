@@ -592,8 +592,8 @@ def conflict_note(where: str, flag: str, run_dirs: Iterable[str]) -> str:
 def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.DataFrame, command: str,
             drawer: Drawer | None = None) -> str:
     """Markdown caption: two human lines (``human_caption``), then the provenance: every line's runs, their configs,
-    seeds, steps and hardware, and every declared line without runs (status missing), so that the caption says
-    whether the figure is complete."""
+    seeds, steps, hardware, CPU seconds (every process of a run) and wall seconds (its last process), and every
+    declared line without runs (status missing), so that the caption says whether the figure is complete."""
     by_dir = runs.set_index("run_dir")
     lines = []
     if drawer is not None:
@@ -601,22 +601,23 @@ def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.Data
     lines += ["## Provenance\n",
               f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}` at commit "
               f"{git_commit() or 'unknown'}.\n",
-              "| panel | line | status | seeds | steps | runs | hardware | wall s |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| panel | line | status | seeds | steps | runs | hardware | CPU s | wall s |",
+              "|---|---|---|---|---|---|---|---|---|"]
     configs = {}
     for panel, line, resolved in used:
         rows = by_dir.loc[resolved.run_dirs]
         seeds = sum(len(s) for s in resolved.owners.values())
         steps = ", ".join(sorted({str(s) for s in rows.steps}))
         hardware = "; ".join(sorted({_hardware(h) for h in rows.hardware}))
-        wall = ", ".join(f"{w:.1f}" for w in rows.wall_seconds.dropna())
+        cpu, wall = (", ".join(f"{s:.1f}" for s in rows[column].dropna())
+                     for column in ("cpu_seconds", "wall_seconds"))
         status = resolved.status + (f" ({'; '.join(resolved.flags)})" if resolved.flags else "")
         lines.append(f"| {panel} | {line} | {status} | {seeds} | {steps} | {'<br>'.join(resolved.run_dirs)} | "
-                     f"{hardware} | {wall} |")
+                     f"{hardware} | {cpu} | {wall} |")
         for run_dir in resolved.run_dirs:
             configs[run_dir] = by_dir.loc[run_dir, "config"]
     for panel, line in drawer.unrun if drawer is not None else ():
-        lines.append(f"| {panel} | {line} | missing | 0 |  |  |  |  |")
+        lines.append(f"| {panel} | {line} | missing | 0 |  |  |  |  |  |")
     lines += ["", "Resolved configs:", "", "```json", json.dumps(configs, indent=1, default=str, sort_keys=True),
               "```", ""]
     return "\n".join(lines)

@@ -277,7 +277,8 @@ def _run_record(run_dir: Path) -> dict:
         "task": summary.get("task") or config.get("task.name"),
         "algorithm": summary.get("algorithm") or config.get("algorithm.name"),
         "status": summary["status"], "seed_ids": tuple(summary.get("seeds", ())), "steps": steps,
-        "last_step": summary.get("last_step"), "wall_seconds": summary.get("wall_seconds"),
+        "last_step": summary.get("last_step"), "cpu_seconds": summary.get("cpu_seconds"),
+        "wall_seconds": summary.get("wall_seconds"),
         "hardware": json.dumps(summary.get("hardware")) if summary.get("hardware") else None,
         "error": summary.get("error"), "mtime": (run_dir / SUMMARY_FILE).stat().st_mtime,
         "config": config,
@@ -564,7 +565,7 @@ def _wandb_record(path: str, members: list, metrics: Metrics, suffix: str) -> tu
         "seed_ids": () if frame is None else tuple(sorted(seeds)),
         "steps": config.get("task.steps"),
         "last_step": None if frame is None else max(last_steps) if last_steps else int(frame["step"].max()),
-        "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
+        "cpu_seconds": None, "wall_seconds": None, "hardware": None, "error": None, "mtime": 0.0,
         "config": {k: v for k, v in config.items() if k != "seed"},
     }
     if twice:

@@ -29,7 +29,7 @@ def make_config(experiment: str, task: str, algorithm: str, seeds: int, steps: i
 
 def write_run(run_dir: Path, config: dict, values: dict[str, np.ndarray] | None = None, *,
               steps: np.ndarray | None = None, seed_ids: list[int] | None = None, status: str = "completed",
-              metrics_file: Path | None = None, wall_seconds: float = 1.0) -> Path:
+              metrics_file: Path | None = None, wall_seconds: float = 1.0, cpu_seconds: float = 1.0) -> Path:
     """One run directory. ``values``: metric → (seeds, logged steps) array; or ``metrics_file``: a metrics.csv to
     copy (the bench). ``status="failed"`` writes no metrics, like a run that crashed."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -39,7 +39,7 @@ def write_run(run_dir: Path, config: dict, values: dict[str, np.ndarray] | None 
         else seed_ids
     summary = {"status": status, "experiment": config["experiment_name"], "task": config["task"]["name"],
                "algorithm": config["algorithm"]["name"], "seeds": seed_ids, "steps": config["task"]["steps"],
-               "wall_seconds": wall_seconds, "hardware": HARDWARE}
+               "cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds, "hardware": HARDWARE}
     if status == "failed":
         summary = {**summary, "seeds": [], "error": "RuntimeError: synthetic failure"}
     elif metrics_file is not None:

@@ -22,6 +22,7 @@ TRAINERS: dict[str, str] = {
     "closed_form": "harness.trainers.batched:ClosedFormTrainer",
     "trl": "harness.trainers.trl:TRLTrainer",
 }
+EXTRAS = {"trl": "llm"}  # the optional dependencies (pyproject.toml's extras) a trainer imports
 
 
 def trainer_class(task_cls: type[Task]) -> type[Trainer]:
@@ -30,7 +31,15 @@ def trainer_class(task_cls: type[Task]) -> type[Trainer]:
         raise ConfigError(f"task={task_cls.name} declares trainer={task_cls.trainer!r}; valid choices: "
                           f"{', '.join(TRAINERS)}")
     module, attribute = TRAINERS[task_cls.trainer].split(":")
-    return getattr(importlib.import_module(module), attribute)
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except ModuleNotFoundError as error:
+        if task_cls.trainer not in EXTRAS or (error.name or "").partition(".")[0] in ("harness", "tasks",
+                                                                                      "algorithms", "common"):
+            raise  # no extra of ours would install it
+        extra = EXTRAS[task_cls.trainer]
+        raise ConfigError(f"task={task_cls.name} needs the `{extra}` extra ({error.name} is not installed): "
+                          f"pip install 'tpo-bench[{extra}]', or make install in a checkout") from None
 
 
 def episode(task: Task, step: int) -> StepOutput:

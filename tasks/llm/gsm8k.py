@@ -22,7 +22,6 @@ from common.declared import required
 from tasks.llm.answers import final_number, gsm8k_reference
 from tasks.llm.base import LLMTask, chat
 
-ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "gsm8k"  # package data: {train,test}.jsonl.gz + LICENSE
 SPLITS = ("train", "test")
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -51,11 +50,11 @@ def read_jsonl(path: Path, fields: tuple[str, ...] = ()) -> list[dict[str, Any]]
 
 
 def data_dir(setting: str | None) -> Path:
-    """``task.data_dir`` resolved: None → the shipped copy; a relative path → from the repository root."""
+    """``task.data_dir`` resolved: None → the shipped copy; a relative path → from the folder the command runs in
+    (as MNIST's ``task.data_dir``: an installed package has no repository to be relative to)."""
     if setting is None:
         return SHIPPED_DATA
-    path = Path(setting)
-    return path if path.is_absolute() else ROOT / path
+    return Path(setting).expanduser().absolute()
 
 
 def split_file(folder: Path, split: str) -> Path | None:
