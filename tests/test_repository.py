@@ -120,3 +120,13 @@ def test_the_path_check_catches_a_missing_file():
                         "`conf/algorithm/<id>.yaml` per algorithm")
     assert paths == ["harness/run.py", "tasks/models/nowhere.py", "conf/algorithm/<id>.yaml"]
     assert unresolved(paths) == ["tasks/models/nowhere.py"]
+
+
+def test_no_file_is_a_link_out_of_the_repository():
+    """A link the repository carries leads into it: one to a machine's own folder (a worktree's ``.venv`` linked to
+    another checkout's) breaks every clone, and checking it out over an ignored folder replaces that folder. Bug
+    caught: ``.venv/`` in .gitignore matches a folder only, so a link named ``.venv`` was committed."""
+    root = ROOT.resolve()
+    outside = [str(path.relative_to(ROOT)) for path in repository_files()
+               if path.is_symlink() and not path.resolve().is_relative_to(root)]
+    assert outside == []
