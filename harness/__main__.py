@@ -30,7 +30,6 @@ from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness import interrupts, rundir, sweep  # noqa: E402
-from harness.command import tools_help  # noqa: E402
 from harness.rundir import outputs  # noqa: E402
 from harness.config import CONFIG_DIR  # noqa: E402
 from harness.report.load import finished_run_problem  # noqa: E402
@@ -325,7 +324,6 @@ def config_groups_help(*, _root_: DictConfig | None = None) -> str:
 
 
 OmegaConf.register_new_resolver("harness_config_groups", config_groups_help, replace=True)
-OmegaConf.register_new_resolver("harness_tools", tools_help, replace=True)
 
 
 def check_launch(argv: list[str]) -> None:
@@ -451,17 +449,15 @@ class _LaunchCheck:
 
 
 def _check_values(job: list, cfg: DictConfig) -> None:
-    """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices), as its run
-    would check them before any work (``harness.config.check_config``), and its memory estimate against
-    ``memory_cap_gb`` (tasks/memory.py ``check_memory``): a sweep with one bad job launches none. What cannot be
-    checked here (a value that does not resolve outside the run, a check that needs what only the run builds) is left
-    to the run."""
+    """The values of a job (its ``key=value`` overrides set on ``cfg``, its config of group choices) that would fail
+    only once the run allocates: seed ids beyond int64 (``check_seed_ids``), a run whose memory estimate exceeds
+    ``memory_cap_gb`` (tasks/memory.py ``check_memory``). Other values are checked where they are read."""
     import copy
 
     from omegaconf import open_dict
-    from omegaconf.errors import ConfigAttributeError
+    from omegaconf.errors import OmegaConfBaseException
 
-    from harness.config import check_config
+    from common.checks import check_seed_ids
     from tasks.memory import check_memory
 
     cfg = copy.deepcopy(cfg)
@@ -469,23 +465,15 @@ def _check_values(job: list, cfg: DictConfig) -> None:
         with open_dict(cfg):
             for override in job:
                 key = override.key_or_group
-                if override.package is not None or key.startswith("hydra."):
-                    continue
-                if override.is_delete():
-                    parent, _, leaf = key.rpartition(".")
-                    node = OmegaConf.select(cfg, parent) if parent else cfg
-                    if isinstance(node, DictConfig) and leaf in node:
-                        del node[leaf]
+                if override.is_delete() or override.package is not None or key.startswith("hydra."):
                     continue
                 OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
-        check_config(cfg)
+        llm = OmegaConf.select(cfg, "task.kind", default=None) == "llm"
+        check_seed_ids(cfg.get("seeds"), cfg.get("seed_offset"), llm=llm)
         check_memory(cfg)
-    except ConfigError:
-        raise
-    except ConfigAttributeError as error:
-        if any(override.is_delete() and override.key_or_group == error.full_key for override in job):
-            raise ConfigError(f"~{error.full_key} removes a key the run reads; set it to a value instead") from None
-    except Exception:  # noqa: BLE001 - a value OmegaConf cannot set or resolve, a check only the run can make
+    except (OmegaConfBaseException, ValueError) as error:  # a value OmegaConf cannot set or resolve: Hydra says so
+        if isinstance(error, ConfigError):
+            raise
         return
 
 

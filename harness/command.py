@@ -1,7 +1,7 @@
 """``tpo-bench``, the command an installed package gives (pyproject.toml's ``[project.scripts]``): ``tpo-bench
 <overrides>`` trains, as ``python -m harness <overrides>`` does in a checkout (``-m`` sweeps, ``--help`` lists the
-config groups and these tools); ``tpo-bench <tool> …`` runs one of ``TOOLS``, as ``python -m harness.<module> …``;
-``tpo-bench --version`` prints the installed version."""
+config groups and, from conf/hydra/help/harness.yaml, these tools); ``tpo-bench <tool> …`` runs one of ``TOOLS``, as
+``python -m harness.<module> …``; ``tpo-bench --version`` prints the installed version."""
 
 from __future__ import annotations
 
@@ -37,8 +37,3 @@ def main() -> None:
 
     launch(argv)
 
-
-def tools_help() -> str:
-    """The tools, a line each, for ``--help`` (conf/hydra/help/harness.yaml's ``${harness_tools:}``)."""
-    return "\n".join(f"  tpo-bench {name:<10} = python -m {module.removesuffix('.__main__')}"
-                     for name, module in TOOLS.items())

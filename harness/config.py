@@ -11,7 +11,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
-from algorithms import Algorithm, Rollout
 from common.checks import (
     ConfigError, check_bool, check_choice, check_non_negative, check_number, check_positive_int, check_seed_ids,
     did_you_mean)
@@ -202,21 +201,6 @@ def build_task(cfg: DictConfig, device: torch.device | None = None) -> Task:
     the task's device. The memory estimate (tasks/memory.py ``check_memory``, as ``python -m harness`` checks it before
     launching) refuses a run over ``memory_cap_gb`` here too; on the ``meta`` device, which allocates nothing, it is
     not checked."""
-    algorithm, task_cls, rollout, settings = check_config(cfg)
-    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
-    device = torch.device(cfg.device) if device is None else device
-    if device.type != "meta":
-        check_memory(cfg)
-    seeds = torch.arange(settings.seed_offset, settings.seed_offset + settings.seeds, dtype=torch.int64, device=device)
-    return task_cls(cfg.task, algorithm, rollout, seeds, device, model=cfg.get("model"), optim=cfg.get("optim"))
-
-
-def check_config(cfg: DictConfig) -> tuple[Algorithm, type[Task], Rollout, RunSettings]:
-    """Every value of a run's config that is checked without building anything (the algorithm's hyperparameters,
-    the pairing of algorithm and task, the run settings, the logger, the task's keys and steps, ``cpu_matmul``):
-    ``build_task``'s checks, and those ``python -m harness -m`` makes of every job of a sweep before launching any.
-    Not here: what depends on the machine a run lands on (CUDA, memory) or only its build sees (the model's)."""
     algorithm = algorithms.build(cfg.algorithm)  # its hyperparameters checked and typed
     task_cls = get_task(cfg.task.name)
     rollout = algorithm.rollout_for(task_cls.rollouts)
@@ -228,10 +212,15 @@ def check_config(cfg: DictConfig) -> tuple[Algorithm, type[Task], Rollout, RunSe
     algorithm.check(rollout)
     settings = run_settings(cfg)
     check_logger_config(cfg.logger)
-    task_cls.settings_of(cfg.task)
     task_cls.check_steps(cfg.task, settings.steps)
     check_choice("cpu_matmul", cfg.cpu_matmul, linear.BACKENDS)
-    return algorithm, task_cls, rollout, settings
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device} requested but CUDA is not available; valid choices here: cpu")
+    device = torch.device(cfg.device) if device is None else device
+    if device.type != "meta":
+        check_memory(cfg)
+    seeds = torch.arange(settings.seed_offset, settings.seed_offset + settings.seeds, dtype=torch.int64, device=device)
+    return task_cls(cfg.task, algorithm, rollout, seeds, device, model=cfg.get("model"), optim=cfg.get("optim"))
 
 
 def apply_process_settings(cfg: DictConfig) -> None:
