@@ -36,4 +36,3 @@ def main() -> None:
     from harness.__main__ import launch
 
     launch(argv)
-

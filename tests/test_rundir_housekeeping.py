@@ -574,6 +574,22 @@ def test_an_interrupted_sweep_job_ends_in_one_line_naming_its_folder_and_how_to_
     assert len(list((tmp_path / "sweep").glob("*/summary.json"))) == 2
 
 
+def _run_failing_main(entry, run_dir: Path, monkeypatch) -> None:
+    """``python -m harness`` in this process for a tabular run into ``run_dir`` whose training fails (the caller
+    patched it): Hydra's exit expected, the root logger's handlers and level restored afterwards."""
+    monkeypatch.setattr(sys, "argv", ["harness", "task=tabular_single", "logger=none", f"hydra.run.dir={run_dir}"])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(SystemExit):
+            entry.main()
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+
+
 def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, monkeypatch):
     """When a failure cannot be recorded, the log says so instead of pointing at an error.txt that is not there.
     Bug caught: harness/__main__.py:main — `f"; traceback in ..." if written else` → `... if recorded else`."""
@@ -587,17 +603,7 @@ def test_a_failure_that_cannot_be_recorded_is_not_said_to_be_recorded(tmp_path, 
 
     monkeypatch.setattr(entry, "train", fail)
     monkeypatch.setattr(outputs, "record_failure", lambda *args: False)
-    monkeypatch.setattr(sys, "argv", ["harness", "task=tabular_single", "logger=none", f"hydra.run.dir={run_dir}"])
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        with pytest.raises(SystemExit):
-            entry.main()
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
+    _run_failing_main(entry, run_dir, monkeypatch)
     text = (run_dir / "__main__.log").read_text()
     assert "run failed" in text and "error.txt" not in text and "could not be recorded" in text
 
@@ -616,17 +622,7 @@ def test_a_run_that_fails_before_it_writes_says_why_once_and_leaves_no_folder(tm
 
     monkeypatch.setattr(entry, "train", fail)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.setattr(sys, "argv", ["harness", "task=tabular_single", "logger=none", f"hydra.run.dir={run_dir}"])
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        with pytest.raises(SystemExit):
-            entry.main()
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
+    _run_failing_main(entry, run_dir, monkeypatch)
     printed = capfd.readouterr()
     text = printed.out + printed.err  # Hydra's console log is stdout, its error report stderr
     assert "RuntimeError: boom" in text and text.count("Traceback") == 1, text

@@ -4,7 +4,7 @@ Data: ``task.source`` = local (``task.data_dir``/{train,test}.jsonl, or .jsonl.g
 "question", "answer" ending in "#### N"), hub (``task.hub_id`` through ``datasets``), or auto (local when the files
 exist, else the Hub). ``task.data_dir: null`` (the default) is the copy shipped inside the package,
 ``tasks/llm/data/gsm8k/`` (the 7,473 training and 1,319 test problems, gzipped, MIT licence, OpenAI), so the task needs
-no network; a relative ``task.data_dir`` is read from the repository root. The prompt is the question plus the
+no network; a relative ``task.data_dir`` is read from the working folder. The prompt is the question plus the
 instruction to put the answer after "####".
 """
 
