@@ -183,10 +183,11 @@ def seed_summary(summary: dict[str, Any], index: int, seed: int) -> dict[str, An
     """The W&B summary of seed ``seed`` (``index`` in the run's seeds), read from summary.json's
     (``harness.rundir.summary.run_summary``): status, last step (the report checks the history against it), final value
     and mean over the run of each metric, steps-to of each threshold (the seed-mean curve's, as the paper reports
-    it), CPU and wall seconds, hardware, commit."""
+    it), CPU and wall seconds, hardware, commit and package version."""
     row = {"status": summary.get("seed_status", {}).get(str(seed), summary.get("status")),
            "last_step": summary.get("last_step"), "cpu_seconds": summary.get("cpu_seconds"),
-           "wall_seconds": summary.get("wall_seconds"), "commit": summary.get("commit")}
+           "wall_seconds": summary.get("wall_seconds"), "commit": summary.get("commit"),
+           "version": summary.get("version")}
     for kind in ("final", "mean"):
         row.update({f"{kind}/{metric}": stats["per_seed"][index] for metric, stats in summary.get(kind, {}).items()})
     for metric, reached in summary.get("steps_to", {}).items():

@@ -31,6 +31,7 @@ from harness.campaign import reports as campaign_reports
 from harness.campaign import runner as campaign_runner
 from harness.campaign import text as campaign_text
 from harness.report.synthetic import make_config, write_run
+from harness.rundir import outputs
 
 STEPS = 2000  # ~1 ms each: a kill 0.3 s after the first checkpoint (step 50) lands seconds before a run's end
 QUEUE = {"chunk": 20, "cells": [
@@ -391,6 +392,11 @@ def test_breadth_first_runs_every_cells_first_seeds_before_any_cells_next(tmp_pa
         ("tpo", "seeds0-1"), ("grpo", "seeds0-1"), ("tpo", "seeds2-3"), ("grpo", "seeds2-3")]
 
 
+def fake_processes(run_class: type) -> type:
+    """``subprocess`` as ``LocalLauncher`` uses it, its processes ``run_class``'s."""
+    return type("Processes", (), {"Popen": run_class, "STDOUT": None, "TimeoutExpired": subprocess.TimeoutExpired})
+
+
 def hour_job(name: str, hours: float, steps: int = 100) -> campaign.Job:
     """A one-seed job whose cell cost makes it exactly ``hours`` CPU-hours."""
     return campaign.Job("P1", "fig3_tabular_multi", name, (), 0, 1, steps, 3600 * hours / steps)
@@ -463,7 +469,7 @@ def test_a_run_skipped_on_a_high_estimate_starts_once_measured_costs_make_it_fit
         "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
     for module in (campaign_runner, campaign_local):
         monkeypatch.setattr(module, "time", clock_module)
-    monkeypatch.setattr(campaign_local, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(FakeRun))
     monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: None)
     monkeypatch.setattr(campaign_reports, "report", lambda preset, results: None)
     a, b = hour_job("a", 0.5), hour_job("b", 1.0)
@@ -474,9 +480,10 @@ def test_a_run_skipped_on_a_high_estimate_starts_once_measured_costs_make_it_fit
 
 
 def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkeypatch):
-    """``a`` finishes and its export fails: the runner raises, and ``b``, still running, is sent SIGTERM (it then
-    writes its summary and its checkpoint resumes it) instead of running on alone."""
-    clock, terminated = [0.0], []
+    """``a`` finishes and its export fails: the runner raises, and ``b``, still running, is asked to checkpoint and
+    stop (SIGUSR2), and SIGTERMed when it does not (it then writes its summary and its checkpoint resumes it)
+    instead of running on alone."""
+    clock, terminated, asked = [0.0], [], []
 
     class FakeRun:
         def __init__(self, command, **_):
@@ -489,11 +496,16 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
                 self.returncode = 0
             return self.returncode
 
+        def send_signal(self, signum):
+            asked.append((self.cell, signum))  # ignored, as an LLM run ignores it
+
         def terminate(self):
             terminated.append(self.cell)
             self.returncode = -15
 
         def wait(self, timeout=None):
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired("run", timeout)
             return self.returncode
 
     def export(job, work, results):
@@ -504,11 +516,98 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
         "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
     for module in (campaign_runner, campaign_local):
         monkeypatch.setattr(module, "time", clock_module)
-    monkeypatch.setattr(campaign_local, "subprocess", type("Processes", (), {"Popen": FakeRun, "STDOUT": None}))
+    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(FakeRun))
     monkeypatch.setattr(campaign_runner, "export", export)
     with pytest.raises(OSError, match="disk full"):
         campaign.run([hour_job("a", 0.1), hour_job("b", 0.1)], 2, tmp_path / "work", tmp_path / "results")
-    assert terminated == ["b"]
+    assert asked == [("b", signal.SIGUSR2)] and terminated == ["b"]
+
+
+def test_stop_after_stops_the_runs_at_that_hour_starts_no_more_and_fails_none(tmp_path, monkeypatch, capsys):
+    """``--stop-after 1``, two slots: ``a`` ends done within the hour and is exported, ``c`` takes its slot, ``b`` and
+    ``c`` still run at the hour and are stopped (asked to checkpoint: each does, exits 130 and writes
+    "interrupted"), ``d`` never starts; nothing counts as failed. Bugs caught: the hour not checked (``b`` and ``c``
+    run to their end, ``d`` starts), the stopped runs counted as failed, the run ended done before the hour left
+    unexported."""
+    clock, asked, started, exported = [0.0], [], [], []
+
+    class FakeRun:
+        def __init__(self, command, **_):
+            self.folder = Path(next(a for a in command if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+            self.cell, self.returncode = self.folder.parent.name, None
+            started.append(self.cell)
+
+        def poll(self):
+            if self.returncode is None and clock[0] >= (1800 if self.cell == "a" else 7200):
+                (self.folder / "summary.json").write_text(json.dumps({"status": "completed"}))
+                self.returncode = 0
+            return self.returncode
+
+        def send_signal(self, signum):
+            asked.append((self.cell, signum))
+            (self.folder / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+            self.returncode = 130
+
+        def wait(self, timeout=None):
+            return self.returncode
+
+    clock_module = type("Clock", (), {
+        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
+    for module in (campaign_runner, campaign_local):
+        monkeypatch.setattr(module, "time", clock_module)
+    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(FakeRun))
+    monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: exported.append(job.cell))
+    monkeypatch.setattr(campaign_runner, "Reporter", lambda results: type("R", (), {
+        "submit": lambda self, preset: None, "finish": lambda self: 0})())
+    jobs = [hour_job(name, 2.0) for name in "abcd"]
+    assert campaign.run(jobs, 2, tmp_path / "work", tmp_path / "results", stop_after=1.0) == 0
+    assert started == ["a", "b", "c"] and exported == ["a"]
+    assert sorted(asked) == [("b", signal.SIGUSR2), ("c", signal.SIGUSR2)]
+    assert clock[0] == 3600  # stopped at the hour, not at b's end
+    assert "--stop-after: 2 runs stop at a checkpoint they save now, 1 not started" in capsys.readouterr().out
+
+
+def test_a_stopped_campaign_loses_no_step_of_its_runs_and_resumes_to_the_same_numbers(tmp_path):
+    """A run checkpointing only at its end (``task.checkpoint_every=0``): stopping its campaign mid-run has it save a
+    checkpoint at the step it stood at (harness.process's CHECKPOINT_SIGNAL), from which the same command finishes it
+    with the numbers of a campaign never stopped. Bug caught: the launcher's stop SIGTERMs at once (the run keeps no
+    checkpoint and starts again from step 0)."""
+    steps = 20_000
+    queue = tmp_path / "queue.yaml"
+    queue.write_text(yaml.safe_dump({"chunk": 2, "cells": [
+        {"priority": "P1", "preset": "fig3_tabular_multi", "name": "tpo", "seeds": 2, "cost": 0.001,
+         "overrides": ["algorithm=tpo", f"task.steps={steps}", "task.checkpoint_every=0"]}]}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+    def campaign_in(root: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "1", "--work",
+                                 str(root / "work"), "--results", str(root / "results")], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    full = campaign_in(tmp_path / "full")
+    output, _ = full.communicate(timeout=600)
+    assert full.returncode == 0, output
+    stopped = campaign_in(tmp_path / "stopped")
+    run_dir = tmp_path / "stopped" / "work" / "fig3_tabular_multi" / "tpo" / "seeds0-1"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (run_dir / "metrics.csv").exists():
+        time.sleep(0.05)
+    time.sleep(1.0)
+    stopped.send_signal(signal.SIGTERM)
+    output, _ = stopped.communicate(timeout=300)
+    assert stopped.returncode == 130, output
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted", output
+    fingerprint = json.loads((run_dir / "identity.json").read_text())["fingerprint"]
+    resume_step = outputs.load_checkpoint(run_dir, fingerprint)["step"]
+    assert 0 < resume_step < steps, output
+    again = campaign_in(tmp_path / "stopped")
+    output, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, output
+    summary = json.loads((tmp_path / "stopped" / "results" / "runs" / run_dir.relative_to(run_dir.parents[2]) /
+                          "summary.json").read_text())
+    assert summary["resumed_from"] == [resume_step]
+    assert metrics(tmp_path / "stopped") == metrics(tmp_path / "full")
 
 
 def test_a_report_folder_shows_its_own_tables_and_figures_not_those_of_the_runs_it_shares(tmp_path):

@@ -559,7 +559,8 @@ def test_a_job_pending_too_long_is_named_once_with_squeues_reason(tmp_path, monk
 
 def test_sbatch_options_reach_the_job_script_and_cpus_its_threads(tmp_path, monkeypatch, capsys):
     """--account, --qos, --constraint and --sbatch OPTION=VALUE become #SBATCH lines; a cell's cpus its run's
-    threads; a malformed or a campaign-owned --sbatch is refused in one line."""
+    threads; a malformed or a campaign-owned --sbatch, or --stop-after (the jobs outlive the runner), is refused in
+    one line."""
     cells = [CELLS[1]]
     (job,) = jobs_of(cells)
     launcher = campaign.SlurmLauncher(tmp_path / "work", cells, sbatch={"account": "lab", "qos": "long",
@@ -572,6 +573,7 @@ def test_sbatch_options_reach_the_job_script_and_cpus_its_threads(tmp_path, monk
     for bad, message in ((["--sbatch", "exclude"], "--sbatch 'exclude' is not valid; expected OPTION=VALUE"),
                          (["--sbatch", "time=10"], "--sbatch 'time=10': time is set by the campaign"),
                          (["--sbatch", "comment=x"], "--sbatch 'comment=x': comment is set by the campaign"),
+                         (["--stop-after", "1"], "--stop-after is for the local launcher"),
                          (["--account", "lab"], None)):
         with pytest.raises(SystemExit) as exit_:
             campaign.main([str(write_queue(tmp_path, cells)), "--dry-run", *bad, "--work", str(tmp_path / "w")]

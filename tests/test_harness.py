@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -56,6 +57,15 @@ def test_summary_records_the_commit_the_run_launched_with(tmp_path, monkeypatch)
     summary = run_config(["task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=5"], run_dir)
     assert summary["commit"] == "at-launch"
     assert json.loads((run_dir / outputs.SUMMARY_FILE).read_text())["commit"] == "at-launch"
+
+
+def test_summary_records_the_installed_packages_version(tmp_path):
+    """Outside a checkout (an installed wheel) the commit is None: the version names the code. Bugs caught: the key
+    dropped, the version of another distribution (or None) recorded."""
+    summary = run_config(["task=tabular_single", "algorithm=tpo", "task.steps=3"], tmp_path / "run")
+    declared = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert json.loads((tmp_path / "run" / outputs.SUMMARY_FILE).read_text())["version"] == declared
+    assert summary["version"] == declared
 
 
 def test_a_run_from_a_checkout_records_the_checkouts_commit():

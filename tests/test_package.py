@@ -3,6 +3,8 @@ trains and reports through its ``tpo-bench`` command from a folder outside any c
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,8 @@ def run(command: list, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_a_wheel_in_a_fresh_venv_trains_and_reports_from_any_folder(tmp_path):
     """Bugs caught: conf/ not packed into the wheel (``Primary config directory not found``); ``harness.locations``
-    reading the checkout's conf/ in an installed package; no ``[project.scripts]`` entry."""
+    reading the checkout's conf/ in an installed package; no ``[project.scripts]`` entry; a run of the installed
+    package recording a commit (of whatever repository holds its venv) or no version."""
     source = tmp_path / "source"  # a copy: the build writes build/ and *.egg-info beside its sources
     for name in SOURCES:
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copyfile
@@ -51,7 +54,9 @@ def test_a_wheel_in_a_fresh_venv_trains_and_reports_from_any_folder(tmp_path):
     command = venv / "bin" / "tpo-bench"
     run([command, "task=tabular_single", "algorithm=tpo", "seeds=2", "task.steps=30", "logger=none",
          "hydra.run.dir=run"], elsewhere)
-    assert (elsewhere / "run" / "summary.json").exists()
+    summary = json.loads((elsewhere / "run" / "summary.json").read_text())
+    assert summary["commit"] is None and summary["version"] == re.search(  # no checkout: the version names the code
+        r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     report = run([command, "report", "run", "--out", "report"], elsewhere)
     assert "tpo" in report.stdout and (elsewhere / "report" / "README.md").exists()
     refused = subprocess.run([command, "task=nope"], cwd=elsewhere, capture_output=True, text=True, timeout=300)

@@ -199,7 +199,7 @@ def test_rows_reach_wandb_as_they_are_produced_with_step_as_x_axis_and_the_summa
         assert [row["step"] for row in rows(run)] == mine.step.tolist()
         np.testing.assert_allclose([row["error"] for row in rows(run)], mine.error, rtol=1e-6)
         expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "metrics_rows": 8,
-                    "commit": summary["commit"],
+                    "commit": summary["commit"], "version": summary["version"],
                     "cpu_seconds": summary["cpu_seconds"], "wall_seconds": summary["wall_seconds"],
                     "final/error": summary["final"]["error"]["per_seed"][index],
                     "mean/error": summary["mean"]["error"]["per_seed"][index],
@@ -238,7 +238,7 @@ def test_above_seed_runs_one_run_holds_each_seed_in_columns_of_its_rows(tmp_path
     per_seed = {f"{kind}/{metric}/seed{seed}": summary[kind][metric]["per_seed"][seed]
                 for kind in ("final", "mean") for metric in METRICS for seed in (0, 1, 2)}
     expected = {"status": "completed", "last_step": 7, "dropped_rows": 0, "metrics_rows": 8,
-                "commit": summary["commit"], "cpu_seconds": summary["cpu_seconds"],
+                "commit": summary["commit"], "version": summary["version"], "cpu_seconds": summary["cpu_seconds"],
                 "final/error": summary["final"]["error"]["mean"], "mean/error": summary["mean"]["error"]["mean"],
                 "steps_to/error<0.1": None, **per_seed, **{f"status/seed{seed}": "completed" for seed in (0, 1, 2)}}
     assert {key: run.summary.get(key) for key in expected} == expected

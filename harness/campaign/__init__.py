@@ -18,8 +18,10 @@ so a campaign stopped early compares all of a priority's methods on the same see
 after H hours; ``--finish-within H`` starts only runs expected to end within H hours (a session or a batch
 allocation with a hard end, where a run cut off loses its work folder): each run's time is its cell's measured cost
 plus a margin (``MARGIN``), for the episodes its checkpoint has left, and a run that does not fit is skipped for a
-later one that does; with ``--dry-run`` it prints that plan. Ctrl-C or SIGTERM stops the runs, each at its last
-checkpoint (SLURM jobs go on, below). Seeds already in
+later one that does; with ``--dry-run`` it prints that plan. ``--stop-after H`` stops the runs after H hours and
+starts no more (a hard end whose work folder stays: runs of any length progress, and resume). Ctrl-C, SIGTERM and
+``--stop-after`` stop each run at a checkpoint it saves at the end of its step (``LocalLauncher.stop``; SLURM jobs go
+on, below). Seeds already in
 ``results/runs/<preset>/<cell>/`` from earlier runs of the same configuration count as done, so a cell is extended,
 not rerun. ``--dry-run`` prints the queue: what is done, what is left and its estimated CPU-hours.
 

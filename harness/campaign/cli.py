@@ -77,6 +77,9 @@ def _parser() -> cli.Parser:
     parser.add_argument("--finish-within", type=cli.number(float, low=0, high=MAX_HOURS), default=None,
                         metavar="HOURS",
                         help="start only runs expected to end within this many hours (a hard session end)")
+    parser.add_argument("--stop-after", type=cli.number(float, low=0, high=MAX_HOURS), default=None, metavar="HOURS",
+                        help="after this many hours, stop the runs, each at a checkpoint it saves then, and start no "
+                             "more (the same command resumes them)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
                         help="where runs run: local (--jobs at a time on this machine) or slurm (a SLURM job each)")
     parser.add_argument("--partition", default=None, help="--launcher slurm: the partition (default: the cluster's)")
@@ -106,6 +109,8 @@ def _check_launcher(parser: cli.Parser, args: argparse.Namespace) -> None:
     given = [option for option, value in slurm_only.items() if value is not None]
     if args.launcher == "local" and given:
         parser.error(f"{given[0]} is for --launcher slurm")
+    if args.launcher == "slurm" and args.stop_after is not None:
+        parser.error("--stop-after is for the local launcher (a SLURM job stops at its own time limit, checkpointed)")
     args.sbatch_options = sbatch_options(parser, args)
     args.max_jobs = args.max_jobs or MAX_JOBS
     if args.launcher == "slurm" and not args.dry_run:
@@ -182,7 +187,8 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
     def costs() -> dict[tuple[str, str], float]:  # after each finished run: the cells' costs as measured by now
         return {(job.preset, job.cell): job.cost for job, _ in plan(queue, args.results, only, cpu_model())[0]}
 
-    return 1 if run(todo, parallel, args.work, args.results, args.hours, args.finish_within, costs, launcher) else 0
+    return 1 if run(todo, parallel, args.work, args.results, args.hours, args.finish_within, costs, launcher,
+                    args.stop_after) else 0
 
 
 def _arranged(planned: list[tuple[Job, str]], args: argparse.Namespace) -> list[tuple[Job, str]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.campaign.jobs import Job
 from harness.campaign.launch import Ended, Launcher, run_environment
 from harness.campaign.text import ROOT, shown
-from harness.process import die_with_parent
+from harness.process import CHECKPOINT_SIGNAL, die_with_parent
 
 
 def pinned_load(cores: list[int]) -> dict[int, int]:
@@ -36,11 +36,14 @@ class LocalLauncher(Launcher):
     """Runs each job as a process of this machine, pinned to a core of its own: the core with the fewest processes
     pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
     leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
-    it SIGTERMs them (each writes its summary, "interrupted", and keeps its checkpoint), and so does its death, even
-    by ``kill -9`` (``die_with_parent``). A run folder whose ``run.lock`` a live process holds (a run of an earlier
-    runner still closing, or one started by hand) is waited for up to ``lock_wait_s``, then refused in one line."""
+    it asks each to save a checkpoint at the end of its step and stop (``CHECKPOINT_SIGNAL``), SIGTERMs those still
+    running after ``stop_grace_s`` (each then keeps its last checkpoint), and each writes its summary,
+    "interrupted"; the runner's death, even by ``kill -9``, SIGTERMs them (``die_with_parent``). A run folder whose
+    ``run.lock`` a live process holds (a run of an earlier runner still closing, or one started by hand) is waited
+    for up to ``lock_wait_s``, then refused in one line."""
 
     lock_wait_s = 60.0  # a run SIGTERMed by its runner's death writes its summary and lets go within seconds
+    stop_grace_s = 120.0  # a step of Section 4's costliest cells (16 epochs, K = 64) takes up to about a minute here
 
     def __init__(self, work: Path):
         self.work = work
@@ -103,8 +106,20 @@ class LocalLauncher(Launcher):
         return Ended(process.returncode == 0, f"exit {process.returncode}", job.work_dir(self.work).with_suffix(".log"))
 
     def stop(self, processes: list[subprocess.Popen]) -> None:
+        """Stopped or failed: no run goes on alone, holding its lock, and none loses the work of its last
+        checkpoint interval (a long one, or none but the last, is hours of a run) unless it ignores the ask."""
         alive = [process for process in processes if process.poll() is None]
-        for process in alive:  # stopped or failed: no run goes on alone, holding its lock
-            process.terminate()  # SIGTERM: it writes its summary ("interrupted"); its checkpoint resumes it
+        if not alive:
+            return
+        print(f"{time.strftime('%H:%M:%S')} stopping {len(alive)} runs: each saves a checkpoint at the end of its "
+              f"step, then stops (SIGTERM after {self.stop_grace_s:g} s)", flush=True)
+        for process in alive:
+            process.send_signal(CHECKPOINT_SIGNAL)  # harness.process: save at the end of this step, then stop
+        deadline = time.time() + self.stop_grace_s
+        for process in alive:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:  # one that does not answer the ask: stopped at its last checkpoint
+                process.terminate()
         for process in alive:
             process.wait(timeout=120)

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from algorithms import ALGORITHMS
-from harness.rundir.outputs import git_commit
+from harness.rundir.outputs import git_commit, package_version
 from harness.report import paper, stats
 from harness.report.specs import KEY_LABEL, Figure, Panel, Series, Stat, axis_labels, label
 from harness.report.tables import Report, Resolved, fill_command, write_file
@@ -600,7 +600,7 @@ def caption(figure: Figure, used: list[tuple[str, str, Resolved]], runs: pd.Data
         lines += [*human_caption(figure, drawer, runs), ""]
     lines += ["## Provenance\n",
               f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}` at commit "
-              f"{git_commit() or 'unknown'}.\n",
+              f"{git_commit() or 'unknown'} (tpo-bench {package_version() or 'uninstalled'}).\n",
               "| panel | line | status | seeds | steps | runs | hardware | CPU s | wall s |",
               "|---|---|---|---|---|---|---|---|---|"]
     configs = {}

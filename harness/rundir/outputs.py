@@ -12,6 +12,7 @@ concurrent reader (the report, a notebook, a dashboard) and a run killed at any 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import logging
@@ -103,6 +104,15 @@ def git_commit() -> str | None:
     if commit.returncode:
         return None
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def package_version() -> str | None:
+    """The installed tpo-bench's version: with ``git_commit`` (None outside a checkout, as in an installed wheel) it
+    names the code a run ran; None when the code runs uninstalled (``PYTHONPATH=.``)."""
+    try:
+        return importlib.metadata.version("tpo-bench")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class CheckpointError(Exception):

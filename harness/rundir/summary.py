@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from harness.rundir.outputs import METRICS_FILE
+from harness.rundir.outputs import METRICS_FILE, package_version
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -93,7 +93,8 @@ def run_summary(cfg, settings, run_dir: Path, metric_names, *, status: str, seed
     ``metrics.csv``), its cost and provenance. ``hardware`` adds to the host and thread count; ``resumed_from``
     lists the steps this run was resumed at; wall time counts the last process only, ``cpu_seconds`` every process
     up to its last checkpoint (work redone after a kill counts once); ``commit`` is the code's at the last launch
-    (``git_commit`` then: a commit made while the run trains is not the code it runs)."""
+    (``git_commit`` then: a commit made while the run trains is not the code it runs), ``version`` the installed
+    package's."""
     return {
         "status": status,
         "experiment": cfg.experiment_name,
@@ -109,4 +110,5 @@ def run_summary(cfg, settings, run_dir: Path, metric_names, *, status: str, seed
         "cpu_seconds": round(cpu_seconds, 3),
         "hardware": {**hardware, "threads": torch.get_num_threads(), "host": socket.gethostname()},
         "commit": commit,
+        "version": package_version(),
     }
