@@ -48,6 +48,7 @@ def checkpoint_on_signal() -> None:
     submitit runs in this very process requeues itself on the signal (its own checkpoint)."""
     if signal.getsignal(CHECKPOINT_SIGNAL) in (signal.SIG_DFL, _ask_checkpoint):
         signal.signal(CHECKPOINT_SIGNAL, _ask_checkpoint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {CHECKPOINT_SIGNAL})  # a campaign blocks it until now (its asks wait)
 
 
 def _ask_checkpoint(signum, frame) -> None:

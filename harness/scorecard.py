@@ -204,7 +204,7 @@ def run_cells(suite: Suite, candidates: list[Candidate], args: argparse.Namespac
     campaign.check_cells(plan, f"scorecard_{suite.name}.yaml")
     options = argparse.Namespace(jobs=args.jobs, dry_run=args.dry_run, breadth=False, replace=args.replace, hours=None,
                                  all=True, finish_within=args.finish_within, launcher="local", partition=None,
-                                 max_jobs=campaign.MAX_JOBS, work=args.work, results=args.results)
+                                 max_jobs=campaign.MAX_JOBS, work=args.work, results=args.results, stop_at=None)
     if args.dry_run:
         return campaign.campaign(plan, options, None)
     with campaign.campaign_lock(args.work, args.results, campaign.queue_cells(plan)):

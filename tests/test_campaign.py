@@ -51,6 +51,25 @@ def start(tmp_path: Path, folder: str) -> tuple[subprocess.Popen, Path]:
     return process, root
 
 
+def kill_all(runner: int) -> None:
+    """SIGKILL the runner and every run it started, mid-write or not (each run is a session of its own): the runs
+    frozen first, so that the runner's death (``die_with_parent``'s SIGTERM) cannot let one write its summary."""
+    runs = [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
+            if _parent(stat) == runner]
+    for run in runs:
+        os.kill(run, signal.SIGSTOP)
+    os.killpg(runner, signal.SIGKILL)
+    for run in runs:
+        os.kill(run, signal.SIGKILL)
+
+
+def _parent(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):  # ended meanwhile
+        return None
+
+
 def metrics(root: Path) -> dict[str, str]:
     return {str(path.relative_to(root)): gzip.decompress(path.read_bytes()).decode()
             for path in sorted((root / "results" / "runs").rglob("metrics.csv.gz"))}
@@ -79,7 +98,7 @@ def test_a_campaign_killed_at_any_moment_finishes_with_the_same_numbers(tmp_path
     while time.time() < deadline and not list((killed / "work").rglob("checkpoint.pt")):
         time.sleep(0.05)
     time.sleep(0.3)
-    os.killpg(process.pid, signal.SIGKILL)  # the runner and every run it started, mid-write or not
+    kill_all(process.pid)
     process.wait()
     interrupted = [p.parent for p in (killed / "work").rglob("checkpoint.pt")
                    if not (p.parent / "summary.json").exists()]
@@ -523,6 +542,53 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
     assert asked == [("b", signal.SIGUSR2)] and terminated == ["b"]
 
 
+def test_a_run_asked_to_checkpoint_while_it_starts_stops_at_its_first_step(tmp_path):
+    """The runner's ask (SIGUSR2) reaching a run before its interpreter can answer it waits (blocked from its start
+    until the handler is in place): the run stops at its first step with a checkpoint. Bug caught: the signal not
+    blocked in the child (its default action ends the run at once, exit -12, nothing written)."""
+    job = campaign.Job("P1", "fig3_tabular_multi", "tpo", ("algorithm=tpo", "task.steps=20000",
+                                                           "task.checkpoint_every=0"), 0, 1, 20000, 0.001)
+    process = campaign_local.LocalLauncher(tmp_path / "work").start(job, 0)
+    process.send_signal(signal.SIGUSR2)  # the interpreter is still starting
+    assert process.wait(timeout=300) == 130
+    run_dir = job.work_dir(tmp_path / "work")
+    fingerprint = json.loads((run_dir / "identity.json").read_text())["fingerprint"]
+    assert outputs.load_checkpoint(run_dir, fingerprint)["step"] == 1
+
+
+def test_a_second_stop_while_runs_save_their_checkpoints_stops_them_at_once_and_the_runner_waits(tmp_path, capsys):
+    """A run slow to answer the ask (a long step): a second Ctrl-C during the grace SIGTERMs it at once (it keeps its
+    last checkpoint) and the launcher still waits for it to end; the caller's handlers stand again after. Bugs
+    caught: the second Ctrl-C leaving the launcher at once (the run left alone, SIGTERMed mid-ask by the runner's
+    death), the handlers not put back."""
+    events = []
+
+    class SlowRun:
+        returncode = None
+
+        def poll(self):
+            return self.returncode
+
+        def send_signal(self, signum):
+            events.append(signal.Signals(signum).name)
+
+        def terminate(self):
+            events.append("SIGTERM")
+            self.returncode = -15
+
+        def wait(self, timeout=None):
+            if self.returncode is None:
+                events.append("waiting")
+                signal.raise_signal(signal.SIGINT)  # the second Ctrl-C, while the run still saves
+            return self.returncode
+
+    handler = signal.getsignal(signal.SIGINT)
+    campaign_local.LocalLauncher(tmp_path).stop([SlowRun()])
+    assert events == ["SIGUSR2", "waiting", "SIGTERM"]
+    assert signal.getsignal(signal.SIGINT) == handler
+    assert "stopping the runs now, each at its last checkpoint" in capsys.readouterr().out
+
+
 def test_stop_after_stops_the_runs_at_that_hour_starts_no_more_and_fails_none(tmp_path, monkeypatch, capsys):
     """``--stop-after 1``, two slots: ``a`` ends done within the hour and is exported, ``c`` takes its slot, ``b`` and
     ``c`` still run at the hour and are stopped (asked to checkpoint: each does, exits 130 and writes
@@ -561,7 +627,7 @@ def test_stop_after_stops_the_runs_at_that_hour_starts_no_more_and_fails_none(tm
     monkeypatch.setattr(campaign_runner, "Reporter", lambda results: type("R", (), {
         "submit": lambda self, preset: None, "finish": lambda self: 0})())
     jobs = [hour_job(name, 2.0) for name in "abcd"]
-    assert campaign.run(jobs, 2, tmp_path / "work", tmp_path / "results", stop_after=1.0) == 0
+    assert campaign.run(jobs, 2, tmp_path / "work", tmp_path / "results", stop_at=3600.0) == 0
     assert started == ["a", "b", "c"] and exported == ["a"]
     assert sorted(asked) == [("b", signal.SIGUSR2), ("c", signal.SIGUSR2)]
     assert clock[0] == 3600  # stopped at the hour, not at b's end
@@ -569,10 +635,11 @@ def test_stop_after_stops_the_runs_at_that_hour_starts_no_more_and_fails_none(tm
 
 
 def test_a_stopped_campaign_loses_no_step_of_its_runs_and_resumes_to_the_same_numbers(tmp_path):
-    """A run checkpointing only at its end (``task.checkpoint_every=0``): stopping its campaign mid-run has it save a
-    checkpoint at the step it stood at (harness.process's CHECKPOINT_SIGNAL), from which the same command finishes it
-    with the numbers of a campaign never stopped. Bug caught: the launcher's stop SIGTERMs at once (the run keeps no
-    checkpoint and starts again from step 0)."""
+    """A run checkpointing only at its end (``task.checkpoint_every=0``): a Ctrl-C at the campaign's terminal (SIGINT
+    to its process group) mid-run has the run save a checkpoint at the step it stood at (harness.process's
+    CHECKPOINT_SIGNAL), from which the same command finishes it with the numbers of a campaign never stopped. Bugs
+    caught: the launcher's stop SIGTERMs at once, or the run shares the runner's process group and gets the SIGINT
+    itself (either way it keeps no checkpoint and starts again from step 0)."""
     steps = 20_000
     queue = tmp_path / "queue.yaml"
     queue.write_text(yaml.safe_dump({"chunk": 2, "cells": [
@@ -583,7 +650,7 @@ def test_a_stopped_campaign_loses_no_step_of_its_runs_and_resumes_to_the_same_nu
     def campaign_in(root: Path) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "harness.campaign", str(queue), "--jobs", "1", "--work",
                                  str(root / "work"), "--results", str(root / "results")], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     full = campaign_in(tmp_path / "full")
     output, _ = full.communicate(timeout=600)
@@ -594,7 +661,7 @@ def test_a_stopped_campaign_loses_no_step_of_its_runs_and_resumes_to_the_same_nu
     while time.time() < deadline and not (run_dir / "metrics.csv").exists():
         time.sleep(0.05)
     time.sleep(1.0)
-    stopped.send_signal(signal.SIGTERM)
+    os.killpg(stopped.pid, signal.SIGINT)  # a terminal's Ctrl-C
     output, _ = stopped.communicate(timeout=300)
     assert stopped.returncode == 130, output
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted", output

@@ -103,6 +103,28 @@ def test_a_killed_run_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path,
     assert (tmp_path / "killed" / "metrics.csv").read_text() == (tmp_path / "full" / "metrics.csv").read_text()
 
 
+def test_a_run_asked_to_checkpoint_saves_its_step_and_resumes_to_the_same_numbers(tiny_llm, gsm8k_dir, tmp_path,
+                                                                                  monkeypatch):
+    """A campaign's stop (harness.process.CHECKPOINT_SIGNAL) during step 2 of 4, with no periodic checkpoints: the
+    run saves a checkpoint after step 2, the held-out score due at step 3 with it, ends "interrupted", and resumes
+    to the numbers of a run never stopped. Bugs caught: the ask ignored (the run trains on: no interrupt), the
+    score due next left unsaved (its row loses test_accuracy on resume)."""
+    monkeypatch.setattr(Gsm8k, "score", text_score)
+    overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "task.steps=4",
+                 "task.eval_every=2", "task.checkpoint_every=0"]
+    run_config(overrides, tmp_path / "full")
+    asks = iter([False, True])
+    monkeypatch.setattr(llm_train.process, "checkpoint_asked", lambda: next(asks, True))
+    with pytest.raises(KeyboardInterrupt):
+        run_config(overrides, tmp_path / "stopped")
+    assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["status"] == "interrupted"
+    assert [p.name for p in (tmp_path / "stopped" / "trl").glob("checkpoint-*")] == ["checkpoint-2"]
+    monkeypatch.setattr(llm_train.process, "checkpoint_asked", lambda: False)
+    summary = run_config([*overrides, "trainer.resume=true"], tmp_path / "stopped")
+    assert summary["status"] == "completed" and summary["resumed_from"] == [2]
+    assert (tmp_path / "stopped" / "metrics.csv").read_text() == (tmp_path / "full" / "metrics.csv").read_text()
+
+
 def test_a_damaged_trl_checkpoint_is_refused_in_one_line(tiny_llm, gsm8k_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(Gsm8k, "score", text_score)
     overrides = [*tiny_overrides(tiny_llm, "gsm8k", gsm8k_dir), "algorithm=tpo", "task.steps=2",

@@ -7,6 +7,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +39,8 @@ SLURM_COMMANDS = ("sbatch", "squeue", "srun")  # what --launcher slurm calls: on
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
+    # --stop-after counts from the command's start, planning included: a window's end is the machine's
+    args.stop_at = None if args.stop_after is None else time.time() + 3600 * args.stop_after
     args.work, args.results = args.work.resolve(), args.results.resolve()  # the runs start in the repository root
     _check_launcher(parser, args)
     queue = load_queue(args.queue)
@@ -188,7 +191,7 @@ def campaign(queue: dict, args: argparse.Namespace, only: set[str] | None) -> in
         return {(job.preset, job.cell): job.cost for job, _ in plan(queue, args.results, only, cpu_model())[0]}
 
     return 1 if run(todo, parallel, args.work, args.results, args.hours, args.finish_within, costs, launcher,
-                    args.stop_after) else 0
+                    args.stop_at) else 0
 
 
 def _arranged(planned: list[tuple[Job, str]], args: argparse.Namespace) -> list[tuple[Job, str]]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 from harness.campaign.jobs import Job
-from harness.campaign.launch import Ended, Launcher, run_environment
+from harness.campaign.launch import STOP_SIGNALS, Ended, Launcher, run_environment
 from harness.campaign.text import ROOT, shown
 from harness.process import CHECKPOINT_SIGNAL, die_with_parent
 
@@ -35,12 +36,14 @@ def pinned_load(cores: list[int]) -> dict[int, int]:
 class LocalLauncher(Launcher):
     """Runs each job as a process of this machine, pinned to a core of its own: the core with the fewest processes
     pinned to it (``pinned_load``), so two runners side by side use two cores; among equals, the last cores first,
-    leaving core 0 to interactive work when there are fewer runs than cores. The runs end with the runner: stopping
-    it asks each to save a checkpoint at the end of its step and stop (``CHECKPOINT_SIGNAL``), SIGTERMs those still
-    running after ``stop_grace_s`` (each then keeps its last checkpoint), and each writes its summary,
-    "interrupted"; the runner's death, even by ``kill -9``, SIGTERMs them (``die_with_parent``). A run folder whose
-    ``run.lock`` a live process holds (a run of an earlier runner still closing, or one started by hand) is waited
-    for up to ``lock_wait_s``, then refused in one line."""
+    leaving core 0 to interactive work when there are fewer runs than cores. Each run is a session of its own, so a
+    terminal's Ctrl-C or hangup, or ``timeout``'s signal to its process group, reaches the runner alone. The runs end
+    with the runner: stopping it asks each to save a checkpoint at the end of its step and stop
+    (``CHECKPOINT_SIGNAL``; a run in its last step completes), and SIGTERMs those still running after
+    ``stop_grace_s`` or at a second stop signal (each then keeps its last checkpoint); the runner's death, even by
+    ``kill -9``, SIGTERMs them (``die_with_parent``). A run folder whose ``run.lock`` a live process holds (a run of
+    an earlier runner still closing, or one started by hand) is waited for up to ``lock_wait_s``, then refused in
+    one line."""
 
     lock_wait_s = 60.0  # a run SIGTERMed by its runner's death writes its summary and lets go within seconds
     stop_grace_s = 120.0  # a step of Section 4's costliest cells (16 epochs, K = 64) takes up to about a minute here
@@ -93,10 +96,13 @@ class LocalLauncher(Launcher):
             if core is not None:
                 os.sched_setaffinity(0, {core})
             die_with_parent(runner)
+            # an ask to checkpoint waits until the run can answer it (harness.process.checkpoint_on_signal), not
+            # ending the run with its default action while the interpreter starts
+            signal.pthread_sigmask(signal.SIG_BLOCK, {CHECKPOINT_SIGNAL})
 
         with open(job.work_dir(self.work).with_suffix(".log"), "a") as log:  # the run writes to its own copy
             process = subprocess.Popen(job.command(self.work), cwd=ROOT, env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT, preexec_fn=prepare)
+                                       stderr=subprocess.STDOUT, preexec_fn=prepare, start_new_session=True)
         print(f"{time.strftime('%H:%M:%S')} start {job.preset}/{job.cell}/{job.name} (core {core})", flush=True)
         return process
 
@@ -112,14 +118,32 @@ class LocalLauncher(Launcher):
         if not alive:
             return
         print(f"{time.strftime('%H:%M:%S')} stopping {len(alive)} runs: each saves a checkpoint at the end of its "
-              f"step, then stops (SIGTERM after {self.stop_grace_s:g} s)", flush=True)
-        for process in alive:
-            process.send_signal(CHECKPOINT_SIGNAL)  # harness.process: save at the end of this step, then stop
-        deadline = time.time() + self.stop_grace_s
-        for process in alive:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:  # one that does not answer the ask: stopped at its last checkpoint
-                process.terminate()
-        for process in alive:
-            process.wait(timeout=120)
+              f"step, then stops (at once, at its last checkpoint: after {self.stop_grace_s:g} s, or Ctrl-C again)",
+              flush=True)
+
+        def now(signum=None, frame=None) -> None:  # stopped at their last checkpoint, within seconds
+            if signum is not None:
+                print(f"{time.strftime('%H:%M:%S')} stopping the runs now, each at its last checkpoint", flush=True)
+            for process in alive:
+                if process.poll() is None:
+                    process.terminate()
+
+        try:  # a second stop signal stops the runs now, and the runner still waits for them
+            previous = {signum: signal.signal(signum, now) for signum in STOP_SIGNALS}
+        except ValueError:  # not the main thread (a runner used in-process): the caller's handlers stand
+            previous = {}
+        try:
+            for process in alive:
+                process.send_signal(CHECKPOINT_SIGNAL)  # harness.process: save at the end of this step, then stop
+            deadline = time.time() + self.stop_grace_s
+            for process in alive:
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.time()))
+                except subprocess.TimeoutExpired:  # one that does not answer the ask
+                    now()
+            for process in alive:
+                process.wait(timeout=120)
+        finally:
+            for signum, handler in previous.items():
+                if handler is not None:  # None: set outside Python, cannot be put back from here
+                    signal.signal(signum, handler)

@@ -22,16 +22,17 @@ from harness.campaign.text import shown
 
 def run(jobs: list[Job], parallel: int, work: Path, results: Path, hours: float | None = None,
         finish_within: float | None = None, costs: Callable[[], dict[tuple[str, str], float]] | None = None,
-        launcher: Launcher | None = None, stop_after: float | None = None) -> int:
+        launcher: Launcher | None = None, stop_at: float | None = None) -> int:
     """Run ``jobs`` ``parallel`` at a time through ``launcher`` (default: ``LocalLauncher``), starting none after
-    ``hours`` and none expected to end after ``finish_within`` hours, stopping the running ones at ``stop_after``
-    hours (each at a checkpoint it saves then: ``Launcher.stop``), with the pending jobs' costs renewed from
+    ``hours`` and none expected to end after ``finish_within`` hours, stopping the running ones at the time
+    ``stop_at`` (``time.time()``'s; each at a checkpoint it saves then: ``Launcher.stop``), with the pending jobs'
+    costs renewed from
     ``costs`` (preset, cell) after each finished run; returns the number of failed jobs and failed reports. Jobs
     the launcher still runs from an earlier runner (SLURM) are re-attached, not started again. A job whose work
     folder holds a run of another configuration (``work_mismatch``) is refused in one line and counts as failed
     (``main`` refuses those before calling this; a run this starts is checked by its own launch,
     ``harness.rundir``)."""
-    return Runner(parallel, work, results, hours, finish_within, costs, launcher, stop_after).run(jobs)
+    return Runner(parallel, work, results, hours, finish_within, costs, launcher, stop_at).run(jobs)
 
 
 def exit_stopped(signum, frame) -> None:
@@ -45,12 +46,12 @@ class Runner:
 
     def __init__(self, parallel: int, work: Path, results: Path, hours: float | None, finish_within: float | None,
                  costs: Callable[[], dict[tuple[str, str], float]] | None, launcher: Launcher | None,
-                 stop_after: float | None = None):
+                 stop_at: float | None = None):
         self.parallel, self.work, self.results, self.costs = parallel, work, results, costs
         self.launcher = launcher or LocalLauncher(work)
         self.deadline = None if hours is None else time.time() + 3600 * hours
         self.end = None if finish_within is None else time.time() + 3600 * finish_within
-        self.stop_at = None if stop_after is None else time.time() + 3600 * stop_after
+        self.stop_at = stop_at
         self.failed = 0
         self.pending: list[Job] = []
         self.running: dict[int, tuple[object, Job]] = {}
@@ -112,10 +113,12 @@ class Runner:
         the renewed costs), else wait a second and poll the running ones."""
         while self.pending or self.running or self.ended_done:
             if self.stop_at is not None and time.time() >= self.stop_at:
-                self.export_ended()
                 print(f"{time.strftime('%H:%M:%S')} --stop-after: {len(self.running)} runs stop at a checkpoint they "
                       f"save now, {len(self.pending)} not started; the same command resumes them", flush=True)
-                return  # ``run``'s finally stops the running ones
+                self.launcher.stop([handle for handle, _ in self.running.values()])  # before any report is awaited
+                self.running = {}
+                self.export_ended()
+                return
             free = [slot for slot in range(self.parallel) if slot not in self.running]
             if self.deadline is not None and time.time() >= self.deadline:
                 self.pending = []  # past --hours: let the running ones finish, start nothing new

@@ -24,7 +24,7 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from algorithms import ALGORITHMS
-from harness import rundir
+from harness import process, rundir
 from harness.config import RunSettings, run_settings
 from harness.rundir import outputs
 from harness.llm.models import load_policy, lora_config, model_dtype
@@ -112,7 +112,9 @@ def grpo_config(cfg: DictConfig, settings: RunSettings, run_dir: Path, epochs: i
 
 class StepLogger(TrainerCallback):
     """Writes one metrics row per step (after its last update), forwards TRL's own metrics to the tracker, evaluates
-    when due, saves its state with TRL's checkpoints, and stops training when a loss is not finite."""
+    when due, saves its state with TRL's checkpoints, and stops training when a loss is not finite, or with a
+    checkpoint of the step when ``harness.process.CHECKPOINT_SIGNAL`` asks (``stopped``; every process of a
+    multi-GPU run must get the signal, as SLURM sends it to all of a job's)."""
 
     def __init__(self, trainer: RLVRTrainer, task, eval_rows: list[dict], epochs: int, steps: int, writer, tracker,
                  pending_test: float = math.nan, fingerprint: str = "", resumes: list[int] | None = None,
@@ -123,6 +125,7 @@ class StepLogger(TrainerCallback):
         self.every = task.settings.eval_every
         self.pending_test = pending_test  # held-out score of the policy that generates the next step
         self.diverged_at: int | None = None
+        self.stopped = False
 
     def _evaluate_if_due(self, step: int) -> None:
         if self.every and (step % self.every == 0 or step == self.steps - 1):
@@ -148,7 +151,9 @@ class StepLogger(TrainerCallback):
         if not math.isfinite(metrics["loss"]):
             self.diverged_at, control.should_training_stop = step, True
         elif step + 1 < self.steps:
-            self._evaluate_if_due(step + 1)
+            self._evaluate_if_due(step + 1)  # before a checkpoint asked for now: it saves the pending score
+            if process.checkpoint_asked():
+                self.stopped = control.should_save = control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """TRL's own metrics of each update (``Trainer.log``: loss, reward, KL, completion lengths, clip ratios ...)
@@ -299,6 +304,8 @@ class TRLTrainer(Trainer):
         finally:
             if logger.diverged_at is not None:
                 self.diverged = {str(self.seeds[0]): logger.diverged_at}
+        if logger.stopped:  # as the batched trainers' loop: the run ends "interrupted" at the checkpoint it saved
+            raise KeyboardInterrupt(process.CHECKPOINT_SIGNAL.name)
 
     def resume_hint(self, run_dir: Path) -> str:
         return f"trainer.resume=true continues from the last TRL checkpoint in {run_dir}"
