@@ -416,6 +416,16 @@ def fake_processes(run_class: type) -> type:
     return type("Processes", (), {"Popen": run_class, "STDOUT": None, "TimeoutExpired": subprocess.TimeoutExpired})
 
 
+def fake_launches(monkeypatch, clock: list[float], run_class: type) -> None:
+    """The runner and the local launcher on a fake clock (each sleep a minute) and fake processes."""
+    clock_module = type("Clock", (), {
+        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
+        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
+    for module in (campaign_runner, campaign_local):
+        monkeypatch.setattr(module, "time", clock_module)
+    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(run_class))
+
+
 def hour_job(name: str, hours: float, steps: int = 100) -> campaign.Job:
     """A one-seed job whose cell cost makes it exactly ``hours`` CPU-hours."""
     return campaign.Job("P1", "fig3_tabular_multi", name, (), 0, 1, steps, 3600 * hours / steps)
@@ -530,12 +540,7 @@ def test_a_runner_leaving_on_an_error_stops_the_runs_it_started(tmp_path, monkey
     def export(job, work, results):
         raise OSError("disk full")
 
-    clock_module = type("Clock", (), {
-        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
-        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
-    for module in (campaign_runner, campaign_local):
-        monkeypatch.setattr(module, "time", clock_module)
-    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(FakeRun))
+    fake_launches(monkeypatch, clock, FakeRun)
     monkeypatch.setattr(campaign_runner, "export", export)
     with pytest.raises(OSError, match="disk full"):
         campaign.run([hour_job("a", 0.1), hour_job("b", 0.1)], 2, tmp_path / "work", tmp_path / "results")
@@ -617,12 +622,7 @@ def test_stop_after_stops_the_runs_at_that_hour_starts_no_more_and_fails_none(tm
         def wait(self, timeout=None):
             return self.returncode
 
-    clock_module = type("Clock", (), {
-        "time": staticmethod(lambda: clock[0]), "strftime": staticmethod(lambda _: "t"),
-        "sleep": staticmethod(lambda _: clock.__setitem__(0, clock[0] + 60))})
-    for module in (campaign_runner, campaign_local):
-        monkeypatch.setattr(module, "time", clock_module)
-    monkeypatch.setattr(campaign_local, "subprocess", fake_processes(FakeRun))
+    fake_launches(monkeypatch, clock, FakeRun)
     monkeypatch.setattr(campaign_runner, "export", lambda job, work, results: exported.append(job.cell))
     monkeypatch.setattr(campaign_runner, "Reporter", lambda results: type("R", (), {
         "submit": lambda self, preset: None, "finish": lambda self: 0})())
