@@ -117,3 +117,113 @@ def test_a_misspelt_root_or_an_unreadable_conclusions_is_said_not_passed(tmp_pat
     out = capsys.readouterr().out
     assert "a/conclusions.md: unreadable (IsADirectoryError)" in out
     assert "b/conclusions.md: unreadable (UnicodeDecodeError)" in out
+
+
+PRINTED = """|  | seeds | final error | mean error over the run |
+|---|---|---|---|
+| TPO | 10 | 0.052 [0.0, 0.16] | 4.7 [4.0, 5.5] |
+| GRPO | 10 | 11.4 [0.0, 28.8] | 30.9 [17.2, 48.5] |
+
+| X − TPO, paired | seeds | final error | mean error over the run |
+|---|---|---|---|
+| GRPO | 10 | +11.3 [−0.1, 28.8] | +26.2 [12.3, 44.0] |
+"""
+COMMAND = "python -m harness.report.seedwise paired results/runs/x --algorithms tpo,grpo"
+
+
+def _computed(tmp_path: Path, table: str, command: str = COMMAND) -> Path:
+    folder = tmp_path / "results" / "preset"
+    folder.mkdir(parents=True)
+    (folder / "conclusions.md").write_text(f"# Reading\n\n<!-- computed by: {command} -->\n{table}\n")
+    return tmp_path / "results"
+
+
+def _rerun(root: Path, printed: str = PRINTED) -> tuple[list[str], list]:
+    calls = []
+
+    def run(words, cwd):
+        calls.append((words, cwd))
+        return printed
+
+    stale, checked = quotes.rerun(root, run=run)
+    return [s.why for s in stale], calls
+
+
+def test_rerun_passes_a_table_its_command_prints_even_with_renamed_labels_and_runs_each_command_once(tmp_path):
+    """The second printed table, its row label renamed, pasted twice under one command: one run, from the folder
+    above results/ (where the command's relative paths start). Bug caught: comparing the first column too."""
+    pasted = "| X − TPO, paired | seeds | final error | mean error over the run |\n|---|---|---|---|\n" \
+             "| GRPO (4 epochs) | 10 | +11.3 [−0.1, 28.8] | +26.2 [12.3, 44.0] |\n"
+    root = _computed(tmp_path, pasted + "\nprose\n\n<!-- computed by: " + COMMAND + " -->\n" + pasted)
+    stale, calls = _rerun(root)
+    assert stale == []
+    assert calls == [(COMMAND.split()[2:], tmp_path.resolve())]
+
+
+def test_rerun_reports_a_changed_cell_a_changed_header_a_missing_row_and_an_extra_one(tmp_path):
+    """Each a one-character or one-row edit of the printed table. Bugs caught: rows compared as a set or a prefix;
+    the header not compared."""
+    header = "|  | seeds | final error | mean error over the run |\n|---|---|---|---|\n"
+    tpo = "| TPO | 10 | 0.052 [0.0, 0.16] | 4.7 [4.0, 5.5] |\n"
+    grpo = "| GRPO | 10 | 11.4 [0.0, 28.8] | 30.9 [17.2, 48.5] |\n"
+    cases = {
+        "cell": header + tpo + grpo.replace("30.9", "30.8"),
+        "header": header.replace("over the run", "over the run (area)") + tpo + grpo,
+        "missing": header + tpo,
+        "extra": header + tpo + grpo + grpo.replace("GRPO", "DG"),
+        "order": header + grpo + tpo,
+    }
+    whys = {}
+    for name, table in cases.items():
+        whys[name] = _rerun(_computed(tmp_path / name, table))[0]
+    assert whys["cell"] == ["pasted '10 | 11.4 [0.0, 28.8] | 30.8 [17.2, 48.5]', "
+                            "the output '10 | 11.4 [0.0, 28.8] | 30.9 [17.2, 48.5]'"]
+    assert len(whys["header"]) == 1 and whys["header"][0].startswith("no table of the output has the header")
+    assert whys["missing"] == ["the output has more rows: '10 | 11.4 [0.0, 28.8] | 30.9 [17.2, 48.5]'"]
+    assert len(whys["extra"]) == 1 and "is not in the output" in whys["extra"][0]
+    assert len(whys["order"]) == 1
+
+
+def test_rerun_runs_only_report_modules_and_says_when_a_command_fails(tmp_path):
+    """A marker is text anyone can edit: only ``python -m harness.report.…`` runs. Bugs caught: any module run;
+    a failing command raising instead of being listed."""
+    import subprocess
+
+    root = _computed(tmp_path / "other", PRINTED.split("\n\n")[0], command="python -m os.system rm")
+    stale, calls = _rerun(root)
+    assert calls == [] and stale == ["only 'python -m harness.report.…' commands are run"]
+
+    def failing(words, cwd):
+        raise subprocess.CalledProcessError(2, words, stderr="Error: results/runs/x: no such folder\n")
+
+    root = _computed(tmp_path / "failing", PRINTED.split("\n\n")[0])
+    stale, _ = quotes.rerun(root, run=failing)
+    assert [s.why for s in stale] == ["the command failed: Error: results/runs/x: no such folder"]
+
+
+def test_rerun_runs_the_real_command_on_runs_beside_results(tmp_path, capsys):
+    """End to end through a subprocess: seedwise's perseed table of synthetic runs, pasted as printed, passes;
+    the same table with one number changed fails the command with exit 1. Bug caught: the command run from the
+    current folder instead of the one above results/ (its relative path finds no runs)."""
+    import numpy as np
+
+    from harness.report import seedwise
+    from harness.report.synthetic import make_config, write_run
+
+    errors = np.full((3, 6), 0.5)
+    errors[0, 2:] = 0.0
+    write_run(tmp_path / "runs" / "cell", make_config("rerun_synthetic", "token_reversal", "tpo", 3, 6),
+              {"error": errors})
+    command = "python -m harness.report.seedwise perseed runs/cell --threshold 0.01"
+    seedwise.main(["perseed", str(tmp_path / "runs" / "cell"), "--threshold", "0.01"])
+    printed = capsys.readouterr().out.strip()
+    assert "| 3 | 1/3 |" in printed
+    root = _computed(tmp_path, printed, command=command)
+    assert quotes.main([str(root), "--rerun"]) == 0
+    conclusions = root / "preset" / "conclusions.md"
+    conclusions.write_text(conclusions.read_text().replace("| 1/3 |", "| 2/3 |"))
+    assert quotes.main([str(root), "--rerun", "preset"]) == 1
+    assert "1 computed tables re-run, 1 stale" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        quotes.main([str(root), "--rerun", "presett"])
+    assert refused.value.code == 2 and "valid: preset" in capsys.readouterr().err

@@ -191,3 +191,45 @@ def test_endings_count_each_seed_of_a_cells_runs(tmp_path, capsys):
     assert printed[-1] == ["moving", "0.970", "0.000", "0.970", "never", "190"]  # seed 3
     with pytest.raises(SystemExit):
         main(["endings", str(tmp_path / "cell"), "--last", "0"])
+
+
+def test_percent_keeps_two_significant_digits_and_says_none_and_zero():
+    from harness.report.dynamics import percent
+
+    assert [percent(x) for x in (0.4017, 0.0308, 0.0003, 0.002007, 1.0, 0.0, float("nan"))] == [
+        "40%", "3.1%", "0.03%", "0.2%", "100%", "0", "–"]
+
+
+def test_relapses_prints_the_cells_side_by_side_under_their_algorithm_labels(tmp_path, capsys):
+    """TPO (one seed, 10 episodes): solved at 1, onset at 3 (climb 1), solved again at 4; gradient norm exactly 0
+    in 7 episodes, 5e-4, 0.5 and 2.0 in one each. GRPO: never solves, gradient 3.0 throughout. By hand: TPO's
+    bins 70/10/10/10% with errors 0, 0, 60%, 100%; GRPO's only bin ≥ 1 (100%), the others "–" in its columns
+    only; TPO's calm episodes by streak: 1 at 0 (no onset next), 4 at 1–2 (one onset next: 25%).
+    Bugs caught: a cell's bins shifted into the other's columns; a missing bin printed as 0."""
+    from harness.report import dynamics, synthetic
+
+    tpo_error = np.array([[1.0, 0.0, 0.0, 0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    tpo_grad = np.array([[2.0, 0.0, 0.0, 0.5, 5e-4, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    cells = {"tpo": (tpo_error, tpo_grad), "grpo": (np.ones((1, 10)), np.full((1, 10), 3.0))}
+    for name, (error, grad) in cells.items():
+        synthetic.write_run(tmp_path / name, synthetic.make_config("table3_terminal", "token_reversal", name, 1, 10),
+                            {"error": error, "grad_norm": grad, "frac_zero_var": (grad == 0).astype(float),
+                             "update_muon": np.where(grad == 0, 0.5, 1.0), "update_adam": grad / 10})
+    dynamics.main(["relapses", str(tmp_path / "tpo"), str(tmp_path / "grpo")])
+    summary, norms, risks = capsys.readouterr().out.strip().split("\n\n")
+    rows = {line.split(" | ")[0].strip("| "): line.strip("|").split(" | ")[1:] for line in summary.splitlines()[2:]}
+    assert [cell.strip() for cell in rows["TPO"][:5]] == ["1", "1", "1", "1", "100%"]
+    assert [cell.strip() for cell in rows["GRPO"][:5]] == ["1", "0", "0", "–", "–"]
+    header = norms.splitlines()[0]
+    assert header.startswith("| gradient norm | TPO: share of episodes | TPO: Muon ‖Δθ‖ | TPO: Adam ‖Δθ‖ | TPO: error "
+                             "| GRPO: share of episodes |")
+    by_bin = {line.strip("|").split(" | ")[0].strip(): [c.strip() for c in line.strip("|").split(" | ")[1:]]
+              for line in norms.splitlines()[2:]}
+    assert by_bin["0"] == ["70%", "0.500", "0.000", "0", "–", "–", "–", "–"]
+    assert by_bin["(0, 0.001)"][:4] == ["10%", "1.000", "0.000", "0"] and by_bin["(0, 0.001)"][4:] == ["–"] * 4
+    assert by_bin["[0.1, 1)"][3] == "60%" and by_bin["≥ 1"] == ["10%", "1.000", "0.200", "100%",
+                                                                "100%", "1.000", "0.300", "100%"]
+    streaks = {line.strip("|").split(" | ")[0].strip(): [c.strip() for c in line.strip("|").split(" | ")[1:]]
+               for line in risks.splitlines()[2:]}
+    assert streaks["0"][:3] == ["1", "0", "0"] and streaks["1–2"][:3] == ["4", "1", "25%"]
+    assert streaks["1–2"][3:] == ["0", "0", "–"]  # GRPO is never solved: no episode at risk

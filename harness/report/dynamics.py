@@ -1,6 +1,6 @@
 """Seed dynamics: how each seed of a cell gets where it ends, not only where the seed mean ends (README "Beyond the
 paper"): the definitions below, and the commands that read cell folders into them (each folder: the runs of one
-configuration), one row per folder then its details:
+configuration; ``relapses`` prints its three tables with the folders side by side, under their algorithms' labels):
 
     python -m harness.report.dynamics relapses results/runs/table3_terminal/prompts_h7_tpo ...
     python -m harness.report.dynamics endings results/runs/beyond_amplification/noise0.01_grpo ...
@@ -79,6 +79,9 @@ import pandas as pd
 
 from harness import cli, locations
 from harness.report.load import episodes
+from harness.report.seedwise import markdown
+from harness.report.specs import label
+from harness.rundir.outputs import summary_files
 from harness.rundir.summary import relapse_events, until_diverged
 
 SOLVED, RELAPSE, HALF = 0.02, 0.20, 0.50
@@ -291,13 +294,18 @@ def drift(update: np.ndarray, zero_gradient: np.ndarray) -> float:
     return float(zero.mean() / other.mean()) if zero.size and other.size else float("nan")
 
 
+def gradient_bins() -> list[str]:
+    """The names of ``by_gradient_norm``'s bins, in order."""
+    edges = GRADIENT_EDGES
+    return ["0", f"(0, {edges[0]:g})", *(f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:])),
+            f"≥ {edges[-1]:g}"]
+
+
 def by_gradient_norm(wide: pd.DataFrame) -> pd.DataFrame:
     """Episodes binned by gradient norm (``GRADIENT_EDGES``). The share and the error are over every episode with a
     gradient norm; each update norm over those that also log it (runs older than the diagnostic do not)."""
     wide = wide[np.isfinite(wide["grad_norm"])]
-    edges = np.array(GRADIENT_EDGES)
-    names = ["0", f"(0, {edges[0]:g})", *(f"[{a:g}, {b:g})" for a, b in zip(edges[:-1], edges[1:])),
-             f"≥ {edges[-1]:g}"]
+    edges, names = np.array(GRADIENT_EDGES), gradient_bins()
     norm = wide["grad_norm"].to_numpy()
     index = np.where(norm == 0, 0, 1 + np.searchsorted(edges, norm, side="right"))
     columns = [name for name in ("update_muon", "update_adam", "error") if name in wide]
@@ -401,14 +409,62 @@ def cell_endings(path: Path, last: int = 100, reach: float = 0.05, learned: floa
     return seed_endings(episodes(path, ENDING_METRICS), last, reach, learned)
 
 
+def percent(share: float) -> str:
+    """A share as a percentage to two significant digits (0.4017 → 40%, 0.0308 → 3.1%, 0.0003 → 0.03%); 0 and –
+    (no episodes) as such."""
+    if not np.isfinite(share):
+        return "–"
+    if share == 0:
+        return "0"
+    return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.2g}%"
+
+
+def cell_labels(paths: list[Path]) -> list[str]:
+    """Each cell folder's algorithm label (``TPO``), or its path where two folders share one."""
+    labels = [label({"algorithm.name": json.loads(summary_files(path)[0].read_text())["algorithm"]})
+              for path in paths]
+    return labels if len(set(labels)) == len(labels) else [str(path) for path in paths]
+
+
+def relapses_markdown(cells: dict[str, tuple[dict, Onsets, pd.DataFrame]]) -> str:
+    """The ``relapses`` command's three tables, cells side by side (``cells``: label → its ``cell_relapses`` row,
+    pooled onsets and episodes): onsets and drift per cell; episodes by gradient norm; risk by zero-gradient
+    streak."""
+    summary = [[name, str(row["seeds"]), f"{row['onsets']:,}", str(row["seeds with onsets"]),
+                "–" if row["median climb"] is None else f"{row['median climb']:g}",
+                "–" if row["climb ≤ 3"] == "–" else percent(float(row["climb ≤ 3"])),
+                row["Muon drift, median [range] (seeds)"], row["Adam drift"]]
+               for name, (row, _, _) in cells.items()]
+    binned = {name: by_gradient_norm(wide) for name, (_, _, wide) in cells.items()}
+    columns = {"share of episodes": percent, "update_muon": "{:.3f}".format, "update_adam": "{:.3f}".format,
+               "error": percent}
+    headers = {"share of episodes": "share of episodes", "update_muon": "Muon ‖Δθ‖", "update_adam": "Adam ‖Δθ‖",
+               "error": "error"}
+    shown = {name: [column for column in columns if column in table] for name, table in binned.items()}
+    norms = [[bin_name, *(columns[column](binned[name].loc[bin_name, column]) if bin_name in binned[name].index
+                          else "–" for name in cells for column in shown[name])] for bin_name in gradient_bins()]
+    risks = {name: risk_by_streak(found) for name, (_, found, _) in cells.items()}
+    streaks = [[streak, *(cell for name in cells for cell in (
+                   f"{risks[name].loc[index, 'episodes at risk']:,}", f"{risks[name].loc[index, 'onsets next']:,}",
+                   percent(risks[name].loc[index, "risk per episode"])))]
+               for index, streak in enumerate(risks[next(iter(cells))]["zero-gradient episodes in a row"])]
+    return "\n\n".join([
+        markdown(["", "seeds", "onsets", "seeds with onsets", "median climb (episodes)", "climbs ≤ 3 episodes",
+                  "Muon drift, median [range] (seeds)", "Adam drift, median [range] (seeds)"], summary),
+        markdown(["gradient norm", *(f"{name}: {headers[column]}" for name in cells for column in shown[name])],
+                 norms),
+        markdown(["zero-gradient episodes in a row", *(f"{name}: {what}" for name in cells
+                                                       for what in ("episodes at risk", "onsets next", "risk"))],
+                 streaks)])
+
+
 def _print_relapses(args: argparse.Namespace) -> None:
-    tables = {path: episodes(path, RELAPSE_METRICS) for path in args.paths}
-    rows = {path: cell_relapses(path, wide) for path, wide in tables.items()}
-    print(pd.DataFrame([row for row, _ in rows.values()]).to_markdown(index=False))
-    for path, wide in tables.items():
-        print(f"\n{path}: relapse risk by zero-gradient streak\n\n"
-              + risk_by_streak(rows[path][1]).to_markdown(index=False, floatfmt=".4f"))
-        print(f"\n{path}: episodes by gradient norm\n\n" + by_gradient_norm(wide).to_markdown(floatfmt=".4f"))
+    cells = {}
+    for name, path in zip(cell_labels(args.paths), args.paths):
+        wide = episodes(path, RELAPSE_METRICS)
+        row, found = cell_relapses(path, wide)
+        cells[name] = (row, found, wide)
+    print(relapses_markdown(cells))
 
 
 def _print_endings(args: argparse.Namespace) -> None:

@@ -19,7 +19,11 @@ Exempt:
 * a whole table preceded (anywhere between the previous table, or the file's start, and this table) by an HTML
   comment ``<!-- computed by: python -m harness.report.<module> ARGS -->`` naming the committed script that prints
   its numbers. The module must exist in this checkout (checked; a marker naming a missing module is an error). The
-  script's output is not re-run here (it reads every seed's metrics); run the command to verify such a table;
+  script is not re-run by default (it reads every seed's metrics): ``--rerun`` runs each such command (only
+  ``harness.report`` modules; from the folder above ``root``, where the commands' relative paths start) and checks
+  that the pasted table is one its output prints, header and rows cell for cell but for the first column (row
+  labels may be renamed, e.g. ``TPO (4 epochs)``), so a table left behind by new runs or changed code is reported
+  with its first differing row;
 * a whole table preceded by ``<!-- unchecked: REASON -->``, or only some of its columns with
   ``<!-- unchecked columns="header 1 | header 2": REASON -->`` (headers exactly as in the table): numbers no
   committed script reproduces (e.g. an ad-hoc bootstrap). Such tables are listed on every run (``unchecked``), so
@@ -33,6 +37,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
+import shlex
+import subprocess
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from dataclasses import dataclass, field
@@ -283,12 +289,91 @@ def check(root: Path) -> Result:
     return result
 
 
+RERUNNABLE = "harness.report."
+
+
+@dataclass
+class Stale:
+    """A pasted table that its ``computed by`` command no longer prints."""
+
+    file: Path
+    line: int
+    command: str
+    why: str
+
+
+def _rows_of(table: Table) -> list[list[str]]:
+    """Header and body rows without their first column (labels, which a conclusions file may rename)."""
+    return [table.header[1:], *(cells[1:] for _, cells in table.rows)]
+
+
+def _show(row: list[str]) -> str:
+    return " | ".join(row)
+
+
+def _difference(pasted: Table, printed: list[Table]) -> str | None:
+    """None when a table of ``printed`` equals ``pasted`` cell for cell but for the labels; else why not: the first
+    differing row of the printed table with the same header, or that no printed table has that header."""
+    ours = _rows_of(pasted)
+    same_header = [table for table in printed if _rows_of(table)[0] == ours[0]]
+    if not same_header:
+        return f"no table of the output has the header {_show(ours[0])!r}"
+    if any(_rows_of(table) == ours for table in same_header):
+        return None
+    theirs = _rows_of(same_header[0])
+    for index, row in enumerate(ours[1:], start=1):
+        if index >= len(theirs):
+            return f"pasted row {_show(row)!r} is not in the output (it has {len(theirs) - 1} rows)"
+        if row != theirs[index]:
+            return f"pasted {_show(row)!r}, the output {_show(theirs[index])!r}"
+    return f"the output has more rows: {_show(theirs[len(ours)])!r}"
+
+
+def rerun(root: Path, presets: list[str] | None = None, run=None) -> tuple[list[Stale], int]:
+    """Run every ``computed by`` command of the ``conclusions.md`` files under ``root`` (only ``presets``' when
+    given) once, from ``root``'s parent, and check each pasted table against its output; the stale tables and how
+    many tables were checked. ``run`` (command words, folder → stdout) replaces the subprocess in tests."""
+    run = run or _run_module
+    outputs: dict[str, list[Table] | str] = {}
+    stale, checked = [], 0
+    paths = [root / preset / "conclusions.md" for preset in presets] if presets else root.glob("*/conclusions.md")
+    for path in sorted(paths):
+        for table in parse_tables(path.read_text()):
+            if table.marker is None or table.marker[0] != "computed by":
+                continue
+            command = " ".join(table.marker[2].split())
+            words = shlex.split(command)
+            if words[:2] != ["python", "-m"] or not words[2:] or not words[2].startswith(RERUNNABLE):
+                stale.append(Stale(path, table.start, command, f"only 'python -m {RERUNNABLE}…' commands are run"))
+                continue
+            if command not in outputs:
+                try:
+                    outputs[command] = parse_tables(run(words[2:], root.resolve().parent))
+                except subprocess.CalledProcessError as error:
+                    last = (error.stderr or "").strip().splitlines()[-1:] or [f"exit {error.returncode}"]
+                    outputs[command] = f"the command failed: {last[0]}"
+            checked += 1
+            printed = outputs[command]
+            why = printed if isinstance(printed, str) else _difference(table, printed)
+            if why is not None:
+                stale.append(Stale(path, table.start, command, why))
+    return stale, checked
+
+
+def _run_module(words: list[str], cwd: Path) -> str:
+    return subprocess.run([sys.executable, "-m", *words], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m harness.report.quotes", description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", nargs="?", type=Path, default=Path("results"),
                         help="folder of preset folders, each with a conclusions.md and its generated tables")
+    parser.add_argument("--rerun", nargs="*", metavar="PRESET",
+                        help="also run every 'computed by' command (of these presets' conclusions; all without a "
+                             "name) and check its pasted table against the output (minutes: each reads its runs)")
     args = parser.parse_args(argv)
     if not args.root.is_dir():
         parser.error(f"{args.root}: {'not a folder' if args.root.exists() else 'no such folder'}; give the folder of "
@@ -296,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     if not any(args.root.glob("*/conclusions.md")):
         parser.error(f"{args.root}: no <preset>/conclusions.md below it; give the folder of preset folders "
                      "(default: results)")
+    for preset in args.rerun or ():
+        if not (args.root / preset / "conclusions.md").is_file():
+            parser.error(f"--rerun: {preset!r} has no conclusions.md under {args.root}; valid: "
+                         + ", ".join(sorted(p.parent.name for p in args.root.glob("*/conclusions.md"))))
     result = check(args.root)
     for q in result.unmatched:
         print(f"{q.file}:{q.line}: {q.text}  (column {q.column!r}): not in the folder's generated tables")
@@ -307,7 +396,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}:{line}: table unchecked: {what}")
     print(f"{result.checked} numbers checked, {len(result.unmatched)} unmatched, "
           f"{len(result.exempt_tables)} tables computed by a script, {len(result.unchecked_tables)} unchecked")
-    return 1 if result.unmatched or result.errors else 0
+    stale: list[Stale] = []
+    if args.rerun is not None:
+        stale, checked = rerun(args.root, args.rerun)
+        for table in stale:
+            print(f"{table.file}:{table.line}: not what `{table.command}` prints now: {table.why}")
+        print(f"{checked} computed tables re-run, {len(stale)} stale")
+    return 1 if result.unmatched or result.errors or stale else 0
 
 
 if __name__ == "__main__":
