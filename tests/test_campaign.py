@@ -1100,6 +1100,32 @@ def test_an_llm_cell_whose_model_the_nodes_cannot_get_is_refused_in_one_line_and
     assert campaign.node_refusal("fig3_tabular_multi", ("algorithm=tpo",)) is None
 
 
+def test_a_regenerated_report_points_at_the_conclusions_it_no_longer_backs(tmp_path, monkeypatch, capsys):
+    """Fig 10's runs exported: its report folder and Fig 13's (which reads them) are regenerated, and each one's
+    conclusions.md is checked. Fig 13's quotes a number the new tables lack and a computed table its command no
+    longer prints: each is said in a line, then the command that checks again; Fig 10's, current, says nothing.
+    Bugs caught: the check left out; run for the exported preset only instead of each regenerated folder."""
+    monkeypatch.setattr(campaign_reports, "_regenerate", lambda target, preset, owners, results: True)
+    monkeypatch.setattr(campaign_reports, "_report_targets", lambda preset: (set(), [preset, "fig13_masking"]))
+    printed = "| | seeds | final error |\n|---|---|---|\n| TPO | 10 | 0.052 [0.0, 0.16] |\n"
+    monkeypatch.setattr("harness.report.quotes._run_module", lambda words, cwd: printed)
+    marker = "<!-- computed by: python -m harness.report.seedwise paired results/runs/fig10_diagnostics -->\n"
+    for name, grpo, final in (("fig10_diagnostics", "11.4", "0.052 [0.0, 0.16]"),
+                              ("fig13_masking", "11.5", "0.05 [0.0, 0.16]")):
+        folder = tmp_path / "results" / name
+        folder.mkdir(parents=True)
+        (folder / "fig.md").write_text("| | final |\n|---|---|\n| TPO | 11.4 [0.0, 28.8] |\n")
+        (folder / "conclusions.md").write_text(
+            f"# Reading\n\n| | seeds | ours |\n|---|---|---|\n| GRPO | 10 | {grpo} |\n"
+            f"\n{marker}| | seeds | final error |\n|---|---|---|\n| TPO | 10 | {final} |\n")
+    assert campaign_reports.report("fig10_diagnostics", tmp_path / "results") == []
+    lines = [line for line in capsys.readouterr().out.splitlines() if "CONCLUSIONS BEHIND" in line]
+    assert len(lines) == 3 and all("fig13_masking/conclusions.md" in line for line in lines)
+    assert "11.5 (column 'ours') is in no generated table" in lines[0]
+    assert "not what `python -m harness.report.seedwise paired" in lines[1] and "0.05 [0.0, 0.16]" in lines[1]
+    assert lines[2].endswith("--rerun fig13_masking checks it again")
+
+
 def test_a_report_that_raises_is_said_in_one_line_and_the_next_preset_is_still_reported(tmp_path, monkeypatch,
                                                                                        capsys):
     """The reporter's thread outlives a report that raises (here as when a campaign's checkout is edited under it

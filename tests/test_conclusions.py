@@ -184,14 +184,35 @@ def test_rerun_reports_a_changed_cell_a_changed_header_a_missing_row_and_an_extr
     assert len(whys["order"]) == 1
 
 
-def test_rerun_runs_only_report_modules_and_says_when_a_command_fails(tmp_path):
-    """A marker is text anyone can edit: only ``python -m harness.report.…`` runs. Bugs caught: any module run;
-    a failing command raising instead of being listed."""
+def test_rerun_refuses_a_row_label_that_does_not_name_the_printed_one(tmp_path):
+    """The printed TPO and GRPO rows with their labels swapped: every other cell equal, still stale. Bug caught: the
+    first column left out of the comparison altogether."""
+    swapped = PRINTED.split("\n\n")[0].replace("| TPO |", "| X |").replace("| GRPO |", "| TPO |").replace(
+        "| X |", "| GRPO |")
+    assert _rerun(_computed(tmp_path, swapped))[0] == [
+        "row labels that do not name the output's: 'GRPO' for 'TPO', 'TPO' for 'GRPO'"]
+    # two printed tables under one header, the second pasted under a label that does not name its row: the labels
+    # are what is said, not the first table's cells
+    same_header = PRINTED.replace("X − TPO, paired", "")
+    pasted = same_header.split("\n\n")[1].replace("| GRPO |", "| ours |")
+    assert _rerun(_computed(tmp_path / "second", pasted), printed=same_header)[0] == [
+        "row labels that do not name the output's: 'ours' for 'GRPO'"]
+
+
+def test_rerun_runs_only_the_table_printing_modules_and_says_when_a_command_fails_or_does_not_parse(tmp_path):
+    """A marker is text anyone can edit: only the modules that print tables run, never quotes itself (it would run
+    its own markers again, without end) nor the report (it writes files). Bugs caught: any ``harness.report.``
+    module run; a failing or unparsable command raising instead of being listed."""
     import subprocess
 
-    root = _computed(tmp_path / "other", PRINTED.split("\n\n")[0], command="python -m os.system rm")
-    stale, calls = _rerun(root)
-    assert calls == [] and stale == ["only 'python -m harness.report.…' commands are run"]
+    table = PRINTED.split("\n\n")[0]
+    for name, command in (("other", "python -m os.system rm"), ("itself", "python -m harness.report.quotes results "
+                                                                          "--rerun"),
+                          ("writer", "python -m harness.report runs --out results/p")):
+        stale, calls = _rerun(_computed(tmp_path / name, table, command=command))
+        assert calls == [] and len(stale) == 1 and stale[0].startswith("only these commands are run: ")
+    stale, calls = _rerun(_computed(tmp_path / "quote", table, command='python -m harness.report.seedwise "runs'))
+    assert calls == [] and stale == ["the command does not parse: No closing quotation"]
 
     def failing(words, cwd):
         raise subprocess.CalledProcessError(2, words, stderr="Error: results/runs/x: no such folder\n")
@@ -222,8 +243,9 @@ def test_rerun_runs_the_real_command_on_runs_beside_results(tmp_path, capsys):
     assert quotes.main([str(root), "--rerun"]) == 0
     conclusions = root / "preset" / "conclusions.md"
     conclusions.write_text(conclusions.read_text().replace("| 1/3 |", "| 2/3 |"))
-    assert quotes.main([str(root), "--rerun", "preset"]) == 1
+    assert quotes.main([str(root), "--rerun", "preset", "preset"]) == 1
     assert "1 computed tables re-run, 1 stale" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as refused:
-        quotes.main([str(root), "--rerun", "presett"])
-    assert refused.value.code == 2 and "valid: preset" in capsys.readouterr().err
+    for wrong in ("presett", "../results/preset"):
+        with pytest.raises(SystemExit) as refused:
+            quotes.main([str(root), "--rerun", wrong])
+        assert refused.value.code == 2 and "valid: preset" in capsys.readouterr().err

@@ -233,3 +233,30 @@ def test_relapses_prints_the_cells_side_by_side_under_their_algorithm_labels(tmp
                for line in risks.splitlines()[2:]}
     assert streaks["0"][:3] == ["1", "0", "0"] and streaks["1–2"][:3] == ["4", "1", "25%"]
     assert streaks["1–2"][3:] == ["0", "0", "–"]  # GRPO is never solved: no episode at risk
+
+
+def test_relapses_keeps_a_small_climb_share_and_says_a_missing_update_norm_and_a_bad_folder_list(tmp_path, capsys):
+    """One seed with 26 onsets, one of them a climb of 1 episode and 25 of 4: 1/26 = 3.8% (rounded twice: 4%); the
+    update norms not logged (runs older than the diagnostic): "–", not nan; the same folder twice, or one without
+    runs, refused in one line. Bugs caught: the share rounded to two decimals before the percentage; ``"{:.3f}"``
+    of NaN; a duplicate folder silently merged into one column; a traceback for an empty folder."""
+    from harness.report import dynamics, synthetic
+
+    onsets = [0.0, 0.5] + [0.0, 0.1, 0.1, 0.1, 0.5] * 25  # solved, up at once; then 25 slow climbs (4 episodes)
+    error = np.array([[1.0, *onsets]])
+    grad = np.where(error == 0, 0.0, 1.0)
+    synthetic.write_run(tmp_path / "tpo", synthetic.make_config("table3_terminal", "token_reversal", "tpo", 1,
+                                                                error.shape[1]),
+                        {"error": error, "grad_norm": grad, "frac_zero_var": (grad == 0).astype(float),
+                         "update_muon": np.full(error.shape, np.nan)})
+    dynamics.main(["relapses", str(tmp_path / "tpo")])
+    summary, norms, _ = capsys.readouterr().out.strip().split("\n\n")
+    assert [c.strip() for c in summary.splitlines()[2].strip("|").split(" | ")][1:6] == ["1", "26", "1", "4", "3.8%"]
+    assert [c.strip() for c in norms.splitlines()[2].strip("|").split(" | ")][:3] == ["0", f"{100 * 26 / 127:.0f}%",
+                                                                                      "–"]
+    (tmp_path / "empty").mkdir()
+    for argv, said in (([tmp_path / "tpo", tmp_path / "tpo"], "a folder is given twice"),
+                       ([tmp_path / "empty"], "no run directories")):
+        with pytest.raises(SystemExit) as refused:
+            dynamics.main(["relapses", *map(str, argv)])
+        assert refused.value.code == 2 and said in capsys.readouterr().err

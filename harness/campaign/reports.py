@@ -34,7 +34,32 @@ def report(preset: str, results: Path) -> list[str]:
         regenerated = [target for target in targets if target not in failed]
         # the preset itself, noted when its runs were exported, is up to date once every report reading them is
         note_stale_reports(results, add=failed, done=regenerated + ([] if failed else [preset]))
+    for target in regenerated:
+        conclusions_left_behind(target, results)
     return failed
+
+
+def conclusions_left_behind(target: str, results: Path) -> int:
+    """Say, a line each (``CONCLUSIONS BEHIND``), what of ``target``'s hand-written ``conclusions.md`` its new
+    report no longer backs: numbers its tables no longer give, and tables their ``computed by`` command no longer
+    prints (``harness.report.quotes``); the number of such findings. The conclusions are the author's to update: the
+    campaign only points at them."""
+    from harness.report import quotes
+
+    path = results / target / "conclusions.md"
+    if not path.is_file():
+        return 0
+    found = [f"{shown(q.file)}:{q.line}: {q.text} (column {q.column!r}) is in no generated table"
+             for q in quotes.check_file(path).unmatched]
+    stale, _ = quotes.rerun(results, [target])
+    found += [f"{shown(table.file)}:{table.line}: not what `{table.command}` prints now: {table.why}"
+              for table in stale]
+    for line in found:
+        print(f"{time.strftime('%H:%M:%S')} CONCLUSIONS BEHIND {line}", flush=True)
+    if found:
+        print(f"{time.strftime('%H:%M:%S')} CONCLUSIONS BEHIND: update {shown(path)}; python -m harness.report.quotes "
+              f"{shown(results)} --rerun {target} checks it again", flush=True)
+    return len(found)
 
 
 def _report_targets(preset: str) -> tuple[set[str], list[str]]:

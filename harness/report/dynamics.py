@@ -345,7 +345,7 @@ def relapse_summary(wide: pd.DataFrame) -> tuple[dict, Onsets]:
     climbs = np.array(found.climbs)
     row = {"seeds": len(seeds), "onsets": len(climbs), "seeds with onsets": with_onsets,
            "median climb": float(np.median(climbs)) if len(climbs) else None,
-           "climb ≤ 3": f"{np.mean(climbs <= 3):.2f}" if len(climbs) else "–",
+           "climb ≤ 3": float(np.mean(climbs <= 3)) if len(climbs) else None,
            "Muon drift, median [range] (seeds)": _median_and_range(ratios["update_muon"]),
            "Adam drift": _median_and_range(ratios["update_adam"])}
     return row, found
@@ -432,12 +432,14 @@ def relapses_markdown(cells: dict[str, tuple[dict, Onsets, pd.DataFrame]]) -> st
     streak."""
     summary = [[name, str(row["seeds"]), f"{row['onsets']:,}", str(row["seeds with onsets"]),
                 "–" if row["median climb"] is None else f"{row['median climb']:g}",
-                "–" if row["climb ≤ 3"] == "–" else percent(float(row["climb ≤ 3"])),
+                "–" if row["climb ≤ 3"] is None else percent(row["climb ≤ 3"]),
                 row["Muon drift, median [range] (seeds)"], row["Adam drift"]]
                for name, (row, _, _) in cells.items()]
     binned = {name: by_gradient_norm(wide) for name, (_, _, wide) in cells.items()}
-    columns = {"share of episodes": percent, "update_muon": "{:.3f}".format, "update_adam": "{:.3f}".format,
-               "error": percent}
+    def norm(value: float) -> str:
+        return f"{value:.3f}" if np.isfinite(value) else "–"
+
+    columns = {"share of episodes": percent, "update_muon": norm, "update_adam": norm, "error": percent}
     headers = {"share of episodes": "share of episodes", "update_muon": "Muon ‖Δθ‖", "update_adam": "Adam ‖Δθ‖",
                "error": "error"}
     shown = {name: [column for column in columns if column in table] for name, table in binned.items()}
@@ -459,12 +461,11 @@ def relapses_markdown(cells: dict[str, tuple[dict, Onsets, pd.DataFrame]]) -> st
 
 
 def _print_relapses(args: argparse.Namespace) -> None:
-    cells = {}
-    for name, path in zip(cell_labels(args.paths), args.paths):
-        wide = episodes(path, RELAPSE_METRICS)
-        row, found = cell_relapses(path, wide)
-        cells[name] = (row, found, wide)
-    print(relapses_markdown(cells))
+    if len({path.resolve() for path in args.paths}) < len(args.paths):
+        raise cli.Refusal("relapses: a folder is given twice; give each cell's folder once")
+    tables = [episodes(path, RELAPSE_METRICS) for path in args.paths]  # refuses a folder without runs first
+    print(relapses_markdown({name: (*cell_relapses(path, wide), wide)
+                             for name, path, wide in zip(cell_labels(args.paths), args.paths, tables)}))
 
 
 def _print_endings(args: argparse.Namespace) -> None:

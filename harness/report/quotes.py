@@ -20,10 +20,10 @@ Exempt:
   comment ``<!-- computed by: python -m harness.report.<module> ARGS -->`` naming the committed script that prints
   its numbers. The module must exist in this checkout (checked; a marker naming a missing module is an error). The
   script is not re-run by default (it reads every seed's metrics): ``--rerun`` runs each such command (only
-  ``harness.report`` modules; from the folder above ``root``, where the commands' relative paths start) and checks
-  that the pasted table is one its output prints, header and rows cell for cell but for the first column (row
-  labels may be renamed, e.g. ``TPO (4 epochs)``), so a table left behind by new runs or changed code is reported
-  with its first differing row;
+  the table-printing modules ``RERUNNABLE``, never one that writes files; from the folder above ``root``, where the
+  commands' relative paths start) and checks that the pasted table is one its output prints, header and rows cell
+  for cell, a row label only as a whole word of the pasted one (``TPO (4 epochs)`` for ``TPO``), so a table left
+  behind by new runs or changed code is reported with its first differing row;
 * a whole table preceded by ``<!-- unchecked: REASON -->``, or only some of its columns with
   ``<!-- unchecked columns="header 1 | header 2": REASON -->`` (headers exactly as in the table): numbers no
   committed script reproduces (e.g. an ad-hoc bootstrap). Such tables are listed on every run (``unchecked``), so
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import shlex
 import subprocess
@@ -289,7 +290,7 @@ def check(root: Path) -> Result:
     return result
 
 
-RERUNNABLE = "harness.report."
+RERUNNABLE = ("harness.report.seedwise", "harness.report.dynamics", "harness.report.fixed_point")  # print only
 
 
 @dataclass
@@ -303,8 +304,18 @@ class Stale:
 
 
 def _rows_of(table: Table) -> list[list[str]]:
-    """Header and body rows without their first column (labels, which a conclusions file may rename)."""
+    """Header and body rows without their first column (the labels, compared by ``_names``)."""
     return [table.header[1:], *(cells[1:] for _, cells in table.rows)]
+
+
+def _names(pasted: str, printed: str) -> bool:
+    """Whether a pasted row label names the printed one: holds it as a whole word, so that ``TPO (4 epochs)`` or
+    ``V = 4 TPO_token`` may say more than ``TPO`` or ``TPO_token``, but ``GRPO`` is not ``TPO``."""
+    return re.search(rf"(?<![\w-]){re.escape(printed)}(?![\w-])", pasted) is not None
+
+
+def _label_pairs(pasted: Table, printed: Table) -> list[tuple[str, str]]:
+    return [(ours[0], theirs[0]) for (_, ours), (_, theirs) in zip(pasted.rows, printed.rows)]
 
 
 def _show(row: list[str]) -> str:
@@ -312,14 +323,20 @@ def _show(row: list[str]) -> str:
 
 
 def _difference(pasted: Table, printed: list[Table]) -> str | None:
-    """None when a table of ``printed`` equals ``pasted`` cell for cell but for the labels; else why not: the first
-    differing row of the printed table with the same header, or that no printed table has that header."""
+    """None when a table of ``printed`` equals ``pasted`` cell for cell, each pasted row label naming its printed
+    one (``_names``); else why not: the first differing row of the printed table with the same header, or
+    that no printed table has that header."""
     ours = _rows_of(pasted)
     same_header = [table for table in printed if _rows_of(table)[0] == ours[0]]
     if not same_header:
         return f"no table of the output has the header {_show(ours[0])!r}"
-    if any(_rows_of(table) == ours for table in same_header):
+    if any(_rows_of(table) == ours and all(_names(*pair) for pair in _label_pairs(pasted, table))
+           for table in same_header):
         return None
+    for table in same_header:
+        if _rows_of(table) == ours:
+            return "row labels that do not name the output's: " + ", ".join(
+                f"{a!r} for {b!r}" for a, b in _label_pairs(pasted, table) if not _names(a, b))
     theirs = _rows_of(same_header[0])
     for index, row in enumerate(ours[1:], start=1):
         if index >= len(theirs):
@@ -336,15 +353,25 @@ def rerun(root: Path, presets: list[str] | None = None, run=None) -> tuple[list[
     run = run or _run_module
     outputs: dict[str, list[Table] | str] = {}
     stale, checked = [], 0
-    paths = [root / preset / "conclusions.md" for preset in presets] if presets else root.glob("*/conclusions.md")
+    paths = {root / preset / "conclusions.md" for preset in presets} if presets else root.glob("*/conclusions.md")
     for path in sorted(paths):
-        for table in parse_tables(path.read_text()):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            stale.append(Stale(path, 0, "", f"unreadable ({type(error).__name__})"))
+            continue
+        for table in parse_tables(text):
             if table.marker is None or table.marker[0] != "computed by":
                 continue
             command = " ".join(table.marker[2].split())
-            words = shlex.split(command)
-            if words[:2] != ["python", "-m"] or not words[2:] or not words[2].startswith(RERUNNABLE):
-                stale.append(Stale(path, table.start, command, f"only 'python -m {RERUNNABLE}…' commands are run"))
+            try:
+                words = shlex.split(command)
+            except ValueError as error:
+                stale.append(Stale(path, table.start, command, f"the command does not parse: {error}"))
+                continue
+            if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in RERUNNABLE:
+                stale.append(Stale(path, table.start, command, "only these commands are run: "
+                                   + ", ".join(f"python -m {module}" for module in RERUNNABLE)))
                 continue
             if command not in outputs:
                 try:
@@ -361,8 +388,12 @@ def rerun(root: Path, presets: list[str] | None = None, run=None) -> tuple[list[
 
 
 def _run_module(words: list[str], cwd: Path) -> str:
-    return subprocess.run([sys.executable, "-m", *words], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout
+    """The module's output, run by this interpreter with this checkout's code first on the path (``cwd`` may be
+    another folder's results)."""
+    code = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, (code, os.environ.get("PYTHONPATH"))))
+    return subprocess.run([sys.executable, "-m", *words], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path}).stdout
 
 
 @cli.refusals_exit_2
@@ -381,10 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     if not any(args.root.glob("*/conclusions.md")):
         parser.error(f"{args.root}: no <preset>/conclusions.md below it; give the folder of preset folders "
                      "(default: results)")
+    with_conclusions = sorted(p.parent.name for p in args.root.glob("*/conclusions.md"))
     for preset in args.rerun or ():
-        if not (args.root / preset / "conclusions.md").is_file():
-            parser.error(f"--rerun: {preset!r} has no conclusions.md under {args.root}; valid: "
-                         + ", ".join(sorted(p.parent.name for p in args.root.glob("*/conclusions.md"))))
+        if preset not in with_conclusions:
+            parser.error(f"--rerun: {preset!r} is no preset folder with a conclusions.md under {args.root}; valid: "
+                         + ", ".join(with_conclusions))
     result = check(args.root)
     for q in result.unmatched:
         print(f"{q.file}:{q.line}: {q.text}  (column {q.column!r}): not in the folder's generated tables")
