@@ -1126,6 +1126,31 @@ def test_a_regenerated_report_points_at_the_conclusions_it_no_longer_backs(tmp_p
     assert lines[2].endswith("--rerun fig13_masking checks it again")
 
 
+def test_a_conclusions_check_that_raises_is_named_and_leaves_the_report_done(tmp_path, monkeypatch, capsys):
+    """A check of one folder's conclusions that raises (here an unreadable file) is one line naming the folder and the
+    command that checks again; the report still counts as regenerated and the next folder is still checked. Bugs
+    caught: the check unguarded (the error ends ``report`` and the reporter counts a report failure); one failed
+    check ending the loop over folders."""
+    monkeypatch.setattr(campaign_reports, "_regenerate", lambda target, preset, owners, results: True)
+    monkeypatch.setattr(campaign_reports, "_report_targets", lambda preset: (set(), ["fig10_diagnostics",
+                                                                                     "fig13_masking"]))
+    checked = []
+
+    def check(target, results):
+        checked.append(target)
+        if target == "fig10_diagnostics":
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        return 0
+
+    monkeypatch.setattr(campaign_reports, "conclusions_left_behind", check)
+    assert campaign_reports.report("fig10_diagnostics", tmp_path / "results") == []
+    assert checked == ["fig10_diagnostics", "fig13_masking"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "CONCLUSIONS" in line]
+    assert len(lines) == 1
+    assert "CONCLUSIONS NOT CHECKED fig10_diagnostics: UnicodeDecodeError: 'utf-8' codec" in lines[0]
+    assert lines[0].endswith("--rerun fig10_diagnostics checks them")
+
+
 def test_a_report_that_raises_is_said_in_one_line_and_the_next_preset_is_still_reported(tmp_path, monkeypatch,
                                                                                        capsys):
     """The reporter's thread outlives a report that raises (here as when a campaign's checkout is edited under it
