@@ -97,6 +97,45 @@ def test_seeds_restricts_every_method_to_those_ids_before_pairing(tmp_path, caps
     assert rows["GRPO"][:2] == ["2", "10.0 [10.0, 10.0]"] and rows["GRPO"][2] == "+10.0 [10.0, 10.0]"
 
 
+def test_vary_pairs_configurations_of_one_method_over_their_shared_seeds(tmp_path, capsys):
+    """TPO with 4 and 16 epochs, 16 = 4 + 0.01·t on seeds 0-3 and the 16-epoch run with two more seeds (4, 5, far
+    off): each configuration is a row named by its value, the first value the reference, paired over seeds 0-3 only
+    (+9.0 exactly at the end); listing 16 first makes 4 the difference (−9.0). Bugs caught: the varied key left out
+    of the cell's key (both rows the same runs: +0.0); the reference taken from the last value; rows labelled by
+    the method alone."""
+    base = np.repeat(np.linspace(0.2, 0.8, 4)[:, None], 10, axis=1)
+    for epochs, errors in ((4, base), (16, np.vstack([base + 0.01 * np.arange(10), np.ones((2, 10))]))):
+        write_run(tmp_path / f"e{epochs}", make_config(EXPERIMENT, "token_reversal", "tpo", len(errors), 10,
+                                                       **{"algorithm.epochs": epochs}), {"error": errors})
+    rows = _run(capsys, "paired", tmp_path, "--algorithms", "tpo", "--vary", "algorithm.epochs=4,16",
+                "--windows", "final", "--resamples", "300")
+    assert list(rows) == ["TPO, epochs=4", "TPO, epochs=16", "X \u2212 TPO, epochs=4, paired"]
+    assert rows["TPO, epochs=16"] == ["4", "+9.0 [9.0, 9.0]"]
+    seedwise.main(["methods", str(tmp_path), "--algorithms", "tpo", "--vary", "algorithm.epochs=16,4",
+                   "--threshold", "0.05", "--resamples", "300"])
+    out = capsys.readouterr().out
+    assert "| Δ to TPO, epochs=16 [95% CI] |" in out
+    seeds, final, delta = _rows(out)["TPO, epochs=4"][:3]
+    assert (seeds, delta) == ("4", "\u22129.0 [\u22129.0, \u22129.0]") and final.startswith("50.0 [")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--vary", "algorithm.epochs=4"], "expected one config key and two or more values"),
+    (["--vary", "algorithm.epochs=4,4"], "a value is given twice"),
+    (["--vary", "algorithm.epochs=4,16", "--where", "algorithm.epochs=4"], "the key is also in --where"),
+    (["--vary", "algorithm.epochs=4,16", "--paper", "fig1b.npz"], "--vary: not with --paper"),
+])
+def test_vary_refuses_one_value_a_repeated_value_a_key_in_where_and_the_papers_seeds(tmp_path, capsys, argv,
+                                                                                     message):
+    """Each bad ``--vary`` is one line naming it, exit 2, before any table. Bugs caught: a single value accepted (no
+    pair to make); the key given in both --vary and --where, the --where value silently overridden."""
+    _write(tmp_path, "tpo", np.zeros((2, 3)))
+    with pytest.raises(SystemExit) as exit_:
+        seedwise.main(["paired", str(tmp_path), "--algorithms", "tpo", *argv])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and message in captured.err and "|" not in captured.out
+
+
 def test_without_algorithms_a_cell_lists_the_grouped_methods_whose_runs_it_reads(tmp_path, capsys):
     """``--where task.match=interactions``: PPO's interaction-matched run and TPO's prompt-matched one, which a
     grouped method's interaction-matched cell reads (its ``task.match`` is inert), are both listed; a TPO run of

@@ -6,7 +6,10 @@ relapsed seeds. This prints them in markdown from the same cells, seeds and runs
 (``Report.resolve`` under the preset of the first path's runs) with its statistics (``stats``: percentile bootstrap
 over seeds from ``default_rng(--seed)``; a difference resampled over the seeds both sides have), so that a table
 quoting them names its command in ``<!-- computed by: python -m harness.report.seedwise ... -->``
-(``harness.report.quotes``). The first of ``--algorithms`` is the reference of every difference.
+(``harness.report.quotes``). The first of ``--algorithms`` is the reference of every difference. ``--vary
+KEY=V1,V2,...`` makes each method one row per value of a config key (``algorithm.epochs=4,16``; ``experiment=`` a
+variant preset), the first value of the first method the reference: configurations of one method, paired over the
+seed ids they share.
 
 * ``paired``: per method and window (final error; mean error over the run, the area under the curve per episode;
   mean error over the second half, the late phase of ``dynamics``), the value with its interval, then each
@@ -50,7 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -94,11 +97,17 @@ PAPER_PER_SEED = {"final": "final_per_seed", "run": "run_mean_per_seed", "second
 @dataclass
 class Cell:
     """One method's seeds: its error matrix (None when the report has no usable runs for it) and the report's status
-    of the cell (ok, partial, missing, failed, conflict)."""
+    of the cell (ok, partial, missing, failed, conflict); ``key``: the ``--vary`` key's value, if any."""
 
     algorithm: str
     matrix: stats.SeedMatrix | None
     status: str
+    key: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The row label: the method's, then the varied key's (``TPO, epochs=16``)."""
+        return label({"algorithm.name": self.algorithm, **self.key})
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -117,11 +126,24 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def parse_vary(text: str) -> dict[str, list]:
+    """``algorithm.epochs=4,16`` → {"algorithm.epochs": [4.0, 16.0]} (an argparse type; values typed as --where's)."""
+    name, _, values = text.partition("=")
+    if not name or not values or "," not in values or any(not value for value in values.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one config key and two or more values, e.g. "
+                                         "algorithm.epochs=4,16")
+    typed = [parse_cell(f"{name}={value}")[name] for value in values.split(",")]
+    if len(set(typed)) != len(typed):
+        raise argparse.ArgumentTypeError(f"{text!r}: a value is given twice")
+    return {name: typed}
+
+
 def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list[int] | None,
-               preset: str | None, metric: str = METRIC) -> list[Cell]:
+               preset: str | None, metric: str = METRIC, vary: dict[str, list] | None = None) -> list[Cell]:
     """Each algorithm's cell (``where``'s keys and the algorithm) of ``metric``, resolved as the report's tables
     resolve it, restricted to ``seeds`` when given; no ``algorithms``: every one with runs the cell reads (a grouped
-    method's that differ only in a key it does not depend on, ``Task.inert_keys``), in the paper's order."""
+    method's that differ only in a key it does not depend on, ``Task.inert_keys``), in the paper's order. ``vary``
+    ({key: values}): one cell per algorithm and value, the values in their order within each algorithm."""
     runs, curves = load_runs(paths, metrics=[metric])
     if runs.empty:
         raise cli.Refusal(f"no runs under {', '.join(map(str, paths))}")
@@ -133,21 +155,26 @@ def load_cells(paths: list[Path], algorithms: list[str], where: str, seeds: list
         preset = own.pop()
     report = Report(runs, curves)
     key = parse_cell(where.replace(",", " "))
+    varied, values = next(iter((vary or {None: [None]}).items()))
+    if varied in key:
+        raise cli.Refusal(f"--vary {varied}: the key is also in --where; give it in one of them")
     algorithms = algorithms or sorted(set(report.matching(preset, key, inert=True).algorithm), key=algorithm_rank)
     budget = report.budget(preset)
     cells = []
-    for algorithm in algorithms:
-        resolved = report.resolve(preset, {**key, "algorithm.name": algorithm}, budget)
+    for algorithm, value in ((algorithm, value) for algorithm in algorithms for value in values):
+        cell = Cell(algorithm, None, "", {} if varied is None else {varied: value})
+        resolved = report.resolve(preset, {**key, **cell.key, "algorithm.name": algorithm}, budget)
         matrix = report.matrix(resolved, metric) if resolved.usable else None
         if matrix is not None and seeds is not None:
             keep = np.isin(matrix.seeds, seeds)
             if not keep.any():
-                raise cli.Refusal(f"--seeds: {label({'algorithm.name': algorithm})} has none of them (its seeds: "
+                raise cli.Refusal(f"--seeds: {cell.name} has none of them (its seeds: "
                                   f"{', '.join(map(str, matrix.seeds[:20]))}{' …' if len(matrix.seeds) > 20 else ''})")
             matrix = stats.SeedMatrix(matrix.seeds[keep], matrix.steps, matrix.values[keep])
         if resolved.status != "ok" or resolved.flags:
-            warn(f"{label({'algorithm.name': algorithm})}: {'; '.join([resolved.status, *resolved.flags])}")
-        cells.append(Cell(algorithm, matrix, resolved.status))
+            warn(f"{cell.name}: {'; '.join([resolved.status, *resolved.flags])}")
+        cell.matrix, cell.status = matrix, resolved.status
+        cells.append(cell)
     return cells
 
 
@@ -166,12 +193,12 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
                       *("| " + " | ".join(row) + " |" for row in rows)])
 
 
-Side = dict[str, dict[str, stats.SeedMatrix | None]]  # algorithm → window → its seeds' values there
+Side = dict[str, dict[str, stats.SeedMatrix | None]]  # row label → window → its seeds' values there
 
 
 def windowed(cells: list[Cell], windows: list[str]) -> Side:
-    return {cell.algorithm: {name: None if cell.matrix is None else WINDOWS[name].select(cell.matrix)
-                             for name in windows} for cell in cells}
+    return {cell.name: {name: None if cell.matrix is None else WINDOWS[name].select(cell.matrix)
+                        for name in windows} for cell in cells}
 
 
 def paper_side(path: Path, algorithms: list[str], windows: list[str]) -> Side:
@@ -192,7 +219,8 @@ def paper_side(path: Path, algorithms: list[str], windows: list[str]) -> Side:
         values = np.array(per_seed[algorithm][PAPER_PER_SEED[window]], dtype=float)  # None (diverged) → NaN
         return stats.SeedMatrix(np.arange(len(values)), np.zeros(1, dtype=int), values[:, None])
 
-    return {algorithm: {name: column(algorithm, name) for name in windows} for algorithm in algorithms}
+    return {label({"algorithm.name": algorithm}): {name: column(algorithm, name) for name in windows}
+            for algorithm in algorithms}
 
 
 def paired_tables(sides: dict[str, Side], windows: list[str], resamples: int, seed: int) -> str:
@@ -202,8 +230,8 @@ def paired_tables(sides: dict[str, Side], windows: list[str], resamples: int, se
     values, differences = [], []
     for suffix, side in sides.items():
         reference = side[next(iter(side))]
-        for algorithm, matrices in side.items():
-            row = label({"algorithm.name": algorithm}) + suffix
+        for name_of_row, matrices in side.items():
+            row = name_of_row + suffix
             summaries = {name: None if matrices[name] is None else
                          stats.summarize(WINDOWS[name].stat, matrices[name], resamples, seed) for name in windows}
             values.append([row, str(max((s.seeds for s in summaries.values() if s), default=0)),
@@ -218,7 +246,7 @@ def paired_tables(sides: dict[str, Side], windows: list[str], resamples: int, se
                                 *("n/a" if p is None else with_interval(WINDOWS[name].stat, p.diff, p.low, p.high,
                                                                         signed=True)
                                   for name, p in pairs.items())])
-    reference_label = label({"algorithm.name": next(iter(next(iter(sides.values()))))})
+    reference_label = next(iter(next(iter(sides.values()))))
     return "\n\n".join([markdown(["", "seeds", *header], values),
                          markdown([f"X {MINUS} {reference_label}, paired", "seeds", *header], differences)])
 
@@ -230,11 +258,11 @@ def perseed_table(cells: list[Cell], threshold: float) -> str:
     rows = []
     for cell in cells:
         if cell.matrix is None:
-            rows.append([label({"algorithm.name": cell.algorithm}), "0", cell.status, cell.status])
+            rows.append([cell.name, "0", cell.status, cell.status])
             continue
         first = stats.per_seed(stat, cell.matrix)
         median = np.median(first)
-        rows.append([label({"algorithm.name": cell.algorithm}), str(len(first)),
+        rows.append([cell.name, str(len(first)),
                      f"{int(np.isfinite(first).sum())}/{len(first)}",
                      "never" if np.isinf(median) else fmt(stat, median)])
     threshold_text = f"{100 * threshold:g}%"
@@ -249,7 +277,7 @@ def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int
     reference = cells[0]
     rows = []
     for cell in cells:
-        name = label({"algorithm.name": cell.algorithm})
+        name = cell.name
         if cell.matrix is None:
             rows.append([name, "0", *[cell.status] * 6])
             continue
@@ -267,7 +295,7 @@ def methods_table(cells: list[Cell], threshold: float, resamples: int, seed: int
                      f"{solved}/{len(cell.matrix.seeds)}", str(relapsed) if solved else "–",
                      number(MEAN, stats.point(MEAN, cell.matrix))])
     return markdown(["", "seeds", "final error % [95% CI]",
-                     f"Δ to {label({'algorithm.name': reference.algorithm})} [95% CI]",
+                     f"Δ to {reference.name} [95% CI]",
                      f"steps to {100 * threshold:g}%", f"seeds solved (< {100 * SOLVED.threshold:g}%)",
                      f"of those, relapsed (> {100 * RELAPSED.relapse_above:g}%)", "mean error over the run"], rows)
 
@@ -293,7 +321,7 @@ def relapses_table(cells: list[Cell], at: int, resamples: int, seed: int) -> str
     below, above = SOLVED.threshold, RELAPSED.relapse_above
     rows = []
     for cell in cells:
-        name = label({"algorithm.name": cell.algorithm})
+        name = cell.name
         if cell.matrix is None:
             rows.append([name, "0", *[cell.status] * 7])
             continue
@@ -344,7 +372,7 @@ def diagnostics_table(norms: list[Cell], fails: list[Cell], at: list[int], windo
     the seed mean of each episode."""
     rows = []
     for index, (grad, fail) in enumerate(zip(norms, fails)):
-        name = label({"algorithm.name": grad.algorithm})
+        name = grad.name
         fractions = [fail] + ([zero_variance[index]] if zero_variance else [])
         missing = next((cell for cell in (grad, fail) if cell.matrix is None), None)
         if missing is not None:
@@ -378,8 +406,8 @@ def replicate_table(cells: list[Cell], stat: Stat, table: str, where: dict, resa
     module docstring)."""
     rows = []
     for cell in cells:
-        name = label({"algorithm.name": cell.algorithm})
-        paper = lookup(table, stat.name, {**where, "algorithm.name": cell.algorithm})
+        name = cell.name
+        paper = lookup(table, stat.name, {**where, **cell.key, "algorithm.name": cell.algorithm})
         published = paper.text if paper is not None else "–"
         if cell.matrix is None:
             rows.append([name, "0", cell.status, "n/a", published, "n/a", "n/a", "n/a"])
@@ -416,7 +444,7 @@ def rerun_table(cells: list[Cell], others: list[Path], threshold: float, resampl
     stat = Stat("steps_to", threshold=threshold)
     rows = []
     for cell in cells:
-        name = label({"algorithm.name": cell.algorithm})
+        name = cell.name
         if cell.matrix is None:
             rows.append([name, "0", cell.status, "n/a", "–", "–"])
             continue
@@ -455,6 +483,9 @@ def main(argv: list[str] | None = None) -> None:
     common.add_argument("--algorithms", type=lambda text: text.split(","), default=[],
                         help="comma list, the reference first (default: every one with runs, in the paper's order)")
     common.add_argument("--where", default="", help="the cells' other config keys: task.H=7,task.match=prompts")
+    common.add_argument("--vary", type=parse_vary, default=None,
+                        help="one row per method and value of this config key, the first the reference: "
+                             "algorithm.epochs=4,16")
     common.add_argument("--seeds", type=parse_seeds, default=None, help="only these seed ids: 0-4 or 0,2,5-9")
     common.add_argument("--preset", default=None, help="resolve the cells as this preset's tables do (default: the "
                                                        "preset of the first path's runs)")
@@ -500,14 +531,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "paired" and set(args.windows) - set(WINDOWS):
         parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
+    if args.vary and (args.command == "rerun" or getattr(args, "paper", None) is not None):
+        parser.error(f"--vary: not with {'rerun' if args.command == 'rerun' else '--paper'} (the other runs hold one "
+                     "configuration per method)")
     if args.command == "diagnostics":
         norms, fails, *zero_variance = (
-            load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric)
+            load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric, args.vary)
             for metric in (GRAD_NORM, ALL_FAIL, *([ZERO_VARIANCE] if args.zero_variance else [])))
         print(diagnostics_table(norms, fails, args.at, args.window, args.fraction, zero_variance[0] if zero_variance
                                 else None))
         return
-    cells = load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset)
+    cells = load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, vary=args.vary)
     if args.command == "paired":
         sides = {"": windowed(cells, args.windows)}
         if args.paper is not None:
