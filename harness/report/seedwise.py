@@ -472,6 +472,15 @@ def rerun_table(cells: list[Cell], others: list[Path], threshold: float, resampl
                      "Mann–Whitney p (per seed)"], rows)
 
 
+def _refuse_bad_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Arguments each valid alone that do not go together: one line, exit 2, before any run is read."""
+    if args.command == "paired" and set(args.windows) - set(WINDOWS):
+        parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
+    if args.vary and (args.command == "rerun" or getattr(args, "paper", None) is not None):
+        parser.error(f"--vary: not with {'rerun' if args.command == 'rerun' else '--paper'} (the other runs hold one "
+                     "configuration per method)")
+
+
 @cli.refusals_exit_2
 def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser(prog="python -m harness.report.seedwise", description=__doc__,
@@ -529,11 +538,7 @@ def main(argv: list[str] | None = None) -> None:
     rerun.add_argument("--threshold", type=cli.number(float, above=0, high=1), required=True,
                        help="error threshold, e.g. 0.01")
     args = parser.parse_args(argv)
-    if args.command == "paired" and set(args.windows) - set(WINDOWS):
-        parser.error(f"--windows: choose from {', '.join(WINDOWS)}")
-    if args.vary and (args.command == "rerun" or getattr(args, "paper", None) is not None):
-        parser.error(f"--vary: not with {'rerun' if args.command == 'rerun' else '--paper'} (the other runs hold one "
-                     "configuration per method)")
+    _refuse_bad_combinations(parser, args)
     if args.command == "diagnostics":
         norms, fails, *zero_variance = (
             load_cells(args.paths, args.algorithms, args.where, args.seeds, args.preset, metric, args.vary)
